@@ -1,0 +1,56 @@
+# dex: durable execution engine as a PostgreSQL extension (PGXS build).
+#
+#   make && make install     build and install into the PostgreSQL found by pg_config
+#   bash test/run-tests.sh   every test suite on a throwaway cluster (see README)
+#   bash test/demo.sh        the demo on a throwaway cluster
+
+EXTENSION = dex
+DATA = dex--1.0.sql
+MODULE_big = dex
+
+PROTOS = common event command task
+WKT_PROTOS = timestamp duration
+PROTO_SRCS = $(PROTOS:%=src/gen/dex/v1/%.pb-c.c) $(WKT_PROTOS:%=src/gen/google/protobuf/%.pb-c.c)
+PROTO_HDRS = $(PROTO_SRCS:.c=.h)
+
+SRCS = src/dex.c src/codec.c src/spi_util.c src/wakeup.c src/api_queues.c \
+       src/api_runs.c src/api_tasks.c src/history.c src/launcher.c src/scheduler.c
+OBJS = $(SRCS:.c=.o) $(PROTO_SRCS:.c=.o)
+
+PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/src/gen
+PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers \
+            -Wno-sign-compare -Wno-cast-function-type
+SHLIB_LINK = -lprotobuf-c
+
+REGRESS = setup codec queues runs tasks errors
+REGRESS_OPTS = --load-extension=dex
+
+EXTRA_CLEAN = src/gen
+
+PROTOC_C ?= protoc-c
+PROTO_INCLUDE ?= /usr/include
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# protoc-c output: the engine's protocol and the two well-known types it uses.
+src/gen/dex/v1/%.pb-c.c src/gen/dex/v1/%.pb-c.h: proto/dex/v1/%.proto
+	@mkdir -p src/gen
+	$(PROTOC_C) --c_out=src/gen -Iproto -I$(PROTO_INCLUDE) $<
+
+src/gen/google/protobuf/%.pb-c.c src/gen/google/protobuf/%.pb-c.h: $(PROTO_INCLUDE)/google/protobuf/%.proto
+	@mkdir -p src/gen
+	$(PROTOC_C) --c_out=src/gen -I$(PROTO_INCLUDE) google/protobuf/$*.proto
+
+# Every C file may include any generated header.
+$(SRCS:.c=.o): $(PROTO_HDRS) $(wildcard src/*.h)
+
+# Generated code is not ours to lint: keep -Werror but silence what protoc-c emits.
+$(PROTO_SRCS:.c=.o): override CFLAGS += -Wno-unused-parameter
+
+.PHONY: test demo
+test:
+	bash test/run-tests.sh
+demo:
+	bash test/demo.sh
