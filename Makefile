@@ -13,7 +13,7 @@ WKT_PROTOS = timestamp duration
 PROTO_SRCS = $(PROTOS:%=src/gen/dex/v1/%.pb-c.c) $(WKT_PROTOS:%=src/gen/google/protobuf/%.pb-c.c)
 PROTO_HDRS = $(PROTO_SRCS:.c=.h)
 
-SRCS = src/dex.c src/codec.c src/spi_util.c src/wakeup.c src/api_queues.c \
+SRCS = src/dex.c src/codec.c src/api_codec.c src/spi_util.c src/wakeup.c src/api_queues.c \
        src/api_runs.c src/api_tasks.c src/history.c src/launcher.c src/scheduler.c
 OBJS = $(SRCS:.c=.o) $(PROTO_SRCS:.c=.o)
 

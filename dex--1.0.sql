@@ -1,0 +1,327 @@
+/* dex--1.0.sql: the dex schema and SQL API */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION dex" to load this file. \quit
+
+/*
+ * Tables.  Clients never write them: every change goes through the dex.*
+ * functions, which own every state transition.  Task tables are LIST
+ * partitioned, one partition per queue (created by dex.create_queue).
+ */
+
+CREATE TABLE dex.queue (
+    id          integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name        text NOT NULL UNIQUE,
+    kind        text NOT NULL CHECK (kind IN ('workflow', 'activity')),
+    status      text NOT NULL DEFAULT 'ACTIVE' CHECK (status IN ('ACTIVE', 'PAUSED')),
+    capacity    integer NOT NULL DEFAULT 1000 CHECK (capacity > 0),
+    partition   name NOT NULL UNIQUE,
+    created_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at  timestamptz
+);
+COMMENT ON TABLE dex.queue IS
+    'Task queues: workflow queues hold workflow tasks, activity queues activity tasks; one task partition each.';
+
+CREATE TABLE dex.workflow_run (
+    id                  uuid PRIMARY KEY,
+    workflow_name       text NOT NULL,
+    workflow_version    integer NOT NULL CHECK (workflow_version > 0),
+    queue_id            integer NOT NULL,
+    status              text NOT NULL DEFAULT 'CREATED'
+                        CHECK (status IN ('CREATED', 'RUNNING', 'SUSPENDED', 'CANCELLED', 'COMPLETED', 'FAILED')),
+    instance_id         text,
+    priority            smallint NOT NULL DEFAULT 0 CHECK (priority BETWEEN 0 AND 100),
+    labels              jsonb,
+    concurrency_key     text,
+    custom_status       text,
+    parent_id           uuid,
+    argument            bytea,          -- dex.v1.Payload
+    result              bytea,          -- dex.v1.Payload
+    failure             bytea,          -- dex.v1.Failure
+    history_length      integer NOT NULL DEFAULT 0,
+    last_event_id       integer NOT NULL DEFAULT 0,
+    generation          integer NOT NULL DEFAULT 0,
+    created_at          timestamptz NOT NULL,
+    updated_at          timestamptz,
+    started_at          timestamptz,
+    completed_at        timestamptz
+) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
+COMMENT ON TABLE dex.workflow_run IS
+    'Workflow runs: the projection of each run''s event history.';
+
+-- at most one non-terminal run per instance id
+CREATE UNIQUE INDEX workflow_run_instance_id_idx ON dex.workflow_run (instance_id)
+    WHERE instance_id IS NOT NULL AND status IN ('CREATED', 'RUNNING', 'SUSPENDED');
+CREATE INDEX workflow_run_completed_at_idx ON dex.workflow_run (completed_at)
+    WHERE completed_at IS NOT NULL;
+
+CREATE TABLE dex.workflow_inbox (
+    id              bigint GENERATED ALWAYS AS IDENTITY,
+    run_id          uuid NOT NULL,
+    visible_from    timestamptz NOT NULL,
+    delayed         boolean NOT NULL DEFAULT false,
+    event           bytea NOT NULL,     -- dex.v1.WorkflowEvent
+    PRIMARY KEY (run_id, id)
+) WITH (autovacuum_vacuum_scale_factor = 0.02);
+COMMENT ON TABLE dex.workflow_inbox IS
+    'Events a run''s workflow has not seen yet; timers and other delayed events are rows visible from a future time.';
+-- the scheduler's due-event probe: only delayed rows not yet handed to a task
+CREATE INDEX workflow_inbox_delayed_idx ON dex.workflow_inbox (visible_from) WHERE delayed;
+
+CREATE TABLE dex.workflow_history (
+    run_id      uuid NOT NULL,
+    sequence    integer NOT NULL,       -- sequence number of the first event in the batch
+    events      bytea NOT NULL,         -- dex.v1.EventBatch
+    PRIMARY KEY (run_id, sequence)
+);
+COMMENT ON TABLE dex.workflow_history IS
+    'Append-only event history: one row per completed workflow task, holding its events as one dex.v1.EventBatch.';
+
+-- Workflow tasks: at most one per run.  The partitions are UNLOGGED: after a
+-- crash the scheduler rebuilds them from runs and inbox.
+CREATE TABLE dex.workflow_task (
+    queue_id        integer NOT NULL,
+    run_id          uuid NOT NULL,
+    priority        smallint NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    locked_by       text,
+    locked_until    timestamptz,
+    lock_version    bigint NOT NULL DEFAULT 0,
+    started_at      timestamptz,
+    inbox_ids       bigint[],
+    PRIMARY KEY (run_id, queue_id)
+) PARTITION BY LIST (queue_id);
+COMMENT ON TABLE dex.workflow_task IS
+    'Pending and leased workflow tasks, one per run with visible unseen events; rebuilt from runs and inbox after a crash.';
+CREATE INDEX workflow_task_poll_idx ON dex.workflow_task (queue_id, priority DESC, created_at);
+
+CREATE TABLE dex.activity_task (
+    queue_id        integer NOT NULL,
+    run_id          uuid NOT NULL,
+    event_id        integer NOT NULL,   -- id of the ActivityTaskCreated event
+    name            text NOT NULL,
+    priority        smallint NOT NULL DEFAULT 0,
+    status          text NOT NULL CHECK (status IN ('CREATED', 'QUEUED')),
+    attempt         integer NOT NULL DEFAULT 1,
+    visible_from    timestamptz NOT NULL,
+    argument        bytea,              -- dex.v1.Payload
+    retry_policy    bytea NOT NULL,     -- dex.v1.RetryPolicy, defaults applied
+    locked_by       text,
+    locked_until    timestamptz,
+    lock_version    bigint NOT NULL DEFAULT 0,
+    last_failure    bytea,              -- dex.v1.Failure of the previous attempt
+    created_at      timestamptz NOT NULL,
+    PRIMARY KEY (run_id, event_id, queue_id)
+) PARTITION BY LIST (queue_id);
+COMMENT ON TABLE dex.activity_task IS
+    'Activity tasks: CREATED until due (first attempt or retry backoff), then QUEUED for workers; leased while running.';
+CREATE INDEX activity_task_poll_idx ON dex.activity_task (queue_id, priority DESC, created_at)
+    WHERE status = 'QUEUED' AND locked_by IS NULL;
+CREATE INDEX activity_task_due_idx ON dex.activity_task (visible_from)
+    WHERE status = 'CREATED';
+CREATE INDEX activity_task_lease_idx ON dex.activity_task (locked_until)
+    WHERE locked_by IS NOT NULL;
+
+-- Fencing tokens: every lease takes a new, ever-growing lock version, so a
+-- task recreated after its row was deleted can never match an old token.
+CREATE SEQUENCE dex.lease_version AS bigint;
+
+CREATE UNLOGGED TABLE dex.lease (
+    name        text PRIMARY KEY,
+    holder      text NOT NULL,
+    acquired_at timestamptz NOT NULL,
+    expires_at  timestamptz NOT NULL
+);
+COMMENT ON TABLE dex.lease IS
+    'Named leases that make singleton duties of the background workers run once.';
+
+REVOKE ALL ON ALL TABLES IN SCHEMA dex FROM PUBLIC;
+
+/*
+ * Codec: protobuf <-> canonical proto3 JSON for every dex.v1 message.
+ */
+
+CREATE FUNCTION dex.to_json(message_type text, data bytea)
+RETURNS jsonb
+LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_to_json';
+COMMENT ON FUNCTION dex.to_json(text, bytea) IS
+    'Decode a protobuf-encoded dex.v1 message (e.g. ''dex.v1.WorkflowEvent'') into its canonical proto3 JSON.';
+
+CREATE FUNCTION dex.from_json(message_type text, data jsonb)
+RETURNS bytea
+LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_from_json';
+COMMENT ON FUNCTION dex.from_json(text, jsonb) IS
+    'Encode the canonical proto3 JSON of a dex.v1 message as protobuf.';
+
+CREATE FUNCTION dex.payload_value(payload bytea)
+RETURNS jsonb
+LANGUAGE C STRICT IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_payload_value';
+COMMENT ON FUNCTION dex.payload_value(bytea) IS
+    'The JSON value of a protobuf-encoded dex.v1.Payload: the value itself for JSON payloads, the canonical Payload JSON otherwise.';
+
+/*
+ * Queues.
+ */
+
+CREATE FUNCTION dex.create_queue(name text, kind text, capacity integer DEFAULT 1000)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_create_queue';
+COMMENT ON FUNCTION dex.create_queue(text, text, integer) IS
+    'Create a task queue of kind ''workflow'' or ''activity'' with its task partition.';
+
+/*
+ * Runs.
+ */
+
+CREATE FUNCTION dex.create_run(
+    workflow_name text,
+    queue text,
+    argument jsonb DEFAULT NULL,
+    workflow_version integer DEFAULT 1,
+    instance_id text DEFAULT NULL,
+    priority integer DEFAULT 0,
+    labels jsonb DEFAULT NULL,
+    concurrency_key text DEFAULT NULL)
+RETURNS uuid
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_create_run';
+COMMENT ON FUNCTION dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text) IS
+    'Start a workflow run on a workflow queue; returns its id (a UUIDv7).';
+
+CREATE VIEW dex.runs AS
+SELECT r.id,
+       r.workflow_name,
+       r.workflow_version,
+       q.name AS queue,
+       r.status,
+       r.instance_id,
+       r.priority,
+       r.labels,
+       r.concurrency_key,
+       r.custom_status,
+       r.parent_id,
+       dex.payload_value(r.argument) AS argument,
+       dex.payload_value(r.result) AS result,
+       dex.to_json('dex.v1.Failure', r.failure) AS failure,
+       r.history_length,
+       r.created_at,
+       r.updated_at,
+       r.started_at,
+       r.completed_at
+  FROM dex.workflow_run r
+  LEFT JOIN dex.queue q ON q.id OPERATOR(pg_catalog.=) r.queue_id;
+COMMENT ON VIEW dex.runs IS
+    'Workflow runs with JSON argument, result and failure.';
+
+CREATE FUNCTION dex.get_run(run_id uuid)
+RETURNS dex.runs
+LANGUAGE plpgsql STRICT STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    run dex.runs;
+BEGIN
+    SELECT * INTO run FROM dex.runs r WHERE r.id OPERATOR(pg_catalog.=) get_run.run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'workflow run % does not exist', get_run.run_id
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN run;
+END
+$$;
+COMMENT ON FUNCTION dex.get_run(uuid) IS
+    'A workflow run with its status, argument, result and failure; an error if it does not exist.';
+
+CREATE FUNCTION dex.run_history(run_id uuid)
+RETURNS TABLE (sequence integer, event jsonb)
+LANGUAGE C STRICT STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_run_history';
+COMMENT ON FUNCTION dex.run_history(uuid) IS
+    'The event history of a workflow run, in order, each event as canonical dex.v1.WorkflowEvent JSON.';
+
+/*
+ * Tasks.
+ */
+
+CREATE FUNCTION dex.poll_tasks(
+    queue text,
+    worker_id text,
+    max_tasks integer DEFAULT 1,
+    lease_duration interval DEFAULT '5 minutes')
+RETURNS TABLE (kind text, run_id uuid, task_id integer, lock_version bigint,
+               locked_until timestamptz, task jsonb)
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_poll_tasks';
+COMMENT ON FUNCTION dex.poll_tasks(text, text, integer, interval) IS
+    'Lease up to max_tasks tasks of a queue to a worker; each row''s task is a dex.v1.WorkflowTask or dex.v1.ActivityTask as JSON.';
+
+CREATE FUNCTION dex.poll_tasks_pb(
+    queue text,
+    worker_id text,
+    max_tasks integer DEFAULT 1,
+    lease_duration interval DEFAULT '5 minutes')
+RETURNS TABLE (kind text, run_id uuid, task_id integer, lock_version bigint,
+               locked_until timestamptz, task bytea)
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_poll_tasks_pb';
+COMMENT ON FUNCTION dex.poll_tasks_pb(text, text, integer, interval) IS
+    'dex.poll_tasks with each task protobuf-encoded, for SDKs.';
+
+CREATE FUNCTION dex.complete_task(run_id uuid, task_id integer, lock_version bigint, result jsonb)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_complete_task';
+COMMENT ON FUNCTION dex.complete_task(uuid, integer, bigint, jsonb) IS
+    'Complete a leased task: for a workflow task (task_id 0) result is its dex.v1.WorkflowTaskCompletion (or its commands array); for an activity task, the activity''s JSON result.';
+
+CREATE FUNCTION dex.complete_task(run_id uuid, task_id integer, lock_version bigint, result bytea)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_complete_task_pb';
+COMMENT ON FUNCTION dex.complete_task(uuid, integer, bigint, bytea) IS
+    'Complete a leased task with protobuf: a dex.v1.WorkflowTaskCompletion for a workflow task, a dex.v1.Payload for an activity task.';
+
+CREATE FUNCTION dex.fail_task(run_id uuid, task_id integer, lock_version bigint, failure jsonb)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_fail_task';
+COMMENT ON FUNCTION dex.fail_task(uuid, integer, bigint, jsonb) IS
+    'Fail a leased activity task with a dex.v1.Failure: retried per its retry policy unless terminal or out of attempts, then reported to the workflow.';
+
+CREATE FUNCTION dex.fail_task(run_id uuid, task_id integer, lock_version bigint, failure bytea)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_fail_task_pb';
+COMMENT ON FUNCTION dex.fail_task(uuid, integer, bigint, bytea) IS
+    'dex.fail_task with a protobuf-encoded dex.v1.Failure.';
+
+/*
+ * Workers.
+ */
+
+CREATE FUNCTION dex.wake_scheduler()
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_wake_scheduler';
+COMMENT ON FUNCTION dex.wake_scheduler() IS
+    'Wake the scheduler when the calling transaction commits (it also wakes by itself when work falls due).';
+
+-- the scheduler starts serving this database once this commits
+SELECT dex.wake_scheduler();

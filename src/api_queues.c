@@ -1,0 +1,173 @@
+/*-------------------------------------------------------------------------
+ *
+ * api_queues.c
+ *	  dex.create_queue: task queues and their partitions.
+ *
+ * A queue is a row of dex.queue plus one partition of the task table of its
+ * kind: UNLOGGED for workflow tasks (rebuilt from runs and inbox after a
+ * crash), logged for activity tasks (their attempts and backoff must
+ * survive).  The partition name is derived from the queue name, so names that
+ * normalize to the same partition are refused.  Creation takes a lock on
+ * dex.queue that serializes concurrent creators but not readers.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+
+#include "dex.h"
+
+PG_FUNCTION_INFO_V1(dex_create_queue);
+
+#define QUEUE_NAME_MAX 128
+#define PARTITION_PREFIX_LEN 16	/* strlen("workflow_task_q_") */
+
+/*
+ * Queue names: a letter or digit, then letters, digits, '_', '-' or '.'.
+ */
+static void
+validate_queue_name(const char *name)
+{
+	size_t		len = strlen(name);
+
+	if (len == 0 || len > QUEUE_NAME_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid queue name \"%s\"", name),
+				 errdetail("Queue names have 1 to %d characters.", QUEUE_NAME_MAX)));
+	for (size_t i = 0; i < len; i++)
+	{
+		char		c = name[i];
+		bool		alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			(c >= '0' && c <= '9');
+
+		if (!alnum && (i == 0 || (c != '_' && c != '-' && c != '.')))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid queue name \"%s\"", name),
+					 errdetail("Queue names start with a letter or digit and contain only letters, digits, \"_\", \"-\" and \".\".")));
+	}
+}
+
+/* "workflow_task_q_<lower-cased name, punctuation as _>", at most 63 bytes */
+static char *
+partition_name(const char *name, bool workflow)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoString(&buf, workflow ? "workflow_task_q_" : "activity_task_q_");
+	for (const char *p = name; *p && buf.len < NAMEDATALEN - 1; p++)
+	{
+		char		c = *p;
+
+		if (c >= 'A' && c <= 'Z')
+			c += 'a' - 'A';
+		else if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9')))
+			c = '_';
+		appendStringInfoChar(&buf, c);
+	}
+	return buf.data;
+}
+
+static DexPlan lock_queues_plan = {
+	"LOCK TABLE dex.queue IN SHARE ROW EXCLUSIVE MODE", 0, {0}
+};
+
+static DexPlan find_conflict_plan = {
+	"SELECT name FROM dex.queue WHERE name OPERATOR(pg_catalog.=) $1 OR partition OPERATOR(pg_catalog.=) $2::name",
+	2, {TEXTOID, TEXTOID}
+};
+
+static DexPlan insert_queue_plan = {
+	"INSERT INTO dex.queue (name, kind, capacity, partition) VALUES ($1, $2, $3, $4::name) RETURNING id",
+	4, {TEXTOID, TEXTOID, INT4OID, TEXTOID}
+};
+
+Datum
+dex_create_queue(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	char	   *kind;
+	int32		capacity;
+	bool		workflow;
+	char	   *partition;
+	Datum		values[4];
+	int32		queue_id;
+	StringInfoData ddl;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("queue name, kind and capacity must not be null")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	kind = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	capacity = PG_GETARG_INT32(2);
+
+	validate_queue_name(name);
+	if (strcmp(kind, "workflow") == 0)
+		workflow = true;
+	else if (strcmp(kind, "activity") == 0)
+		workflow = false;
+	else
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid queue kind \"%s\"", kind),
+				 errhint("The kind is \"workflow\" or \"activity\".")));
+	if (capacity <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("queue capacity must be positive"),
+				 errdetail("The capacity was %d.", capacity)));
+	partition = partition_name(name, workflow);
+
+	SPI_connect();
+	dex_spi_exec(&lock_queues_plan, NULL, NULL, false, 0);
+
+	values[0] = CStringGetTextDatum(name);
+	values[1] = CStringGetTextDatum(partition);
+	dex_spi_exec(&find_conflict_plan, values, NULL, true, 1);
+	if (SPI_processed > 0)
+	{
+		char	   *other = dex_spi_gettext_copy(0, 1);
+
+		if (strcmp(other, name) == 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_DUPLICATE_OBJECT),
+					 errmsg("queue \"%s\" already exists", name)));
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("queue name \"%s\" conflicts with queue \"%s\"", name, other),
+				 errdetail("Both names map to the task partition \"%s\".", partition),
+				 errhint("Queue names that differ only in case, punctuation or after their first %d characters share a partition; choose another name.",
+						 NAMEDATALEN - 1 - PARTITION_PREFIX_LEN)));
+	}
+
+	values[0] = CStringGetTextDatum(name);
+	values[1] = CStringGetTextDatum(kind);
+	values[2] = Int32GetDatum(capacity);
+	values[3] = CStringGetTextDatum(partition);
+	dex_spi_exec(&insert_queue_plan, values, NULL, false, 1);
+	queue_id = (int32) dex_spi_getint64(0, 1);
+
+	initStringInfo(&ddl);
+	if (workflow)
+		appendStringInfo(&ddl,
+						 "CREATE UNLOGGED TABLE dex.%s PARTITION OF dex.workflow_task "
+						 "FOR VALUES IN (%d) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02)",
+						 quote_identifier(partition), queue_id);
+	else
+		appendStringInfo(&ddl,
+						 "CREATE TABLE dex.%s PARTITION OF dex.activity_task "
+						 "FOR VALUES IN (%d) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02)",
+						 quote_identifier(partition), queue_id);
+	if (SPI_execute(ddl.data, false, 0) != SPI_OK_UTILITY)
+		elog(ERROR, "could not create partition \"%s\"", partition);
+
+	SPI_finish();
+	PG_RETURN_VOID();
+}

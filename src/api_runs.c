@@ -1,0 +1,247 @@
+/*-------------------------------------------------------------------------
+ *
+ * api_runs.c
+ *	  dex.create_run and dex.run_history.
+ *
+ * dex.create_run writes the run row and its workflow task in the caller's
+ * transaction; the RunCreated and RunStarted events are recorded in history
+ * by the run's first workflow task (they are derived from the run row, so no
+ * inbox row is written for them).  dex.run_history decodes the stored event
+ * batches, which are appended only by dex.complete_task.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+
+#include "dex.h"
+
+PG_FUNCTION_INFO_V1(dex_create_run);
+PG_FUNCTION_INFO_V1(dex_run_history);
+
+#define NAME_MAX_LEN 255
+
+static char *
+required_name(FunctionCallInfo fcinfo, int arg, const char *what)
+{
+	char	   *s;
+
+	if (PG_ARGISNULL(arg))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what)));
+	s = text_to_cstring(PG_GETARG_TEXT_PP(arg));
+	if (s[0] == '\0' || strlen(s) > NAME_MAX_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must have 1 to %d bytes", what, NAME_MAX_LEN)));
+	return s;
+}
+
+static char *
+optional_name(FunctionCallInfo fcinfo, int arg, const char *what)
+{
+	if (PG_ARGISNULL(arg))
+		return NULL;
+	return required_name(fcinfo, arg, what);
+}
+
+/*
+ * Labels are a JSON object of string values (a proto map<string, string>).
+ */
+static void
+validate_labels(Jsonb *labels)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	if (!JB_ROOT_IS_OBJECT(labels))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("labels must be a JSON object"),
+				 errdetail("Labels map names to string values, as in {\"team\": \"payments\"}.")));
+	it = JsonbIteratorInit(&labels->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_VALUE && v.type != jbvString)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("labels must have string values"),
+					 errdetail("Labels map names to string values, as in {\"team\": \"payments\"}.")));
+	}
+}
+
+static DexPlan insert_run_plan = {
+	"INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, instance_id, "
+	"priority, labels, concurrency_key, argument, created_at) "
+	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, pg_catalog.now()) "
+	"ON CONFLICT (instance_id) WHERE instance_id IS NOT NULL "
+	"AND status OPERATOR(pg_catalog.=) ANY ('{CREATED,RUNNING,SUSPENDED}'::text[]) DO NOTHING",
+	9, {UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID}
+};
+
+static DexPlan active_instance_plan = {
+	"SELECT id, status FROM dex.workflow_run WHERE instance_id OPERATOR(pg_catalog.=) $1 "
+	"AND status OPERATOR(pg_catalog.=) ANY ('{CREATED,RUNNING,SUSPENDED}'::text[])",
+	1, {TEXTOID}
+};
+
+static DexPlan insert_task_plan = {
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) VALUES ($1, $2, $3)",
+	3, {INT4OID, UUIDOID, INT2OID}
+};
+
+/*
+ * dex.create_run(workflow_name, queue, argument, workflow_version,
+ *				  instance_id, priority, labels, concurrency_key) returns uuid
+ */
+Datum
+dex_create_run(PG_FUNCTION_ARGS)
+{
+	char	   *workflow_name = required_name(fcinfo, 0, "workflow name");
+	char	   *queue_name = required_name(fcinfo, 1, "queue");
+	Jsonb	   *argument = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
+	int32		version = PG_ARGISNULL(3) ? 1 : PG_GETARG_INT32(3);
+	char	   *instance_id = optional_name(fcinfo, 4, "instance id");
+	int32		priority = PG_ARGISNULL(5) ? 0 : PG_GETARG_INT32(5);
+	Jsonb	   *labels = PG_ARGISNULL(6) ? NULL : PG_GETARG_JSONB_P(6);
+	char	   *concurrency_key = optional_name(fcinfo, 7, "concurrency key");
+	MemoryContext outer = CurrentMemoryContext;
+	pg_uuid_t  *run_id;
+	Dex__V1__Payload *payload;
+	DexQueue	queue;
+	Datum		values[9];
+	char		nulls[9];
+
+	if (version < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("workflow version must be positive"),
+				 errdetail("The version was %d.", version)));
+	if (priority < 0 || priority > 100)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("priority must be between 0 and 100"),
+				 errdetail("The priority was %d.", priority)));
+	if (labels)
+		validate_labels(labels);
+
+	run_id = dex_new_uuid();
+
+	SPI_connect();
+	queue = dex_require_queue(queue_name, true);
+	payload = dex_payload_from_jsonb(argument);
+
+	memset(nulls, ' ', sizeof(nulls));
+	values[0] = UUIDPGetDatum(run_id);
+	values[1] = CStringGetTextDatum(workflow_name);
+	values[2] = Int32GetDatum(version);
+	values[3] = Int32GetDatum(queue.id);
+	values[4] = instance_id ? CStringGetTextDatum(instance_id) : (Datum) 0;
+	nulls[4] = instance_id ? ' ' : 'n';
+	values[5] = Int16GetDatum((int16) priority);
+	values[6] = labels ? JsonbPGetDatum(labels) : (Datum) 0;
+	nulls[6] = labels ? ' ' : 'n';
+	values[7] = concurrency_key ? CStringGetTextDatum(concurrency_key) : (Datum) 0;
+	nulls[7] = concurrency_key ? ' ' : 'n';
+	values[8] = payload ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) payload)) : (Datum) 0;
+	nulls[8] = payload ? ' ' : 'n';
+	dex_spi_exec(&insert_run_plan, values, nulls, false, 0);
+
+	if (SPI_processed == 0)
+	{
+		Datum		v[1] = {CStringGetTextDatum(instance_id)};
+		char	   *other_id = "";
+		char	   *other_status = "";
+
+		dex_spi_exec(&active_instance_plan, v, NULL, true, 1);
+		if (SPI_processed > 0)
+		{
+			other_id = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+			other_status = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
+		}
+		ereport(ERROR,
+				(errcode(ERRCODE_UNIQUE_VIOLATION),
+				 errmsg("workflow instance \"%s\" already has an active run", instance_id),
+				 errdetail("Run %s has status %s.", other_id, other_status),
+				 errhint("Wait for that run to end, or cancel it.")));
+	}
+
+	values[0] = Int32GetDatum(queue.id);
+	values[1] = UUIDPGetDatum(run_id);
+	values[2] = Int16GetDatum((int16) priority);
+	dex_spi_exec(&insert_task_plan, values, NULL, false, 0);
+
+	SPI_finish();
+	MemoryContextSwitchTo(outer);
+	PG_RETURN_UUID_P(run_id);
+}
+
+/* ----------------------------------------------------------------
+ * dex.run_history(run_id) returns table (sequence integer, event jsonb)
+ * ----------------------------------------------------------------
+ */
+
+static DexPlan run_exists_plan = {
+	"SELECT 1 FROM dex.workflow_run WHERE id OPERATOR(pg_catalog.=) $1",
+	1, {UUIDOID}
+};
+
+static DexPlan history_plan = {
+	"SELECT sequence, events FROM dex.workflow_history WHERE run_id OPERATOR(pg_catalog.=) $1 ORDER BY sequence",
+	1, {UUIDOID}
+};
+
+Datum
+dex_run_history(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *run_id = PG_GETARG_UUID_P(0);
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		values[1] = {UUIDPGetDatum(run_id)};
+	MemoryContext per_query;
+	MemoryContext old;
+
+	InitMaterializedSRF(fcinfo, 0);
+	per_query = rsinfo->econtext->ecxt_per_query_memory;
+
+	SPI_connect();
+	dex_spi_exec(&run_exists_plan, values, NULL, true, 1);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("workflow run %s does not exist", dex_uuid_to_cstring(run_id))));
+
+	dex_spi_exec(&history_plan, values, NULL, true, 0);
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		int32		sequence = (int32) dex_spi_getint64(row, 1);
+		bool		isnull;
+		bytea	   *events = DatumGetByteaPP(dex_spi_getdatum(row, 2, &isnull));
+		Dex__V1__EventBatch *batch;
+
+		batch = (Dex__V1__EventBatch *)
+			dex_pb_unpack(&dex__v1__event_batch__descriptor,
+						  (uint8 *) VARDATA_ANY(events), VARSIZE_ANY_EXHDR(events),
+						  "history");
+		for (size_t i = 0; i < batch->n_events; i++)
+		{
+			Datum		out[2];
+			bool		outnulls[2] = {false, false};
+
+			out[0] = Int32GetDatum(sequence + (int32) i);
+			old = MemoryContextSwitchTo(per_query);
+			out[1] = JsonbPGetDatum(dex_pb_to_jsonb((ProtobufCMessage *) batch->events[i]));
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+			MemoryContextSwitchTo(old);
+		}
+	}
+	SPI_finish();
+	return (Datum) 0;
+}

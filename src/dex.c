@@ -1,0 +1,182 @@
+/*-------------------------------------------------------------------------
+ *
+ * dex.c
+ *	  Module load: settings (dex.* GUCs), shared-memory hooks and the
+ *	  registration of the launcher background worker.
+ *
+ * dex works in two modes.  Preloaded (shared_preload_libraries = 'dex'),
+ * _PG_init reserves shared memory and registers the static launcher, which
+ * starts the scheduler for the database named by dex.database.  Loaded on
+ * demand by a backend, the SQL API works but nothing schedules delayed work
+ * (timers, activity retries, expired leases); functions that create such
+ * work say so with a WARNING.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <float.h>
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "storage/ipc.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "dex.h"
+
+PG_MODULE_MAGIC;
+
+void		_PG_init(void);
+
+/* Settings */
+char	   *dex_database = NULL;
+int			dex_scheduler_naptime_ms = 60000;
+int			dex_retry_max_attempts = 6;
+int			dex_retry_initial_delay_ms = 5000;
+double		dex_retry_multiplier = 1.5;
+double		dex_retry_randomization = 0.3;
+int			dex_retry_max_delay_ms = 30 * 60 * 1000;
+int			dex_max_payload_size = 1024 * 1024;
+
+bool		dex_preloaded = false;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+static void
+dex_shmem_request_hook(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	dex_shmem_request();
+}
+
+static void
+dex_shmem_startup_hook(void)
+{
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	dex_shmem_startup();
+}
+
+static void
+define_settings(void)
+{
+	DefineCustomIntVariable("dex.scheduler_naptime",
+							"Longest time the scheduler sleeps when nothing is due.",
+							"The scheduler wakes earlier when work falls due or a backend sets its latch.",
+							&dex_scheduler_naptime_ms,
+							60000, 10, INT_MAX / 2,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.retry_max_attempts",
+							"Default maximum attempts of an activity, the first included.",
+							NULL,
+							&dex_retry_max_attempts,
+							6, 1, 10000,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.retry_initial_delay",
+							"Default delay before an activity's first retry.",
+							NULL,
+							&dex_retry_initial_delay_ms,
+							5000, 0, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomRealVariable("dex.retry_multiplier",
+							 "Default factor by which each retry delay grows.",
+							 NULL,
+							 &dex_retry_multiplier,
+							 1.5, 1.0, 1000.0,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+	DefineCustomRealVariable("dex.retry_randomization",
+							 "Default random spread of retry delays, as a fraction of the delay.",
+							 NULL,
+							 &dex_retry_randomization,
+							 0.3, 0.0, 1.0,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.retry_max_delay",
+							"Default longest delay between two attempts of an activity.",
+							NULL,
+							&dex_retry_max_delay_ms,
+							30 * 60 * 1000, 0, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.max_payload_size",
+							"Largest payload (argument, result, failure, command list) dex accepts.",
+							NULL,
+							&dex_max_payload_size,
+							1024 * 1024, 1024, MaxAllocSize / 2,
+							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	/* can't define a PGC_POSTMASTER variable after startup */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomStringVariable("dex.database",
+								   "Database the dex scheduler serves.",
+								   NULL,
+								   &dex_database,
+								   "postgres",
+								   PGC_POSTMASTER, 0,
+								   NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("dex");
+}
+
+static void
+register_launcher(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+	worker.bgw_restart_time = 10;
+	snprintf(worker.bgw_library_name, BGW_MAXLEN, "dex");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "dex_launcher_main");
+	snprintf(worker.bgw_name, BGW_MAXLEN, "dex launcher");
+	snprintf(worker.bgw_type, BGW_MAXLEN, "dex launcher");
+	RegisterBackgroundWorker(&worker);
+}
+
+void
+_PG_init(void)
+{
+	/* pg_upgrade loads libraries; there is nothing to run then */
+	if (IsBinaryUpgrade)
+		return;
+
+	define_settings();
+	dex_wakeup_init();
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	dex_preloaded = true;
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = dex_shmem_request_hook;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = dex_shmem_startup_hook;
+
+	register_launcher();
+}
+
+/*
+ * Refuse a payload larger than dex.max_payload_size.
+ */
+void
+dex_check_payload_size(Size size, const char *what)
+{
+	if (size > (Size) dex_max_payload_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("%s is too large", what),
+				 errdetail("It has %zu bytes; the limit is %d bytes.",
+						   size, dex_max_payload_size),
+				 errhint("Raise \"%s\" or pass large data by reference.",
+						 "dex.max_payload_size")));
+}

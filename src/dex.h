@@ -1,0 +1,107 @@
+/*-------------------------------------------------------------------------
+ *
+ * dex.h
+ *	  Declarations shared by the subsystems of dex, the durable execution
+ *	  engine that runs inside PostgreSQL.
+ *
+ * Each subsystem has one C file:
+ *	  dex.c			module load, settings (GUCs), SQLSTATEs
+ *	  codec.c		protobuf <-> bytea / canonical proto3 JSON
+ *	  spi_util.c	prepared SPI plans kept across calls
+ *	  wakeup.c		shared memory: scheduler latch, commit-time wake-ups
+ *	  history.c		events, history batches, run projection helpers
+ *	  api_queues.c	dex.create_queue
+ *	  api_runs.c	dex.create_run, dex.get_run helpers, dex.run_history
+ *	  api_tasks.c	dex.poll_tasks, dex.complete_task, dex.fail_task
+ *	  launcher.c	the static launcher background worker
+ *	  scheduler.c	the per-database scheduler background worker
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DEX_H
+#define DEX_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+#include "executor/spi.h"
+#include "utils/uuid.h"
+
+#include "codec.h"
+
+/*
+ * dex's own SQLSTATEs, class "WD" (dex workflow engine; classes starting
+ * with I-Z are free for implementations).
+ */
+#define ERRCODE_DEX_LEASE_LOST			MAKE_SQLSTATE('W','D','0','0','1')
+
+/* Settings (see dex.c for their meaning and defaults). */
+extern char *dex_database;
+extern int	dex_scheduler_naptime_ms;
+extern int	dex_retry_max_attempts;
+extern int	dex_retry_initial_delay_ms;
+extern double dex_retry_multiplier;
+extern double dex_retry_randomization;
+extern int	dex_retry_max_delay_ms;
+extern int	dex_max_payload_size;
+
+/* dex.c */
+extern bool dex_preloaded;
+extern void dex_check_payload_size(Size size, const char *what);
+
+/* wakeup.c */
+extern void dex_shmem_request(void);
+extern void dex_shmem_startup(void);
+extern void dex_wakeup_init(void);
+extern void dex_scheduler_register(void);
+extern void dex_scheduler_set_next_wake(TimestampTz when);
+extern void dex_wake_scheduler_at_commit(TimestampTz due);
+extern void dex_warn_if_not_preloaded(const char *what);
+
+/* spi_util.c */
+typedef struct DexPlan
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[16];
+	SPIPlanPtr	plan;
+} DexPlan;
+
+extern int	dex_spi_exec(DexPlan *plan, Datum *values, const char *nulls,
+						 bool read_only, long count);
+extern Datum dex_spi_getdatum(int row, int col, bool *isnull);
+extern bool dex_spi_getbool(int row, int col);
+extern int64 dex_spi_getint64(int row, int col);
+extern bytea *dex_spi_getbytea_copy(int row, int col);
+extern char *dex_spi_gettext_copy(int row, int col);
+
+/* history.c */
+typedef struct DexQueue
+{
+	int32		id;
+	char	   *name;
+	bool		is_workflow;
+} DexQueue;
+
+extern bool dex_lookup_queue(const char *name, DexQueue *queue);
+extern DexQueue dex_require_queue(const char *name, bool want_workflow);
+extern char *dex_queue_name(int32 queue_id);
+extern pg_uuid_t *dex_new_uuid(void);
+extern char *dex_uuid_to_cstring(const pg_uuid_t *uuid);
+extern Google__Protobuf__Timestamp *dex_pb_timestamp(TimestampTz ts);
+extern TimestampTz dex_timestamp_from_pb(const Google__Protobuf__Timestamp *ts);
+extern int64 dex_duration_ms(const Google__Protobuf__Duration *d);
+extern Dex__V1__WorkflowEvent *dex_new_event(int32 id, TimestampTz ts);
+extern Dex__V1__Payload *dex_payload_from_jsonb(Jsonb *value);
+extern Dex__V1__Payload *dex_payload_from_bytea(bytea *data, const char *what);
+extern Jsonb *dex_payload_to_jsonb(const Dex__V1__Payload *payload);
+extern void dex_insert_inbox(pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
+							 TimestampTz visible_from);
+extern void dex_ensure_workflow_task(pg_uuid_t *run_id);
+extern Dex__V1__RetryPolicy *dex_effective_retry_policy(const Dex__V1__RetryPolicy *given);
+extern TimestampTz dex_retry_time(const Dex__V1__RetryPolicy *policy, int attempt);
+extern void dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id,
+										int32 attempt, bytea *retry_policy,
+										Dex__V1__Failure *failure);
+
+#endif							/* DEX_H */

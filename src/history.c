@@ -1,0 +1,443 @@
+/*-------------------------------------------------------------------------
+ *
+ * history.c
+ *	  The pieces every transition is built from: queue lookups, run ids,
+ *	  events and payloads, inbox rows, workflow-task upkeep and activity
+ *	  retries.
+ *
+ * Everything here runs inside the caller's transaction and SPI connection;
+ * nothing commits.  Events are protobuf-c structs allocated in
+ * CurrentMemoryContext (the SPI procedure context during API calls).
+ *
+ * Lost wake-ups are the one subtle point: a run's workflow task is deleted
+ * by dex.complete_task and re-created if unseen events remain, while other
+ * backends add events concurrently.  dex_ensure_workflow_task therefore
+ * locks an existing task row (ON CONFLICT DO UPDATE ... WHERE false locks
+ * without writing), so a completion that deletes the row afterwards waits
+ * for the event's transaction and then sees the event when it checks for
+ * remaining ones.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "common/pg_prng.h"
+#include "port.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "dex.h"
+
+/* ----------------------------------------------------------------
+ * Queues
+ * ----------------------------------------------------------------
+ */
+
+static DexPlan lookup_queue_plan = {
+	"SELECT id, kind OPERATOR(pg_catalog.=) 'workflow' FROM dex.queue WHERE name OPERATOR(pg_catalog.=) $1",
+	1, {TEXTOID}
+};
+
+bool
+dex_lookup_queue(const char *name, DexQueue *queue)
+{
+	Datum		values[1] = {CStringGetTextDatum(name)};
+
+	dex_spi_exec(&lookup_queue_plan, values, NULL, true, 1);
+	if (SPI_processed == 0)
+		return false;
+	queue->id = (int32) dex_spi_getint64(0, 1);
+	queue->is_workflow = dex_spi_getbool(0, 2);
+	queue->name = pstrdup(name);
+	return true;
+}
+
+/*
+ * The queue of that name, which must exist and be of the wanted kind.
+ */
+DexQueue
+dex_require_queue(const char *name, bool want_workflow)
+{
+	DexQueue	queue;
+
+	if (name == NULL || name[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s queue name must not be empty",
+						want_workflow ? "workflow" : "activity")));
+	if (!dex_lookup_queue(name, &queue))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("queue \"%s\" does not exist", name),
+				 errhint("Create it with dex.create_queue('%s', '%s').",
+						 name, want_workflow ? "workflow" : "activity")));
+	if (queue.is_workflow != want_workflow)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("queue \"%s\" is not a%s queue", name,
+						want_workflow ? " workflow" : "n activity"),
+				 errdetail("It is a%s queue.",
+						   queue.is_workflow ? " workflow" : "n activity")));
+	return queue;
+}
+
+static DexPlan queue_name_plan = {
+	"SELECT name FROM dex.queue WHERE id OPERATOR(pg_catalog.=) $1",
+	1, {INT4OID}
+};
+
+char *
+dex_queue_name(int32 queue_id)
+{
+	Datum		values[1] = {Int32GetDatum(queue_id)};
+
+	dex_spi_exec(&queue_name_plan, values, NULL, true, 1);
+	if (SPI_processed == 0)
+		return pstrdup("");
+	return dex_spi_gettext_copy(0, 1);
+}
+
+/* ----------------------------------------------------------------
+ * Ids and times
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * A new UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, 12 bits of
+ * sub-millisecond time so ids made by one backend sort in creation order,
+ * then 62 random bits.
+ */
+pg_uuid_t *
+dex_new_uuid(void)
+{
+	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
+	TimestampTz now = GetCurrentTimestamp();
+	int64		unix_us = now + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
+	uint64		unix_ms = (uint64) (unix_us / 1000);
+	uint32		sub_ms = (uint32) ((unix_us % 1000) * 4096 / 1000);
+
+	if (!pg_strong_random(uuid->data + 8, 8))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("could not generate random values")));
+	for (int i = 0; i < 6; i++)
+		uuid->data[i] = (uint8) (unix_ms >> (40 - 8 * i));
+	uuid->data[6] = 0x70 | (uint8) (sub_ms >> 8);
+	uuid->data[7] = (uint8) sub_ms;
+	uuid->data[8] = 0x80 | (uuid->data[8] & 0x3f);
+	return uuid;
+}
+
+char *
+dex_uuid_to_cstring(const pg_uuid_t *uuid)
+{
+	return DatumGetCString(DirectFunctionCall1(uuid_out, UUIDPGetDatum(uuid)));
+}
+
+#define UNIX_TO_PG_USECS ((int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY)
+
+Google__Protobuf__Timestamp *
+dex_pb_timestamp(TimestampTz ts)
+{
+	Google__Protobuf__Timestamp *pb = palloc(sizeof(*pb));
+	int64		unix_us = ts + UNIX_TO_PG_USECS;
+	int64		secs = unix_us / USECS_PER_SEC;
+	int64		us = unix_us % USECS_PER_SEC;
+
+	if (us < 0)
+	{
+		secs -= 1;
+		us += USECS_PER_SEC;
+	}
+	google__protobuf__timestamp__init(pb);
+	pb->seconds = secs;
+	pb->nanos = (int32) (us * 1000);
+	return pb;
+}
+
+TimestampTz
+dex_timestamp_from_pb(const Google__Protobuf__Timestamp *ts)
+{
+	return ts->seconds * USECS_PER_SEC + ts->nanos / 1000 - UNIX_TO_PG_USECS;
+}
+
+/* Milliseconds of a Duration, rounded up so that a positive one stays positive */
+int64
+dex_duration_ms(const Google__Protobuf__Duration *d)
+{
+	if (d == NULL)
+		return 0;
+	return d->seconds * 1000 + (d->nanos + 999999) / 1000000;
+}
+
+/* ----------------------------------------------------------------
+ * Events and payloads
+ * ----------------------------------------------------------------
+ */
+
+Dex__V1__WorkflowEvent *
+dex_new_event(int32 id, TimestampTz ts)
+{
+	Dex__V1__WorkflowEvent *event = palloc(sizeof(*event));
+
+	dex__v1__workflow_event__init(event);
+	event->id = id;
+	event->timestamp = dex_pb_timestamp(ts);
+	return event;
+}
+
+Dex__V1__Payload *
+dex_payload_from_jsonb(Jsonb *value)
+{
+	Dex__V1__Payload *payload;
+
+	if (value == NULL)
+		return NULL;
+	payload = palloc(sizeof(*payload));
+	dex__v1__payload__init(payload);
+	payload->content_case = DEX__V1__PAYLOAD__CONTENT_JSON;
+	payload->json = JsonbToCString(NULL, &value->root, VARSIZE(value));
+	dex_check_payload_size(strlen(payload->json), "payload");
+	return payload;
+}
+
+Dex__V1__Payload *
+dex_payload_from_bytea(bytea *data, const char *what)
+{
+	if (data == NULL)
+		return NULL;
+	dex_check_payload_size(VARSIZE_ANY_EXHDR(data), what);
+	return (Dex__V1__Payload *)
+		dex_pb_unpack(&dex__v1__payload__descriptor,
+					  (uint8 *) VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data), what);
+}
+
+/*
+ * A payload as a JSON value: JSON payloads are their value, anything else
+ * its canonical Payload JSON.
+ */
+Jsonb *
+dex_payload_to_jsonb(const Dex__V1__Payload *payload)
+{
+	if (payload == NULL)
+		return NULL;
+	if (payload->content_case == DEX__V1__PAYLOAD__CONTENT_JSON &&
+		payload->n_metadata == 0)
+		return DatumGetJsonbP(DirectFunctionCall1(jsonb_in,
+												  CStringGetDatum(payload->json)));
+	return dex_pb_to_jsonb((const ProtobufCMessage *) payload);
+}
+
+/* ----------------------------------------------------------------
+ * Inbox and workflow tasks
+ * ----------------------------------------------------------------
+ */
+
+static DexPlan insert_inbox_plan = {
+	"INSERT INTO dex.workflow_inbox (run_id, visible_from, delayed, event) VALUES ($1, $2, $3, $4)",
+	4, {UUIDOID, TIMESTAMPTZOID, BOOLOID, BYTEAOID}
+};
+
+/*
+ * Add an event to a run's inbox.  An event visible now also makes sure the
+ * run has a workflow task; a delayed one is the scheduler's to hand over
+ * when it falls due.
+ */
+void
+dex_insert_inbox(pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
+				 TimestampTz visible_from)
+{
+	bool		delayed = visible_from > GetCurrentTransactionStartTimestamp();
+	Datum		values[4];
+
+	values[0] = UUIDPGetDatum(run_id);
+	values[1] = TimestampTzGetDatum(visible_from);
+	values[2] = BoolGetDatum(delayed);
+	values[3] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) event));
+	dex_spi_exec(&insert_inbox_plan, values, NULL, false, 0);
+
+	if (delayed)
+		dex_wake_scheduler_at_commit(visible_from);
+	else
+		dex_ensure_workflow_task(run_id);
+}
+
+static DexPlan ensure_task_plan = {
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
+	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
+	"WHERE r.id OPERATOR(pg_catalog.=) $1 AND r.status OPERATOR(pg_catalog.=) ANY ('{CREATED,RUNNING}'::text[]) "
+	"ON CONFLICT (run_id, queue_id) DO UPDATE SET priority = EXCLUDED.priority WHERE false",
+	1, {UUIDOID}
+};
+
+/*
+ * Make sure a run that can make progress has a workflow task, locking the
+ * task row if one exists (see the file header).
+ */
+void
+dex_ensure_workflow_task(pg_uuid_t *run_id)
+{
+	Datum		values[1] = {UUIDPGetDatum(run_id)};
+
+	dex_spi_exec(&ensure_task_plan, values, NULL, false, 0);
+}
+
+/* ----------------------------------------------------------------
+ * Activity retries
+ * ----------------------------------------------------------------
+ */
+
+static Google__Protobuf__Duration *
+duration_from_ms(int64 ms)
+{
+	Google__Protobuf__Duration *d = palloc(sizeof(*d));
+
+	google__protobuf__duration__init(d);
+	d->seconds = ms / 1000;
+	d->nanos = (int32) ((ms % 1000) * 1000000);
+	return d;
+}
+
+/*
+ * The retry policy an activity runs under: the given one with unset
+ * (zero) fields taken from the dex.retry_* settings.
+ */
+Dex__V1__RetryPolicy *
+dex_effective_retry_policy(const Dex__V1__RetryPolicy *given)
+{
+	Dex__V1__RetryPolicy *p = palloc(sizeof(*p));
+
+	dex__v1__retry_policy__init(p);
+	if (given)
+	{
+		if (given->max_attempts < 0 || given->multiplier < 0 ||
+			given->randomization_factor < 0 || given->randomization_factor > 1 ||
+			(given->multiplier > 0 && given->multiplier < 1) ||
+			(given->initial_delay && dex_duration_ms(given->initial_delay) < 0) ||
+			(given->max_delay && dex_duration_ms(given->max_delay) < 0) ||
+			isnan(given->multiplier) || isnan(given->randomization_factor))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid retry policy"),
+					 errdetail("max_attempts and delays must not be negative, multiplier must be at least 1 and randomization_factor between 0 and 1.")));
+		p->max_attempts = given->max_attempts;
+		p->initial_delay = given->initial_delay;
+		p->multiplier = given->multiplier;
+		p->randomization_factor = given->randomization_factor;
+		p->max_delay = given->max_delay;
+		p->n_non_retryable_types = given->n_non_retryable_types;
+		p->non_retryable_types = given->non_retryable_types;
+	}
+	if (p->max_attempts == 0)
+		p->max_attempts = dex_retry_max_attempts;
+	if (p->initial_delay == NULL)
+		p->initial_delay = duration_from_ms(dex_retry_initial_delay_ms);
+	if (p->multiplier == 0)
+		p->multiplier = dex_retry_multiplier;
+	if (p->randomization_factor == 0)
+		p->randomization_factor = dex_retry_randomization;
+	if (p->max_delay == NULL)
+		p->max_delay = duration_from_ms(dex_retry_max_delay_ms);
+	return p;
+}
+
+/*
+ * When attempt "attempt" + 1 may start after attempt "attempt" failed:
+ * initial_delay * multiplier^(attempt-1), spread by +/- randomization_factor,
+ * capped at max_delay.
+ */
+TimestampTz
+dex_retry_time(const Dex__V1__RetryPolicy *policy, int attempt)
+{
+	double		delay = (double) dex_duration_ms(policy->initial_delay);
+	double		max_delay = (double) dex_duration_ms(policy->max_delay);
+
+	delay *= pow(policy->multiplier, Max(attempt - 1, 0));
+	if (policy->randomization_factor > 0)
+		delay *= 1.0 + policy->randomization_factor *
+			(2.0 * pg_prng_double(&pg_global_prng_state) - 1.0);
+	if (delay > max_delay)
+		delay = max_delay;
+	if (delay < 0 || isnan(delay))
+		delay = 0;
+	return GetCurrentTransactionStartTimestamp() + (int64) (delay * 1000.0);
+}
+
+static bool
+failure_is_non_retryable(const Dex__V1__RetryPolicy *policy,
+						 const Dex__V1__Failure *failure)
+{
+	if (failure->terminal)
+		return true;
+	if (failure->type && failure->type[0] != '\0')
+	{
+		for (size_t i = 0; i < policy->n_non_retryable_types; i++)
+			if (strcmp(policy->non_retryable_types[i], failure->type) == 0)
+				return true;
+	}
+	return false;
+}
+
+static DexPlan retry_activity_plan = {
+	"UPDATE dex.activity_task SET status = 'CREATED', attempt = attempt OPERATOR(pg_catalog.+) 1, "
+	"visible_from = $3, locked_by = NULL, locked_until = NULL, last_failure = $4 "
+	"WHERE run_id OPERATOR(pg_catalog.=) $1 AND event_id OPERATOR(pg_catalog.=) $2",
+	4, {UUIDOID, INT4OID, TIMESTAMPTZOID, BYTEAOID}
+};
+
+static DexPlan delete_activity_plan = {
+	"DELETE FROM dex.activity_task WHERE run_id OPERATOR(pg_catalog.=) $1 AND event_id OPERATOR(pg_catalog.=) $2",
+	2, {UUIDOID, INT4OID}
+};
+
+/*
+ * An attempt of a leased activity failed (dex.fail_task or an expired
+ * lease); the caller has fenced and locked the task row.  Retry it after the
+ * policy's backoff, or fail the activity and tell the workflow.
+ */
+void
+dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id, int32 attempt,
+							bytea *retry_policy, Dex__V1__Failure *failure)
+{
+	Dex__V1__RetryPolicy *policy;
+
+	policy = (Dex__V1__RetryPolicy *)
+		dex_pb_unpack(&dex__v1__retry_policy__descriptor,
+					  (uint8 *) VARDATA_ANY(retry_policy),
+					  VARSIZE_ANY_EXHDR(retry_policy), "retry policy");
+
+	if (!failure_is_non_retryable(policy, failure) && attempt < policy->max_attempts)
+	{
+		TimestampTz retry_at = dex_retry_time(policy, attempt);
+		Datum		values[4];
+
+		values[0] = UUIDPGetDatum(run_id);
+		values[1] = Int32GetDatum(event_id);
+		values[2] = TimestampTzGetDatum(retry_at);
+		values[3] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure));
+		dex_spi_exec(&retry_activity_plan, values, NULL, false, 0);
+		dex_wake_scheduler_at_commit(retry_at);
+	}
+	else
+	{
+		Datum		values[2] = {UUIDPGetDatum(run_id), Int32GetDatum(event_id)};
+		TimestampTz now = GetCurrentTransactionStartTimestamp();
+		Dex__V1__WorkflowEvent *event = dex_new_event(0, now);
+		Dex__V1__ActivityTaskFailed *failed = palloc(sizeof(*failed));
+
+		dex_spi_exec(&delete_activity_plan, values, NULL, false, 0);
+
+		dex__v1__activity_task_failed__init(failed);
+		failed->activity_task_created_event_id = event_id;
+		failed->failure = failure;
+		failed->attempts = attempt;
+		event->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_ACTIVITY_TASK_FAILED;
+		event->activity_task_failed = failed;
+		dex_insert_inbox(run_id, event, now);
+	}
+}

@@ -1,0 +1,276 @@
+/*-------------------------------------------------------------------------
+ *
+ * scheduler.c
+ *	  The dex scheduler: a background worker per database that hands work
+ *	  to workers when it falls due.
+ *
+ * Work that is due at once (a new run, an activity result) is made
+ * pollable by the backend that creates it, in its own transaction.  The
+ * scheduler owns what falls due later:
+ *	  - delayed inbox events (timers): when due, the run gets a workflow task;
+ *	  - activity tasks waiting out a retry backoff: when due, CREATED -> QUEUED;
+ *	  - activity leases that expired: the attempt counts as failed and
+ *		follows the retry policy;
+ *	  - after a crash, the UNLOGGED workflow-task partitions are empty: they
+ *		are rebuilt from runs and inbox (a row in the UNLOGGED dex.lease
+ *		table marks them valid; a crash truncates it too).
+ *
+ * Each pass is one short transaction over at most BATCH_SIZE rows per duty;
+ * a full batch makes the next pass start at once.  Between passes the
+ * scheduler sleeps until the earliest due time, at most dex.scheduler_naptime,
+ * or until a backend sets its latch on commit (wakeup.c).  It holds no
+ * snapshot while it sleeps.  An error aborts the pass, is logged, and the
+ * next pass starts after a second.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "dex.h"
+
+PGDLLEXPORT void dex_scheduler_main(Datum main_arg);
+
+#define BATCH_SIZE 1000
+#define ERROR_RETRY_MS 1000
+
+static DexPlan tasks_valid_plan = {
+	"SELECT 1 FROM dex.lease WHERE name = 'workflow_tasks_valid'", 0, {0}
+};
+
+static DexPlan rebuild_tasks_plan = {
+	"WITH rebuilt AS ("
+	" INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
+	" SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
+	" WHERE r.status = 'CREATED' OR (r.status = 'RUNNING' AND EXISTS ("
+	"   SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id AND i.visible_from <= now())) "
+	" ON CONFLICT DO NOTHING RETURNING 1) "
+	"INSERT INTO dex.lease (name, holder, acquired_at, expires_at) "
+	"SELECT 'workflow_tasks_valid', 'dex scheduler', now(), 'infinity' "
+	"WHERE (SELECT count(*) FROM rebuilt) >= 0",
+	0, {0}
+};
+
+static DexPlan due_events_plan = {
+	"WITH due AS ("
+	" UPDATE dex.workflow_inbox SET delayed = false "
+	" WHERE (run_id, id) IN (SELECT run_id, id FROM dex.workflow_inbox "
+	"                        WHERE delayed AND visible_from <= now() "
+	"                        ORDER BY visible_from LIMIT $1 FOR UPDATE SKIP LOCKED) "
+	" RETURNING run_id) "
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
+	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
+	"WHERE r.id IN (SELECT run_id FROM due) AND r.status IN ('CREATED', 'RUNNING') "
+	"ON CONFLICT (run_id, queue_id) DO UPDATE SET priority = EXCLUDED.priority WHERE false "
+	"RETURNING (SELECT count(*) FROM due)",
+	1, {INT4OID}
+};
+
+static DexPlan due_activities_plan = {
+	"UPDATE dex.activity_task SET status = 'QUEUED' "
+	"WHERE (run_id, event_id) IN (SELECT run_id, event_id FROM dex.activity_task "
+	"                             WHERE status = 'CREATED' AND visible_from <= now() "
+	"                             ORDER BY visible_from LIMIT $1 FOR UPDATE SKIP LOCKED) "
+	"AND status = 'CREATED'",
+	1, {INT4OID}
+};
+
+static DexPlan expired_leases_plan = {
+	"SELECT run_id, event_id, attempt, retry_policy, locked_by FROM dex.activity_task "
+	"WHERE locked_by IS NOT NULL AND locked_until < now() "
+	"ORDER BY locked_until LIMIT $1 FOR UPDATE SKIP LOCKED",
+	1, {INT4OID}
+};
+
+static DexPlan next_due_plan = {
+	"SELECT least((SELECT min(visible_from) FROM dex.workflow_inbox WHERE delayed), "
+	"             (SELECT min(visible_from) FROM dex.activity_task WHERE status = 'CREATED'), "
+	"             (SELECT min(locked_until) FROM dex.activity_task WHERE locked_by IS NOT NULL))",
+	0, {0}
+};
+
+/*
+ * An activity whose lease expired: its attempt failed.
+ */
+static void
+reclaim_expired_lease(int row)
+{
+	bool		isnull;
+	pg_uuid_t  *run_id = DatumGetUUIDP(dex_spi_getdatum(row, 1, &isnull));
+	int32		event_id = (int32) dex_spi_getint64(row, 2);
+	int32		attempt = (int32) dex_spi_getint64(row, 3);
+	bytea	   *policy = dex_spi_getbytea_copy(row, 4);
+	char	   *worker = dex_spi_gettext_copy(row, 5);
+	Dex__V1__Failure *failure = palloc(sizeof(*failure));
+
+	dex__v1__failure__init(failure);
+	failure->message = psprintf("lease of worker \"%s\" expired", worker);
+	failure->type = "dex.LeaseExpired";
+	dex_activity_attempt_failed(run_id, event_id, attempt, policy, failure);
+}
+
+/*
+ * One pass over the scheduler's duties.  Returns when it should run next:
+ * now if a batch was full, else the earliest due time (DT_NOEND if none).
+ */
+static TimestampTz
+scheduler_pass(bool *extension_seen)
+{
+	TimestampTz next = DT_NOEND;
+	Datum		limit[1] = {Int32GetDatum(BATCH_SIZE)};
+	bool		more = false;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "dex scheduler pass");
+
+	if (!OidIsValid(get_extension_oid("dex", true)))
+	{
+		*extension_seen = false;
+		goto done;
+	}
+	*extension_seen = true;
+
+	dex_spi_exec(&tasks_valid_plan, NULL, NULL, true, 1);
+	if (SPI_processed == 0)
+	{
+		dex_spi_exec(&rebuild_tasks_plan, NULL, NULL, false, 0);
+		ereport(LOG, (errmsg("dex scheduler rebuilt the workflow tasks of database \"%s\"",
+							 dex_database)));
+	}
+
+	dex_spi_exec(&due_events_plan, limit, NULL, false, 0);
+	if (SPI_processed > 0 && dex_spi_getint64(0, 1) >= BATCH_SIZE)
+		more = true;
+
+	dex_spi_exec(&due_activities_plan, limit, NULL, false, 0);
+	if (SPI_processed >= BATCH_SIZE)
+		more = true;
+
+	dex_spi_exec(&expired_leases_plan, limit, NULL, false, 0);
+	if (SPI_processed >= BATCH_SIZE)
+		more = true;
+	{
+		SPITupleTable *expired = SPI_tuptable;
+		uint64		n = SPI_processed;
+
+		for (uint64 i = 0; i < n; i++)
+		{
+			SPI_tuptable = expired;
+			reclaim_expired_lease((int) i);
+		}
+	}
+
+	if (more)
+		next = GetCurrentTimestamp();
+	else
+	{
+		bool		isnull;
+		Datum		d;
+
+		dex_spi_exec(&next_due_plan, NULL, NULL, true, 1);
+		d = dex_spi_getdatum(0, 1, &isnull);
+		if (!isnull)
+			next = DatumGetTimestampTz(d);
+	}
+
+done:
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return next;
+}
+
+void
+dex_scheduler_main(Datum main_arg)
+{
+	MemoryContext pass_context;
+	bool		extension_seen = false;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	BackgroundWorkerInitializeConnection(dex_database, NULL, 0);
+	pgstat_report_appname("dex scheduler");
+	dex_scheduler_register();
+	/* every statement below names its schema; nothing resolves through the path */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	/* scheduler queries are short: JIT compilation would cost more than it saves */
+	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+
+	pass_context = AllocSetContextCreate(TopMemoryContext, "dex scheduler pass",
+										 ALLOCSET_DEFAULT_SIZES);
+
+	ereport(LOG, (errmsg("dex scheduler started for database \"%s\"", dex_database)));
+
+	for (;;)
+	{
+		TimestampTz next;
+		TimestampTz now;
+		long		timeout_ms;
+
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		/*
+		 * While a pass runs, any commit that creates due work wakes us again
+		 * (see wakeup.c): the pass might not see it.
+		 */
+		dex_scheduler_set_next_wake(DT_NOBEGIN);
+		pg_memory_barrier();
+
+		MemoryContextSwitchTo(pass_context);
+		PG_TRY();
+		{
+			next = scheduler_pass(&extension_seen);
+		}
+		PG_CATCH();
+		{
+			MemoryContextSwitchTo(pass_context);
+			EmitErrorReport();
+			FlushErrorState();
+			AbortCurrentTransaction();
+			pgstat_report_activity(STATE_IDLE, NULL);
+			next = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ERROR_RETRY_MS);
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(TopMemoryContext);
+		MemoryContextReset(pass_context);
+
+		now = GetCurrentTimestamp();
+		if (next <= now)
+			continue;
+		timeout_ms = dex_scheduler_naptime_ms;
+		if (next != DT_NOEND)
+			timeout_ms = Min(timeout_ms, TimestampDifferenceMilliseconds(now, next) + 1);
+		dex_scheduler_set_next_wake(TimestampTzPlusMilliseconds(now, timeout_ms));
+		pg_memory_barrier();
+
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 timeout_ms, PG_WAIT_EXTENSION);
+	}
+}

@@ -1,0 +1,112 @@
+/*-------------------------------------------------------------------------
+ *
+ * spi_util.c
+ *	  Prepared SPI plans kept across calls, and typed access to SPI results.
+ *
+ * Every statement dex runs is a static DexPlan: prepared on first use in a
+ * session and kept with SPI_keepplan, so the hot path never parses SQL.  The
+ * plan cache revalidates kept plans after DDL (for instance DROP and CREATE
+ * EXTENSION), so they survive the objects they use being recreated.
+ *
+ * Callers must be connected to SPI.  Values read with the *_copy functions
+ * are copied into the caller's memory context (the upper executor context),
+ * so they outlive SPI_finish.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/builtins.h"
+
+#include "dex.h"
+
+int
+dex_spi_exec(DexPlan *plan, Datum *values, const char *nulls,
+			 bool read_only, long count)
+{
+	int			rc;
+
+	if (plan->plan == NULL)
+	{
+		SPIPlanPtr	p = SPI_prepare(plan->sql, plan->nargs, plan->argtypes);
+
+		if (p == NULL)
+			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
+				 plan->sql, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(p) != 0)
+			elog(ERROR, "SPI_keepplan failed");
+		plan->plan = p;
+	}
+
+	rc = SPI_execute_plan(plan->plan, values, nulls, read_only, count);
+	if (rc < 0)
+		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",
+			 plan->sql, SPI_result_code_string(rc));
+	return rc;
+}
+
+Datum
+dex_spi_getdatum(int row, int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+						 col, isnull);
+}
+
+bool
+dex_spi_getbool(int row, int col)
+{
+	bool		isnull;
+	Datum		d = dex_spi_getdatum(row, col, &isnull);
+
+	return !isnull && DatumGetBool(d);
+}
+
+/* int2, int4 or int8 column as int64; NULL reads as 0 */
+int64
+dex_spi_getint64(int row, int col)
+{
+	bool		isnull;
+	Datum		d = dex_spi_getdatum(row, col, &isnull);
+	Oid			type = SPI_gettypeid(SPI_tuptable->tupdesc, col);
+
+	if (isnull)
+		return 0;
+	switch (type)
+	{
+		case INT2OID:
+			return DatumGetInt16(d);
+		case INT4OID:
+			return DatumGetInt32(d);
+		case INT8OID:
+		case TIMESTAMPTZOID:
+			return DatumGetInt64(d);
+		default:
+			elog(ERROR, "unexpected type %u in column %d", type, col);
+	}
+	return 0;					/* keep compiler quiet */
+}
+
+bytea *
+dex_spi_getbytea_copy(int row, int col)
+{
+	bool		isnull;
+	Datum		d = dex_spi_getdatum(row, col, &isnull);
+
+	if (isnull)
+		return NULL;
+	return (bytea *) SPI_datumTransfer(PointerGetDatum(PG_DETOAST_DATUM(d)),
+									   false, -1);
+}
+
+char *
+dex_spi_gettext_copy(int row, int col)
+{
+	bool		isnull;
+	Datum		d = dex_spi_getdatum(row, col, &isnull);
+
+	if (isnull)
+		return NULL;
+	return DatumGetPointer(SPI_datumTransfer(CStringGetDatum(TextDatumGetCString(d)),
+											 false, -2));
+}
