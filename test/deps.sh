@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that building and testing dex need, if any are missing.
+# Idempotent: when everything is installed it only asks dpkg and exits.
+set -euo pipefail
+
+prog=$(basename "$0")
+
+packages=(
+  build-essential
+  postgresql-15
+  postgresql-server-dev-15               # PGXS, server headers
+  libprotobuf-c-dev protobuf-c-compiler  # protobuf-c runtime and protoc-c
+  libprotobuf-dev                        # google/protobuf/*.proto (well-known types)
+  postgresql-15-pgtap
+  libtap-parser-sourcehandler-pgtap-perl # pg_prove
+  libipc-run-perl                        # PostgreSQL::Test::Cluster (TAP tests)
+  python3 python3-psycopg python3-pytest # reference client tests
+)
+
+if ! command -v dpkg-query >/dev/null 2>&1; then
+  echo "$prog: no dpkg-query: not a Debian system, install these yourself: ${packages[*]}" >&2
+  exit 0
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [[ $status == installed ]] || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "$prog: all ${#packages[@]} packages present" >&2
+  exit 0
+fi
+
+if ((EUID == 0)); then
+  sudo=()
+elif command -v sudo >/dev/null 2>&1; then
+  sudo=(sudo)
+else
+  echo "$prog: missing ${missing[*]}, and neither root nor sudo to install them" >&2
+  exit 1
+fi
+
+echo "$prog: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
