@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# The one test command. Installs missing Debian packages, builds and installs dex, starts a
+# throwaway cluster (test/lib.sh) and runs every suite that has tests:
+#   regress    pg_regress over the Makefile's REGRESS (sql/*.sql, expected/*.out)
+#   isolation  pg_isolation_regress over test/isolation/specs/*.spec
+#   pgtap      pg_prove over test/pgtap/*.sql
+#   tap        prove over test/t/*.pl (PostgreSQL::Test::Cluster; they make their own clusters)
+#   pytest     clients/python/tests
+#   demo       test/demo.sh as a smoke test (its own cluster)
+# The last line of output is "N passed, M failed"; the exit status is non-zero if anything
+# failed or could not run.
+#
+# What is counted: one test is one test file for regress, isolation, pgtap and tap (a script
+# passes only if every assertion in it does), one test case for pytest, one run for the demo.
+# A step or suite that cannot run at all (or whose runner fails with no failed test to show
+# for it) counts as one failure.
+#
+# Environment: DEX_SKIP_DEPS=1 skips test/deps.sh; DEX_PYTHON is the interpreter for pytest
+# (default /usr/bin/python3, which has the Debian psycopg and pytest); see test/lib.sh for the rest.
+# shellcheck disable=SC2317 # suite_* are called through run_suite
+set -euo pipefail
+shopt -s nullglob
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=test/lib.sh
+source "$here/lib.sh"
+
+passed=0 failed=0
+summary=()
+
+# record SUITE PASSED FAILED [NOTE]
+record() {
+  passed=$((passed + $2)) failed=$((failed + $3))
+  summary+=("$(printf '%-10s %4d passed, %4d failed%s' "$1" "$2" "$3" "${4:+  ($4)}")")
+  echo "$DEX_PROG: $1: $2 passed, $3 failed${4:+ ($4)}"
+}
+
+skip() { echo "$DEX_PROG: $1: skipped ($2)"; summary+=("$(printf '%-10s skipped (%s)' "$1" "$2")"); }
+
+finish() {
+  local status=0 line
+  ((failed == 0)) || status=1
+  echo "$DEX_PROG: summary"
+  for line in "${summary[@]}"; do echo "  $line"; done
+  dex_cleanup "$status"   # on failure: the server log's tail, and where the scratch dir is
+  echo "$passed passed, $failed failed"
+  exit "$status"
+}
+
+# step NAME CMD...: a prerequisite; if it fails nothing else can run.
+step() {
+  local name=$1; shift
+  "$@" && return 0
+  record "$name" 0 1 "could not run"
+  finish
+}
+
+# run_logged SUITE DIR CMD...: run CMD in DIR as the test user, showing its output and keeping
+# it in $out for counting. Sets rc.
+run_logged() {
+  local suite=$1 dir=$2; shift 2
+  out=$DEX_SCRATCH/$suite.out
+  echo "$DEX_PROG: $suite: $*"
+  rc=0
+  dex_run_in "$dir" "$@" 2>&1 | tee "$out" || rc=$?
+}
+
+# settle SUITE PASSED FAILED: record, counting a failed runner with no failed test as one failure.
+settle() {
+  if ((rc != 0 && $3 == 0)); then
+    record "$1" "$2" 1 "runner exited with status $rc"
+  else
+    record "$1" "$2" "$3"
+  fi
+}
+
+# pg_regress and pg_isolation_regress print one line per test: "test NAME ... ok|FAILED".
+count_regress() {
+  settle "$1" "$(grep -cE '\.\.\. +ok( |$)' "$out" || true)" \
+    "$(grep -cE '\.\.\. +(FAILED|failed)' "$out" || true)"
+}
+
+# prove and pg_prove print "FILE .. ok" per passing file, and list each failing file once in
+# the summary report as "FILE (Wstat: ...)".
+count_prove() {
+  settle "$1" "$(grep -cE '^[^ #]+ \.+ ok( |$)' "$out" || true)" "$(prove_failed | wc -l)"
+}
+
+prove_failed() { grep -E '^[^ #]+ +\(Wstat: ' "$out" | awk '{print $1}' | sort -u; }
+
+show_diffs() {
+  [[ -s $1 ]] || return 0
+  echo "----- $1 (first 1000 lines) -----"
+  head -n 1000 "$1"
+  echo "-----"
+}
+
+# The value of a variable of the Makefile, as make sees it (continuation lines, +=, ...).
+make_var() {
+  # shellcheck disable=SC2016 # $($*) is for make
+  printf 'dex-print-%%:\n\t@echo $($*)\n' |
+    make -s --no-print-directory -C "$DEX_ROOT" -f Makefile -f - PG_CONFIG="$PG_CONFIG" "dex-print-$1"
+}
+
+suite_regress() {
+  local tests all_opts opts=() o outdir=$DEX_SCRATCH/regress
+  if ! tests=$(make_var REGRESS) || ! all_opts=$(make_var REGRESS_OPTS); then
+    record regress 0 1 "could not read REGRESS from the Makefile"; return
+  fi
+  [[ -n $tests ]] || { skip regress "REGRESS is empty"; return; }
+  # PGXS adds --dbname=contrib_regression; the tests run in the database dex serves.
+  for o in $all_opts; do [[ $o == --dbname=* ]] || opts+=("$o"); done
+  dex_as_user mkdir -p "$outdir"
+  # --use-existing: the dex worker holds a connection to the database, so pg_regress must not
+  # drop and recreate it. That also makes --load-extension in REGRESS_OPTS a no-op; the
+  # setup test creates the extension.
+  # shellcheck disable=SC2086 # a word list from the Makefile
+  run_logged regress "$DEX_SRC" "$PG_REGRESS" --bindir="$PG_BINDIR" --inputdir="$DEX_SRC" \
+    --outputdir="$outdir" --use-existing --dbname="$DEX_DATABASE" \
+    --host="$DEX_SOCKDIR" --port="$DEX_TEST_PORT" "${opts[@]}" $tests
+  show_diffs "$outdir/regression.diffs"
+  count_regress regress
+}
+
+# Later suites need the extension in the test database even if the regress suite did not
+# leave it there.
+ensure_extension() {
+  local avail
+  avail=$(dex_psql -At -c "SELECT count(*) FROM pg_available_extensions WHERE name = 'dex'") || return 0
+  if [[ $avail != 1 ]]; then
+    echo "$DEX_PROG: extension dex is not installed; the other suites run without it"
+    return 0
+  fi
+  dex_psql -c 'SET client_min_messages = warning' -c 'CREATE EXTENSION IF NOT EXISTS dex' ||
+    echo "$DEX_PROG: CREATE EXTENSION dex failed in $DEX_DATABASE"
+}
+
+suite_isolation() {
+  local specs=("$DEX_SRC"/test/isolation/specs/*.spec) names=() s outdir=$DEX_SCRATCH/isolation
+  ((${#specs[@]})) || { skip isolation "no test/isolation/specs/*.spec"; return; }
+  for s in "${specs[@]}"; do names+=("$(basename "$s" .spec)"); done
+  dex_as_user mkdir -p "$outdir"
+  run_logged isolation "$DEX_SRC" "$PG_ISOLATION_REGRESS" --bindir="$PG_BINDIR" \
+    --inputdir="$DEX_SRC/test/isolation" --outputdir="$outdir" --use-existing \
+    --dbname="$DEX_DATABASE" --host="$DEX_SOCKDIR" --port="$DEX_TEST_PORT" "${names[@]}"
+  show_diffs "$outdir/regression.diffs"
+  count_regress isolation
+}
+
+suite_pgtap() {
+  local files=("$DEX_SRC"/test/pgtap/*.sql) avail
+  ((${#files[@]})) || { skip pgtap "no test/pgtap/*.sql"; return; }
+  avail=$(dex_psql -At -c "SELECT count(*) FROM pg_available_extensions WHERE name = 'pgtap'") || avail=0
+  [[ $avail == 1 ]] || { record pgtap 0 1 "extension pgtap is not installed"; return; }
+  run_logged pgtap "$DEX_SRC" pg_prove --psql-bin "$PG_BINDIR/psql" --host "$DEX_SOCKDIR" \
+    --port "$DEX_TEST_PORT" --dbname "$DEX_DATABASE" --username "$DEX_TEST_USER" \
+    "${files[@]#"$DEX_SRC"/}"
+  count_prove pgtap
+}
+
+suite_tap() {
+  local files=("$DEX_SRC"/test/t/*.pl) f logdir=$DEX_SCRATCH/tap/tmp_check/log
+  ((${#files[@]})) || { skip tap "no test/t/*.pl"; return; }
+  dex_as_user mkdir -p "$DEX_SCRATCH/tap"
+  # What PGXS's prove_installcheck sets: TESTDIR (tmp_check goes there), PG_REGRESS (used for
+  # --config-auth), PATH with the PostgreSQL bindir first (dex_run_in does that). The
+  # clusters the tests make load dex from where it is installed.
+  run_logged tap "$DEX_SRC/test" env TESTDIR="$DEX_SCRATCH/tap" PG_REGRESS="$PG_REGRESS" \
+    PERL5LIB="$PG_PERL_LIB${PERL5LIB:+:$PERL5LIB}" \
+    prove -I "$PG_PERL_LIB" -I . "${files[@]#"$DEX_SRC"/test/}"
+  # Each test's own log holds what its clusters and commands said.
+  while read -r f; do
+    f=$logdir/regress_log_$(basename "$f" .pl)
+    if [[ -s $f ]]; then echo "----- last 60 lines of $f -----"; tail -n 60 "$f"; echo "-----"; fi
+  done < <(prove_failed)
+  count_prove tap
+}
+
+suite_pytest() {
+  local dir=$DEX_SRC/clients/python py=${DEX_PYTHON:-/usr/bin/python3} line
+  [[ -d $dir/tests ]] || { skip pytest "no clients/python/tests"; return; }
+  # From clients/python, so the client package there is importable; PG* point at our cluster.
+  run_logged pytest "$dir" env PYTHONDONTWRITEBYTECODE=1 \
+    "$py" -m pytest -q -p no:cacheprovider tests
+  ((rc != 5)) || { skip pytest "no tests collected"; return; }
+  # Summary line: "2 failed, 5 passed, 1 skipped in 1.2s"; errors count as failures.
+  line=$(grep -E '[0-9]+ (passed|failed|errors?)([ ,]|$)' "$out" | tail -n 1 || true)
+  settle pytest "$(pytest_count passed)" "$(($(pytest_count failed) + $(pytest_count 'errors?')))"
+}
+
+pytest_count() {
+  grep -oE "[0-9]+ $1([ ,]|\$)" <<<"$line" | grep -oE '^[0-9]+' || echo 0
+}
+
+suite_demo() {
+  [[ -f $DEX_ROOT/test/demo.sh ]] || { skip demo "no test/demo.sh"; return; }
+  out=$DEX_SCRATCH/demo.out
+  echo "$DEX_PROG: demo: bash test/demo.sh"
+  rc=0
+  # Already installed and built; the demo makes its own cluster and scratch directory.
+  (cd "$DEX_ROOT" && env -u PGHOST -u PGPORT -u PGDATABASE -u PGUSER DEX_SKIP_DEPS=1 \
+    DEX_SKIP_BUILD=1 timeout 900 bash test/demo.sh) 2>&1 | tee "$out" || rc=$?
+  if ((rc == 0)); then record demo 1 0; else record demo 0 1 "exit status $rc"; fi
+}
+
+if [[ ${DEX_SKIP_DEPS:-0} != 1 ]]; then
+  step deps bash "$here/deps.sh"
+fi
+step build dex_build
+step cluster dex_copy_tree
+step cluster dex_start_cluster
+
+# run_suite NAME: a suite never stops the others; a bug in its own plumbing counts as a failure.
+run_suite() { "suite_$1" || record "$1" 0 1 "harness error, status $?"; }
+
+run_suite regress
+ensure_extension || true
+run_suite isolation
+run_suite pgtap
+run_suite tap
+run_suite pytest
+dex_stop_cluster   # the demo runs its own
+run_suite demo
+finish
