@@ -30,6 +30,9 @@ EXTRA_CLEAN = src/gen
 PROTOC_C ?= protoc-c
 PROTO_INCLUDE ?= /usr/include
 
+# no LLVM bitcode: dex gains nothing from JIT inlining, and clang need not be installed
+override with_llvm = no
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)

@@ -287,12 +287,12 @@ AS 'MODULE_PATHNAME', 'dex_complete_task';
 COMMENT ON FUNCTION dex.complete_task(uuid, integer, bigint, jsonb) IS
     'Complete a leased task: for a workflow task (task_id 0) result is its dex.v1.WorkflowTaskCompletion (or its commands array); for an activity task, the activity''s JSON result.';
 
-CREATE FUNCTION dex.complete_task(run_id uuid, task_id integer, lock_version bigint, result bytea)
+CREATE FUNCTION dex.complete_task_pb(run_id uuid, task_id integer, lock_version bigint, result bytea)
 RETURNS void
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'dex_complete_task_pb';
-COMMENT ON FUNCTION dex.complete_task(uuid, integer, bigint, bytea) IS
+COMMENT ON FUNCTION dex.complete_task_pb(uuid, integer, bigint, bytea) IS
     'Complete a leased task with protobuf: a dex.v1.WorkflowTaskCompletion for a workflow task, a dex.v1.Payload for an activity task.';
 
 CREATE FUNCTION dex.fail_task(run_id uuid, task_id integer, lock_version bigint, failure jsonb)
@@ -303,12 +303,12 @@ AS 'MODULE_PATHNAME', 'dex_fail_task';
 COMMENT ON FUNCTION dex.fail_task(uuid, integer, bigint, jsonb) IS
     'Fail a leased activity task with a dex.v1.Failure: retried per its retry policy unless terminal or out of attempts, then reported to the workflow.';
 
-CREATE FUNCTION dex.fail_task(run_id uuid, task_id integer, lock_version bigint, failure bytea)
+CREATE FUNCTION dex.fail_task_pb(run_id uuid, task_id integer, lock_version bigint, failure bytea)
 RETURNS void
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'dex_fail_task_pb';
-COMMENT ON FUNCTION dex.fail_task(uuid, integer, bigint, bytea) IS
+COMMENT ON FUNCTION dex.fail_task_pb(uuid, integer, bigint, bytea) IS
     'dex.fail_task with a protobuf-encoded dex.v1.Failure.';
 
 /*

@@ -5,7 +5,7 @@
  *	  when dex is preloaded, that keeps one scheduler running for the
  *	  database named by dex.database.
  *
- * The launcher has no database connection.  It starts the scheduler as a
+ * The launcher connects to no database (only shared catalogs).  It starts the scheduler as a
  * dynamic background worker with itself as bgw_notify_pid, so it is
  * signalled when the scheduler starts or stops, and restarts a scheduler
  * that exited after a backoff that doubles from 1 s up to 60 s (reset once
@@ -72,6 +72,9 @@ dex_launcher_main(Datum main_arg)
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
+	/* shared catalogs only: the launcher serves no database itself */
+	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
+	pgstat_report_appname("dex launcher");
 
 	ereport(LOG,
 			(errmsg("dex launcher started"),
