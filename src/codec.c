@@ -1,0 +1,2206 @@
+/*-------------------------------------------------------------------------
+ *
+ * codec.c
+ *	  Protobuf <-> bytea and canonical proto3 JSON (jsonb) conversion for
+ *	  every dex.v1 message.
+ *
+ * This file owns the wire forms of the protocol.  Everything is driven by
+ * protobuf-c's reflection data (message, field and enum descriptors); the
+ * only per-type code is for the well-known types google.protobuf.Timestamp
+ * and google.protobuf.Duration, whose JSON forms are strings.
+ *
+ * Decoding is strict: besides what protobuf-c checks, every string must be
+ * UTF-8 without NUL bytes, every enum value must be known, Timestamp and
+ * Duration values must be in their documented ranges, and messages may nest
+ * at most DEX_PB_MAX_DEPTH levels (map entries do not count).  JSON input is
+ * just as strict: unknown keys, wrong JSON types, non-integral or
+ * out-of-range numbers and the like are errors, never silently dropped.
+ *
+ * Memory rules: everything is palloc'd in CurrentMemoryContext, and the
+ * messages returned here own no other resources, so resetting or deleting
+ * that context frees them.  protobuf_c_message_free_unpacked() with
+ * &dex_pb_allocator also works on them.  The JsonbValues pushed by
+ * dex_pb_push_jsonb may point into the message's strings, so the message
+ * must live until the jsonb has been built.
+ *
+ * Errors: bad protobuf bytes are ERRCODE_INVALID_BINARY_REPRESENTATION.  For
+ * JSON, a malformed string-encoded value (base64, integer, number, timestamp
+ * or duration text) is ERRCODE_INVALID_TEXT_REPRESENTATION, a value out of
+ * range is ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE (numbers) or
+ * ERRCODE_DATETIME_VALUE_OUT_OF_RANGE (Timestamp, Duration), and anything
+ * else that does not fit the message is ERRCODE_INVALID_PARAMETER_VALUE.
+ * Details name the offending field by its JSON path, e.g. "commands[0].id".
+ *
+ * JSON output follows the canonical proto3 mapping; fractional seconds of a
+ * Timestamp or Duration get 0, 3, 6 or 9 digits ("1.500s", not "1.5s").
+ *
+ * Strings inside messages are UTF-8 (the protobuf rule); they are converted
+ * from and to the server encoding at the jsonb boundary, which is a no-op
+ * in a UTF-8 database.
+ *
+ * IDENTIFICATION
+ *	  src/codec.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base64.h"
+#include "common/shortest_dec.h"
+#include "datatype/timestamp.h"
+#include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/datetime.h"
+#include "utils/float.h"
+#include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
+#include "utils/memutils.h"
+#include "utils/numeric.h"
+
+#include "codec.h"
+#include "google/protobuf/duration.pb-c.h"
+#include "google/protobuf/timestamp.pb-c.h"
+
+/* Deepest message nesting accepted from either wire form. */
+#define DEX_PB_MAX_DEPTH	100
+
+#define NANOS_PER_SECOND	1000000000
+
+/* 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z, in seconds since 1970 */
+#define TIMESTAMP_MIN_SECONDS	INT64CONST(-62135596800)
+#define TIMESTAMP_MAX_SECONDS	INT64CONST(253402300799)
+/* About 10000 years, the limit of google.protobuf.Duration */
+#define DURATION_MAX_SECONDS	INT64CONST(315576000000)
+
+#define IS_TIMESTAMP(d)	((d) == &google__protobuf__timestamp__descriptor)
+#define IS_DURATION(d)	((d) == &google__protobuf__duration__descriptor)
+
+/* Address of a field's storage (or of its count/case/has member). */
+#define MEMBER_PTR(msg, offset)	((void *) (((char *) (msg)) + (offset)))
+
+
+/* ------------------------------------------------------------------------
+ * Allocator and descriptor table
+ * ------------------------------------------------------------------------
+ */
+
+static void *
+dex_pb_alloc(void *allocator_data, size_t size)
+{
+	/*
+	 * palloc never returns NULL: running out of memory is an ERROR, not a
+	 * decoding failure.  Huge requests are allowed because a repeated scalar
+	 * field takes up to eight times more room decoded than encoded.
+	 */
+	return MemoryContextAllocExtended(CurrentMemoryContext, size,
+									  MCXT_ALLOC_HUGE);
+}
+
+static void
+dex_pb_free(void *allocator_data, void *pointer)
+{
+	if (pointer != NULL)
+		pfree(pointer);
+}
+
+ProtobufCAllocator dex_pb_allocator = {
+	.alloc = dex_pb_alloc,
+	.free = dex_pb_free,
+	.allocator_data = NULL
+};
+
+/* Every message type of the protocol, map entries included. */
+static const ProtobufCMessageDescriptor *const dex_pb_descriptors[] = {
+	/* common.proto */
+	&dex__v1__payload__descriptor,
+	&dex__v1__payload__metadata_entry__descriptor,
+	&dex__v1__failure__descriptor,
+	&dex__v1__retry_policy__descriptor,
+	/* event.proto */
+	&dex__v1__workflow_event__descriptor,
+	&dex__v1__workflow_task_started__descriptor,
+	&dex__v1__workflow_task_completed__descriptor,
+	&dex__v1__parent_run__descriptor,
+	&dex__v1__run_created__descriptor,
+	&dex__v1__run_created__labels_entry__descriptor,
+	&dex__v1__run_started__descriptor,
+	&dex__v1__run_completed__descriptor,
+	&dex__v1__run_failed__descriptor,
+	&dex__v1__run_cancelled__descriptor,
+	&dex__v1__run_cancel_requested__descriptor,
+	&dex__v1__run_suspended__descriptor,
+	&dex__v1__run_resumed__descriptor,
+	&dex__v1__run_continued_as_new__descriptor,
+	&dex__v1__custom_status_set__descriptor,
+	&dex__v1__activity_task_created__descriptor,
+	&dex__v1__activity_task_completed__descriptor,
+	&dex__v1__activity_task_failed__descriptor,
+	&dex__v1__timer_created__descriptor,
+	&dex__v1__timer_elapsed__descriptor,
+	&dex__v1__timer_cancelled__descriptor,
+	&dex__v1__child_run_created__descriptor,
+	&dex__v1__child_run_created__labels_entry__descriptor,
+	&dex__v1__child_run_completed__descriptor,
+	&dex__v1__child_run_failed__descriptor,
+	&dex__v1__side_effect_executed__descriptor,
+	&dex__v1__external_event_received__descriptor,
+	&dex__v1__external_event_wait_started__descriptor,
+	&dex__v1__event_batch__descriptor,
+	/* command.proto */
+	&dex__v1__command__descriptor,
+	&dex__v1__schedule_activity__descriptor,
+	&dex__v1__start_timer__descriptor,
+	&dex__v1__cancel_timer__descriptor,
+	&dex__v1__start_child_run__descriptor,
+	&dex__v1__start_child_run__labels_entry__descriptor,
+	&dex__v1__record_side_effect__descriptor,
+	&dex__v1__wait_external_event__descriptor,
+	&dex__v1__set_custom_status__descriptor,
+	&dex__v1__complete_run__descriptor,
+	&dex__v1__fail_run__descriptor,
+	&dex__v1__continue_as_new__descriptor,
+	&dex__v1__workflow_task_completion__descriptor,
+	/* task.proto */
+	&dex__v1__workflow_task__descriptor,
+	&dex__v1__activity_task__descriptor,
+	/* well-known types */
+	&google__protobuf__timestamp__descriptor,
+	&google__protobuf__duration__descriptor,
+};
+
+const ProtobufCMessageDescriptor *
+dex_pb_descriptor_by_name(const char *full_name)
+{
+	int			i;
+
+	if (full_name == NULL)
+		return NULL;
+	for (i = 0; i < lengthof(dex_pb_descriptors); i++)
+	{
+		if (strcmp(dex_pb_descriptors[i]->name, full_name) == 0)
+			return dex_pb_descriptors[i];
+	}
+	return NULL;
+}
+
+
+/* ------------------------------------------------------------------------
+ * Reflection helpers
+ * ------------------------------------------------------------------------
+ */
+
+/* Size of one element of a repeated field's array. */
+static size_t
+pb_elt_size(ProtobufCType type)
+{
+	switch (type)
+	{
+		case PROTOBUF_C_TYPE_INT32:
+		case PROTOBUF_C_TYPE_SINT32:
+		case PROTOBUF_C_TYPE_SFIXED32:
+		case PROTOBUF_C_TYPE_UINT32:
+		case PROTOBUF_C_TYPE_FIXED32:
+			return sizeof(int32_t);
+		case PROTOBUF_C_TYPE_INT64:
+		case PROTOBUF_C_TYPE_SINT64:
+		case PROTOBUF_C_TYPE_SFIXED64:
+		case PROTOBUF_C_TYPE_UINT64:
+		case PROTOBUF_C_TYPE_FIXED64:
+			return sizeof(int64_t);
+		case PROTOBUF_C_TYPE_FLOAT:
+			return sizeof(float);
+		case PROTOBUF_C_TYPE_DOUBLE:
+			return sizeof(double);
+		case PROTOBUF_C_TYPE_BOOL:
+			return sizeof(protobuf_c_boolean);
+		case PROTOBUF_C_TYPE_ENUM:
+			/* protobuf-c forces every enum to int size */
+			return sizeof(int);
+		case PROTOBUF_C_TYPE_STRING:
+			return sizeof(char *);
+		case PROTOBUF_C_TYPE_BYTES:
+			return sizeof(ProtobufCBinaryData);
+		case PROTOBUF_C_TYPE_MESSAGE:
+			return sizeof(ProtobufCMessage *);
+	}
+	elog(ERROR, "unrecognized protobuf-c field type %d", (int) type);
+	return 0;					/* keep compiler quiet */
+}
+
+/* The .proto spelling of a scalar type, for error messages. */
+static const char *
+pb_type_name(ProtobufCType type)
+{
+	switch (type)
+	{
+		case PROTOBUF_C_TYPE_INT32:
+			return "int32";
+		case PROTOBUF_C_TYPE_SINT32:
+			return "sint32";
+		case PROTOBUF_C_TYPE_SFIXED32:
+			return "sfixed32";
+		case PROTOBUF_C_TYPE_INT64:
+			return "int64";
+		case PROTOBUF_C_TYPE_SINT64:
+			return "sint64";
+		case PROTOBUF_C_TYPE_SFIXED64:
+			return "sfixed64";
+		case PROTOBUF_C_TYPE_UINT32:
+			return "uint32";
+		case PROTOBUF_C_TYPE_FIXED32:
+			return "fixed32";
+		case PROTOBUF_C_TYPE_UINT64:
+			return "uint64";
+		case PROTOBUF_C_TYPE_FIXED64:
+			return "fixed64";
+		case PROTOBUF_C_TYPE_FLOAT:
+			return "float";
+		case PROTOBUF_C_TYPE_DOUBLE:
+			return "double";
+		case PROTOBUF_C_TYPE_BOOL:
+			return "bool";
+		case PROTOBUF_C_TYPE_ENUM:
+			return "enum";
+		case PROTOBUF_C_TYPE_STRING:
+			return "string";
+		case PROTOBUF_C_TYPE_BYTES:
+			return "bytes";
+		case PROTOBUF_C_TYPE_MESSAGE:
+			return "message";
+	}
+	return "unknown";
+}
+
+/*
+ * protobuf-c 1.4 keeps no map_entry option, so recognize the shape protoc
+ * gives every map<K,V>: a nested message "<Name>Entry" with exactly the
+ * fields key = 1 and value = 2.
+ */
+static bool
+pb_is_map_entry(const ProtobufCMessageDescriptor *desc)
+{
+	size_t		len;
+
+	if (desc->n_fields != 2 ||
+		desc->fields[0].id != 1 || strcmp(desc->fields[0].name, "key") != 0 ||
+		desc->fields[1].id != 2 || strcmp(desc->fields[1].name, "value") != 0)
+		return false;
+	len = strlen(desc->short_name);
+	return len > 5 && strcmp(desc->short_name + len - 5, "Entry") == 0;
+}
+
+static bool
+pb_field_is_map(const ProtobufCFieldDescriptor *field)
+{
+	return field->label == PROTOBUF_C_LABEL_REPEATED &&
+		field->type == PROTOBUF_C_TYPE_MESSAGE &&
+		pb_is_map_entry(field->descriptor);
+}
+
+/*
+ * The proto3 JSON name of a field (protobuf-c 1.4 does not record it):
+ * underscores dropped, the letter after each one upper-cased.  palloc'd,
+ * because jsonb keeps pointers to key strings.
+ */
+static char *
+pb_json_name(const char *name)
+{
+	char	   *result = palloc(strlen(name) + 1);
+	char	   *out = result;
+	bool		upper = false;
+
+	for (; *name; name++)
+	{
+		if (*name == '_')
+		{
+			upper = true;
+			continue;
+		}
+		*out++ = upper ? pg_ascii_toupper((unsigned char) *name) : *name;
+		upper = false;
+	}
+	*out = '\0';
+	return result;
+}
+
+/* Does key (not NUL-terminated) equal the JSON name of field "name"? */
+static bool
+pb_json_name_matches(const char *name, const char *key, int keylen)
+{
+	int			i = 0;
+	bool		upper = false;
+
+	for (; *name; name++)
+	{
+		char		c;
+
+		if (*name == '_')
+		{
+			upper = true;
+			continue;
+		}
+		c = upper ? pg_ascii_toupper((unsigned char) *name) : *name;
+		upper = false;
+		if (i >= keylen || key[i] != c)
+			return false;
+		i++;
+	}
+	return i == keylen;
+}
+
+/* Field named key, by JSON name or by .proto name, or NULL. */
+static const ProtobufCFieldDescriptor *
+pb_find_field(const ProtobufCMessageDescriptor *desc,
+			  const char *key, int keylen)
+{
+	unsigned	i;
+
+	for (i = 0; i < desc->n_fields; i++)
+	{
+		const ProtobufCFieldDescriptor *field = &desc->fields[i];
+
+		if ((strlen(field->name) == keylen &&
+			 memcmp(field->name, key, keylen) == 0) ||
+			pb_json_name_matches(field->name, key, keylen))
+			return field;
+	}
+	return NULL;
+}
+
+/*
+ * Is the field present in the sense of the wire encoding?  This mirrors
+ * what protobuf_c_message_pack() writes, so that JSON and protobuf agree.
+ */
+static bool
+pb_field_is_set(const ProtobufCMessage *msg,
+				const ProtobufCFieldDescriptor *field)
+{
+	const void *member = MEMBER_PTR(msg, field->offset);
+
+	if (field->label == PROTOBUF_C_LABEL_REPEATED)
+		return *(const size_t *) MEMBER_PTR(msg, field->quantifier_offset) > 0;
+
+	if (field->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)
+	{
+		uint32		oneof_case;
+
+		oneof_case = *(const uint32_t *) MEMBER_PTR(msg, field->quantifier_offset);
+		if (oneof_case != field->id)
+			return false;
+		/* protobuf-c skips a oneof string or message left at its default */
+		if (field->type == PROTOBUF_C_TYPE_STRING ||
+			field->type == PROTOBUF_C_TYPE_MESSAGE)
+		{
+			const void *ptr = *(const void *const *) member;
+
+			return ptr != NULL && ptr != field->default_value;
+		}
+		return true;
+	}
+
+	switch (field->label)
+	{
+		case PROTOBUF_C_LABEL_REQUIRED:
+			return true;
+
+		case PROTOBUF_C_LABEL_OPTIONAL:
+			if (field->type == PROTOBUF_C_TYPE_STRING ||
+				field->type == PROTOBUF_C_TYPE_MESSAGE)
+			{
+				const void *ptr = *(const void *const *) member;
+
+				return ptr != NULL && ptr != field->default_value;
+			}
+			return *(const protobuf_c_boolean *)
+				MEMBER_PTR(msg, field->quantifier_offset);
+
+		case PROTOBUF_C_LABEL_NONE:
+		default:
+			break;
+	}
+
+	/* proto3 field without presence: set when not the zero value */
+	switch (field->type)
+	{
+		case PROTOBUF_C_TYPE_INT32:
+		case PROTOBUF_C_TYPE_SINT32:
+		case PROTOBUF_C_TYPE_SFIXED32:
+		case PROTOBUF_C_TYPE_UINT32:
+		case PROTOBUF_C_TYPE_FIXED32:
+			return *(const uint32_t *) member != 0;
+		case PROTOBUF_C_TYPE_ENUM:
+			return *(const int *) member != 0;
+		case PROTOBUF_C_TYPE_INT64:
+		case PROTOBUF_C_TYPE_SINT64:
+		case PROTOBUF_C_TYPE_SFIXED64:
+		case PROTOBUF_C_TYPE_UINT64:
+		case PROTOBUF_C_TYPE_FIXED64:
+			return *(const uint64_t *) member != 0;
+		case PROTOBUF_C_TYPE_FLOAT:
+			return *(const float *) member != 0;
+		case PROTOBUF_C_TYPE_DOUBLE:
+			return *(const double *) member != 0;
+		case PROTOBUF_C_TYPE_BOOL:
+			return *(const protobuf_c_boolean *) member != 0;
+		case PROTOBUF_C_TYPE_STRING:
+			{
+				const char *str = *(const char *const *) member;
+
+				return str != NULL && str[0] != '\0';
+			}
+		case PROTOBUF_C_TYPE_BYTES:
+			return ((const ProtobufCBinaryData *) member)->len > 0;
+		case PROTOBUF_C_TYPE_MESSAGE:
+			return *(const void *const *) member != NULL;
+	}
+	return false;
+}
+
+/* A new message at its defaults, allocated like protobuf-c would. */
+static ProtobufCMessage *
+pb_new_message(const ProtobufCMessageDescriptor *desc)
+{
+	ProtobufCMessage *msg = palloc0(desc->sizeof_message);
+
+	protobuf_c_message_init(desc, msg);
+	return msg;
+}
+
+static bool
+timestamp_is_valid(int64 seconds, int32 nanos)
+{
+	return seconds >= TIMESTAMP_MIN_SECONDS &&
+		seconds <= TIMESTAMP_MAX_SECONDS &&
+		nanos >= 0 && nanos < NANOS_PER_SECOND;
+}
+
+static bool
+duration_is_valid(int64 seconds, int32 nanos)
+{
+	if (seconds < -DURATION_MAX_SECONDS || seconds > DURATION_MAX_SECONDS)
+		return false;
+	if (nanos <= -NANOS_PER_SECOND || nanos >= NANOS_PER_SECOND)
+		return false;
+	/* seconds and nanos must not have opposite signs */
+	if ((seconds > 0 && nanos < 0) || (seconds < 0 && nanos > 0))
+		return false;
+	return true;
+}
+
+
+/* ------------------------------------------------------------------------
+ * Protobuf bytes
+ * ------------------------------------------------------------------------
+ */
+
+typedef struct PbDecodeState
+{
+	const char *what;			/* the input, for error messages */
+	const ProtobufCMessageDescriptor *top;	/* type of the whole input */
+} PbDecodeState;
+
+static void pb_decode_error(const PbDecodeState *ds) pg_attribute_noreturn();
+
+static void
+pb_decode_error(const PbDecodeState *ds)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+			 errmsg("invalid protobuf encoding of %s", ds->what),
+			 errdetail("The bytes do not decode as a %s message.",
+					   ds->top->name)));
+}
+
+static bool
+read_varint(const uint8 **pp, const uint8 *end, uint64 *value)
+{
+	const uint8 *p = *pp;
+	uint64		v = 0;
+	int			shift;
+
+	for (shift = 0; shift < 64 && p < end; shift += 7)
+	{
+		uint8		b = *p++;
+
+		v |= (uint64) (b & 0x7f) << shift;
+		if ((b & 0x80) == 0)
+		{
+			*pp = p;
+			*value = v;
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * Walk the encoded message before protobuf-c decodes it.  protobuf-c recurses
+ * into nested messages without any depth limit and copies strings with
+ * memcpy, silently truncating them at an embedded NUL; doing this walk first
+ * bounds the recursion and lets us see every string's real bytes.
+ */
+static void
+pb_scan_wire(const PbDecodeState *ds, const ProtobufCMessageDescriptor *desc,
+			 const uint8 *p, size_t len, int depth)
+{
+	const uint8 *end = p + len;
+
+	check_stack_depth();
+
+	if (depth > DEX_PB_MAX_DEPTH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+				 errmsg("invalid protobuf encoding of %s", ds->what),
+				 errdetail("Messages are nested more than %d levels deep.",
+						   DEX_PB_MAX_DEPTH)));
+
+	while (p < end)
+	{
+		uint64		tag;
+		uint64		n;
+		uint64		field_number;
+		const ProtobufCFieldDescriptor *field;
+
+		if (!read_varint(&p, end, &tag))
+			pb_decode_error(ds);
+		field_number = tag >> 3;
+		if (field_number == 0 || field_number > PG_INT32_MAX / 4)
+			pb_decode_error(ds);
+
+		switch (tag & 7)
+		{
+			case PROTOBUF_C_WIRE_TYPE_VARINT:
+				if (!read_varint(&p, end, &n))
+					pb_decode_error(ds);
+				break;
+			case PROTOBUF_C_WIRE_TYPE_64BIT:
+				if (end - p < 8)
+					pb_decode_error(ds);
+				p += 8;
+				break;
+			case PROTOBUF_C_WIRE_TYPE_32BIT:
+				if (end - p < 4)
+					pb_decode_error(ds);
+				p += 4;
+				break;
+			case PROTOBUF_C_WIRE_TYPE_LENGTH_PREFIXED:
+				if (!read_varint(&p, end, &n) || n > (uint64) (end - p))
+					pb_decode_error(ds);
+				field = protobuf_c_message_descriptor_get_field(desc,
+																(unsigned) field_number);
+				if (field != NULL && field->type == PROTOBUF_C_TYPE_STRING)
+				{
+					if (pg_encoding_verifymbstr(PG_UTF8, (const char *) p,
+												(int) n) != (int) n)
+						ereport(ERROR,
+								(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+								 errmsg("invalid protobuf encoding of %s",
+										ds->what),
+								 memchr(p, '\0', n) != NULL ?
+								 errdetail("Field \"%s\" of message %s contains a null byte.",
+										   field->name, desc->name) :
+								 errdetail("Field \"%s\" of message %s is not valid UTF-8.",
+										   field->name, desc->name)));
+				}
+				else if (field != NULL && field->type == PROTOBUF_C_TYPE_MESSAGE)
+				{
+					const ProtobufCMessageDescriptor *sub = field->descriptor;
+
+					/* a map entry is not a level of nesting in JSON */
+					pb_scan_wire(ds, sub, p, n,
+								 pb_is_map_entry(sub) ? depth : depth + 1);
+				}
+				p += n;
+				break;
+			default:
+				/* groups (deprecated) and invalid wire types */
+				pb_decode_error(ds);
+		}
+	}
+}
+
+/*
+ * Checks protobuf-c does not make on a decoded message: enum values must be
+ * known, well-known types must be in range.  field/parent name where the
+ * value sits, or are NULL for the top level.
+ */
+static void
+pb_check_decoded(const PbDecodeState *ds, const ProtobufCMessage *msg,
+				 const ProtobufCMessageDescriptor *parent,
+				 const ProtobufCFieldDescriptor *where)
+{
+	const ProtobufCMessageDescriptor *desc = msg->descriptor;
+	unsigned	i;
+
+	check_stack_depth();
+
+	if (IS_TIMESTAMP(desc) || IS_DURATION(desc))
+	{
+		bool		valid;
+		int64		seconds;
+		int32		nanos;
+
+		if (IS_TIMESTAMP(desc))
+		{
+			const Google__Protobuf__Timestamp *ts = (const void *) msg;
+
+			seconds = ts->seconds;
+			nanos = ts->nanos;
+			valid = timestamp_is_valid(seconds, nanos);
+		}
+		else
+		{
+			const Google__Protobuf__Duration *d = (const void *) msg;
+
+			seconds = d->seconds;
+			nanos = d->nanos;
+			valid = duration_is_valid(seconds, nanos);
+		}
+		if (!valid)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+					 errmsg("invalid protobuf encoding of %s", ds->what),
+					 where ?
+					 errdetail("Field \"%s\" of message %s holds an out-of-range %s (seconds %lld, nanos %d).",
+							   where->name, parent->name, desc->name,
+							   (long long) seconds, nanos) :
+					 errdetail("The %s is out of range (seconds %lld, nanos %d).",
+							   desc->name, (long long) seconds, nanos)));
+		return;
+	}
+
+	for (i = 0; i < desc->n_fields; i++)
+	{
+		const ProtobufCFieldDescriptor *field = &desc->fields[i];
+		const char *member = MEMBER_PTR(msg, field->offset);
+		size_t		n = 1;
+		size_t		j;
+
+		if (field->type != PROTOBUF_C_TYPE_ENUM &&
+			field->type != PROTOBUF_C_TYPE_MESSAGE)
+			continue;
+		if (!pb_field_is_set(msg, field))
+			continue;
+		if (field->label == PROTOBUF_C_LABEL_REPEATED)
+		{
+			n = *(const size_t *) MEMBER_PTR(msg, field->quantifier_offset);
+			member = *(const char *const *) member;
+		}
+
+		for (j = 0; j < n; j++)
+		{
+			const char *elt = member + j * pb_elt_size(field->type);
+
+			if (field->type == PROTOBUF_C_TYPE_ENUM)
+			{
+				int			value = *(const int *) elt;
+				const ProtobufCEnumDescriptor *ed = field->descriptor;
+
+				if (protobuf_c_enum_descriptor_get_value(ed, value) == NULL)
+					ereport(ERROR,
+							(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
+							 errmsg("invalid protobuf encoding of %s", ds->what),
+							 errdetail("Field \"%s\" of message %s has value %d, which is not a member of enum %s.",
+									   field->name, desc->name, value,
+									   ed->name)));
+			}
+			else
+			{
+				const ProtobufCMessage *sub = *(const ProtobufCMessage *const *) elt;
+
+				if (sub != NULL)
+					pb_check_decoded(ds, sub, desc, field);
+			}
+		}
+	}
+}
+
+ProtobufCMessage *
+dex_pb_unpack(const ProtobufCMessageDescriptor *desc,
+			  const uint8 *data, size_t len, const char *what)
+{
+	PbDecodeState ds;
+	ProtobufCMessage *msg;
+	static const uint8 empty[1] = {0};
+
+	ds.what = what ? what : "value";
+	ds.top = desc;
+
+	if (data == NULL)
+	{
+		Assert(len == 0);
+		data = empty;
+	}
+
+	pb_scan_wire(&ds, desc, data, len, 1);
+
+	msg = protobuf_c_message_unpack(desc, &dex_pb_allocator, len, data);
+	if (msg == NULL)
+		pb_decode_error(&ds);
+
+	pb_check_decoded(&ds, msg, NULL, NULL);
+	return msg;
+}
+
+uint8 *
+dex_pb_pack(const ProtobufCMessage *msg, size_t *len)
+{
+	size_t		size = protobuf_c_message_get_packed_size(msg);
+	uint8	   *buf;
+	size_t		written;
+
+	buf = MemoryContextAllocExtended(CurrentMemoryContext, size,
+									 MCXT_ALLOC_HUGE);
+	written = protobuf_c_message_pack(msg, buf);
+	if (written != size)
+		elog(ERROR, "protobuf-c packed %zu bytes of %s, expected %zu",
+			 written, msg->descriptor->name, size);
+	*len = size;
+	return buf;
+}
+
+bytea *
+dex_pb_pack_bytea(const ProtobufCMessage *msg)
+{
+	size_t		size = protobuf_c_message_get_packed_size(msg);
+	bytea	   *result;
+	size_t		written;
+
+	if (size > MaxAllocSize - VARHDRSZ)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("encoded %s message is too large", msg->descriptor->name),
+				 errdetail("It would take %zu bytes; a bytea holds at most %zu.",
+						   size, (size_t) (MaxAllocSize - VARHDRSZ))));
+
+	result = palloc(VARHDRSZ + size);
+	SET_VARSIZE(result, VARHDRSZ + size);
+	written = protobuf_c_message_pack(msg, (uint8_t *) VARDATA(result));
+	if (written != size)
+		elog(ERROR, "protobuf-c packed %zu bytes of %s, expected %zu",
+			 written, msg->descriptor->name, size);
+	return result;
+}
+
+
+/* ------------------------------------------------------------------------
+ * Well-known types as JSON strings
+ * ------------------------------------------------------------------------
+ */
+
+/* Append ".ddd", ".dddddd" or ".ddddddddd" for nanos > 0, nothing for 0. */
+static char *
+format_nanos(char *out, int32 nanos)
+{
+	Assert(nanos >= 0 && nanos < NANOS_PER_SECOND);
+	if (nanos == 0)
+		*out = '\0';
+	else if (nanos % 1000000 == 0)
+		out += sprintf(out, ".%03d", nanos / 1000000);
+	else if (nanos % 1000 == 0)
+		out += sprintf(out, ".%06d", nanos / 1000);
+	else
+		out += sprintf(out, ".%09d", nanos);
+	return out;
+}
+
+static char *
+format_timestamp(int64 seconds, int32 nanos)
+{
+	char		buf[64];
+	char	   *p;
+	int64		days;
+	int64		secs_of_day;
+	int			year,
+				month,
+				day;
+
+	if (!timestamp_is_valid(seconds, nanos))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("google.protobuf.Timestamp out of range"),
+				 errdetail("Seconds %lld and nanos %d are not a time between 0001-01-01 and 9999-12-31 UTC.",
+						   (long long) seconds, nanos)));
+
+	/* floor division, so that times before 1970 land on the right day */
+	days = seconds / SECS_PER_DAY;
+	secs_of_day = seconds % SECS_PER_DAY;
+	if (secs_of_day < 0)
+	{
+		secs_of_day += SECS_PER_DAY;
+		days--;
+	}
+	j2date((int) (days + UNIX_EPOCH_JDATE), &year, &month, &day);
+
+	p = buf + sprintf(buf, "%04d-%02d-%02dT%02d:%02d:%02d",
+					  year, month, day,
+					  (int) (secs_of_day / SECS_PER_HOUR),
+					  (int) (secs_of_day % SECS_PER_HOUR / SECS_PER_MINUTE),
+					  (int) (secs_of_day % SECS_PER_MINUTE));
+	p = format_nanos(p, nanos);
+	strcpy(p, "Z");
+	return pstrdup(buf);
+}
+
+static char *
+format_duration(int64 seconds, int32 nanos)
+{
+	char		buf[64];
+	char	   *p = buf;
+
+	if (!duration_is_valid(seconds, nanos))
+		ereport(ERROR,
+				(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+				 errmsg("google.protobuf.Duration out of range"),
+				 errdetail("Seconds %lld and nanos %d are not a valid duration of at most %lld seconds.",
+						   (long long) seconds, nanos,
+						   (long long) DURATION_MAX_SECONDS)));
+
+	if (seconds < 0 || nanos < 0)
+		*p++ = '-';
+	p += sprintf(p, "%lld", (long long) (seconds < 0 ? -seconds : seconds));
+	p = format_nanos(p, nanos < 0 ? -nanos : nanos);
+	strcpy(p, "s");
+	return pstrdup(buf);
+}
+
+/* Parse exactly ndigits decimal digits at *p. */
+static bool
+scan_digits(const char **p, const char *end, int ndigits, int *value)
+{
+	int			v = 0;
+	int			i;
+
+	if (end - *p < ndigits)
+		return false;
+	for (i = 0; i < ndigits; i++)
+	{
+		char		c = (*p)[i];
+
+		if (c < '0' || c > '9')
+			return false;
+		v = v * 10 + (c - '0');
+	}
+	*p += ndigits;
+	*value = v;
+	return true;
+}
+
+/* Parse ".d{1,9}" at *p into nanos, if there is a '.' at all. */
+static bool
+scan_fraction(const char **p, const char *end, int32 *nanos)
+{
+	int			ndigits = 0;
+	int32		v = 0;
+
+	*nanos = 0;
+	if (*p >= end || **p != '.')
+		return true;
+	(*p)++;
+	while (*p < end && **p >= '0' && **p <= '9')
+	{
+		if (++ndigits > 9)
+			return false;
+		v = v * 10 + (**p - '0');
+		(*p)++;
+	}
+	if (ndigits == 0)
+		return false;
+	while (ndigits++ < 9)
+		v *= 10;
+	*nanos = v;
+	return true;
+}
+
+/*
+ * RFC 3339: YYYY-MM-DDThh:mm:ss[.f{1,9}](Z|+hh:mm|-hh:mm).  Returns false on
+ * bad syntax; the range of the result is checked by the caller.
+ */
+static bool
+parse_timestamp(const char *s, int len, int64 *seconds, int32 *nanos)
+{
+	const char *p = s;
+	const char *end = s + len;
+	int			year,
+				month,
+				day,
+				hour,
+				minute,
+				second;
+	int64		offset = 0;
+
+	if (!scan_digits(&p, end, 4, &year) || p >= end || *p++ != '-' ||
+		!scan_digits(&p, end, 2, &month) || p >= end || *p++ != '-' ||
+		!scan_digits(&p, end, 2, &day) || p >= end ||
+		(*p != 'T' && *p != 't'))
+		return false;
+	p++;
+	if (!scan_digits(&p, end, 2, &hour) || p >= end || *p++ != ':' ||
+		!scan_digits(&p, end, 2, &minute) || p >= end || *p++ != ':' ||
+		!scan_digits(&p, end, 2, &second) ||
+		!scan_fraction(&p, end, nanos) || p >= end)
+		return false;
+
+	if (*p == 'Z' || *p == 'z')
+		p++;
+	else if (*p == '+' || *p == '-')
+	{
+		int			sign = (*p++ == '-') ? -1 : 1;
+		int			oh,
+					om;
+
+		if (!scan_digits(&p, end, 2, &oh) || p >= end || *p++ != ':' ||
+			!scan_digits(&p, end, 2, &om) || oh > 23 || om > 59)
+			return false;
+		offset = sign * (oh * SECS_PER_HOUR + om * SECS_PER_MINUTE);
+	}
+	else
+		return false;
+	if (p != end)
+		return false;
+
+	if (year < 1 || month < 1 || month > MONTHS_PER_YEAR || day < 1 ||
+		day > day_tab[isleap(year)][month - 1] ||
+		hour > 23 || minute > 59 || second > 59)
+		return false;
+
+	/* local time minus its offset from UTC */
+	*seconds = (int64) (date2j(year, month, day) - UNIX_EPOCH_JDATE) * SECS_PER_DAY +
+		hour * SECS_PER_HOUR + minute * SECS_PER_MINUTE + second - offset;
+	return true;
+}
+
+/* "[-]<seconds>[.f{1,9}]s".  Range is checked by the caller. */
+static bool
+parse_duration(const char *s, int len, int64 *seconds, int32 *nanos)
+{
+	const char *p = s;
+	const char *end = s + len;
+	bool		negative = false;
+	int64		secs = 0;
+	int			ndigits = 0;
+
+	if (p < end && *p == '-')
+	{
+		negative = true;
+		p++;
+	}
+	while (p < end && *p >= '0' && *p <= '9')
+	{
+		/* more digits than any valid duration has: reject before overflow */
+		if (++ndigits > 15)
+			return false;
+		secs = secs * 10 + (*p++ - '0');
+	}
+	if (ndigits == 0 || !scan_fraction(&p, end, nanos))
+		return false;
+	if (p >= end || *p++ != 's' || p != end)
+		return false;
+
+	*seconds = negative ? -secs : secs;
+	if (negative)
+		*nanos = -*nanos;
+	return true;
+}
+
+
+/* ------------------------------------------------------------------------
+ * Messages to jsonb
+ * ------------------------------------------------------------------------
+ */
+
+static JsonbValue *push_message(JsonbParseState **state,
+								const ProtobufCMessage *msg);
+
+/*
+ * Push a scalar wherever the parse state is: as an element of an open
+ * array, as the value of an open object's current key, or as a raw scalar
+ * at the top level.
+ */
+static JsonbValue *
+push_scalar(JsonbParseState **state, JsonbValue *value)
+{
+	if (*state == NULL)
+	{
+		JsonbValue	array;
+
+		array.type = jbvArray;
+		array.val.array.rawScalar = true;
+		array.val.array.nElems = 1;
+		array.val.array.elems = NULL;
+		pushJsonbValue(state, WJB_BEGIN_ARRAY, &array);
+		pushJsonbValue(state, WJB_ELEM, value);
+		return pushJsonbValue(state, WJB_END_ARRAY, NULL);
+	}
+	if ((*state)->contVal.type == jbvArray)
+		return pushJsonbValue(state, WJB_ELEM, value);
+	return pushJsonbValue(state, WJB_VALUE, value);
+}
+
+static JsonbValue *
+push_string(JsonbParseState **state, char *str, int len)
+{
+	JsonbValue	v;
+
+	v.type = jbvString;
+	v.val.string.val = str;
+	v.val.string.len = len;
+	return push_scalar(state, &v);
+}
+
+/* A UTF-8 string of a message, converted to the server encoding. */
+static JsonbValue *
+push_utf8_string(JsonbParseState **state, const char *str)
+{
+	char	   *converted;
+
+	if (str == NULL)
+		str = "";
+	converted = pg_any_to_server(str, strlen(str), PG_UTF8);
+	return push_string(state, converted, strlen(converted));
+}
+
+static JsonbValue *
+push_numeric(JsonbParseState **state, Numeric num)
+{
+	JsonbValue	v;
+
+	v.type = jbvNumeric;
+	v.val.numeric = num;
+	return push_scalar(state, &v);
+}
+
+static Numeric
+numeric_from_cstring(const char *str)
+{
+	return DatumGetNumeric(DirectFunctionCall3(numeric_in,
+											   CStringGetDatum(str),
+											   ObjectIdGetDatum(InvalidOid),
+											   Int32GetDatum(-1)));
+}
+
+/* float and double: the shortest decimal that reads back exactly */
+static JsonbValue *
+push_double(JsonbParseState **state, double value, bool single)
+{
+	char		buf[DOUBLE_SHORTEST_DECIMAL_LEN + FLOAT_SHORTEST_DECIMAL_LEN];
+
+	if (isnan(value))
+		return push_string(state, pstrdup("NaN"), 3);
+	if (isinf(value))
+		return value > 0 ? push_string(state, pstrdup("Infinity"), 8) :
+			push_string(state, pstrdup("-Infinity"), 9);
+	if (single)
+		float_to_shortest_decimal_buf((float) value, buf);
+	else
+		double_to_shortest_decimal_buf(value, buf);
+	return push_numeric(state, numeric_from_cstring(buf));
+}
+
+static void
+push_key(JsonbParseState **state, char *key)
+{
+	JsonbValue	k;
+
+	k.type = jbvString;
+	k.val.string.val = key;
+	k.val.string.len = strlen(key);
+	pushJsonbValue(state, WJB_KEY, &k);
+}
+
+/* One value of a field (an element, for repeated fields) at member. */
+static JsonbValue *
+push_field_value(JsonbParseState **state,
+				 const ProtobufCFieldDescriptor *field, const void *member)
+{
+	char		buf[32];
+
+	switch (field->type)
+	{
+		case PROTOBUF_C_TYPE_INT32:
+		case PROTOBUF_C_TYPE_SINT32:
+		case PROTOBUF_C_TYPE_SFIXED32:
+			return push_numeric(state,
+								int64_to_numeric(*(const int32_t *) member));
+		case PROTOBUF_C_TYPE_UINT32:
+		case PROTOBUF_C_TYPE_FIXED32:
+			return push_numeric(state,
+								int64_to_numeric(*(const uint32_t *) member));
+
+		case PROTOBUF_C_TYPE_INT64:
+		case PROTOBUF_C_TYPE_SINT64:
+		case PROTOBUF_C_TYPE_SFIXED64:
+			/* 64-bit integers are strings: JSON readers lose precision */
+			snprintf(buf, sizeof(buf), "%lld",
+					 (long long) *(const int64_t *) member);
+			return push_string(state, pstrdup(buf), strlen(buf));
+		case PROTOBUF_C_TYPE_UINT64:
+		case PROTOBUF_C_TYPE_FIXED64:
+			snprintf(buf, sizeof(buf), "%llu",
+					 (unsigned long long) *(const uint64_t *) member);
+			return push_string(state, pstrdup(buf), strlen(buf));
+
+		case PROTOBUF_C_TYPE_FLOAT:
+			return push_double(state, *(const float *) member, true);
+		case PROTOBUF_C_TYPE_DOUBLE:
+			return push_double(state, *(const double *) member, false);
+
+		case PROTOBUF_C_TYPE_BOOL:
+			{
+				JsonbValue	v;
+
+				v.type = jbvBool;
+				v.val.boolean = *(const protobuf_c_boolean *) member != 0;
+				return push_scalar(state, &v);
+			}
+
+		case PROTOBUF_C_TYPE_ENUM:
+			{
+				int			value = *(const int *) member;
+				const ProtobufCEnumValue *ev;
+
+				ev = protobuf_c_enum_descriptor_get_value(field->descriptor,
+														  value);
+				if (ev != NULL)
+					return push_string(state, (char *) ev->name,
+									   strlen(ev->name));
+				/* an enum number this build does not know */
+				return push_numeric(state, int64_to_numeric(value));
+			}
+
+		case PROTOBUF_C_TYPE_STRING:
+			return push_utf8_string(state, *(const char *const *) member);
+
+		case PROTOBUF_C_TYPE_BYTES:
+			{
+				const ProtobufCBinaryData *bd = member;
+				char	   *encoded;
+				int			enclen;
+
+				if (bd->len > (size_t) (MaxAllocSize / 4 * 3 - 4))
+					ereport(ERROR,
+							(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+							 errmsg("bytes field \"%s\" is too large for JSON",
+									field->name)));
+				encoded = palloc(pg_b64_enc_len((int) bd->len) + 1);
+				enclen = pg_b64_encode((const char *) bd->data, (int) bd->len,
+									   encoded, pg_b64_enc_len((int) bd->len));
+				if (enclen < 0)
+					elog(ERROR, "could not encode bytes field \"%s\" as base64",
+						 field->name);
+				encoded[enclen] = '\0';
+				return push_string(state, encoded, enclen);
+			}
+
+		case PROTOBUF_C_TYPE_MESSAGE:
+			{
+				const ProtobufCMessage *sub = *(const ProtobufCMessage *const *) member;
+
+				/* only map values and repeated elements get here unset */
+				if (sub == NULL)
+					sub = pb_new_message(field->descriptor);
+				return push_message(state, sub);
+			}
+	}
+	elog(ERROR, "unrecognized protobuf-c field type %d", (int) field->type);
+	return NULL;				/* keep compiler quiet */
+}
+
+/* A map key as JSON object key: strings as they are, others in decimal. */
+static char *
+map_key_string(const ProtobufCFieldDescriptor *kf, const void *member)
+{
+	switch (kf->type)
+	{
+		case PROTOBUF_C_TYPE_STRING:
+			{
+				const char *str = *(const char *const *) member;
+
+				if (str == NULL)
+					str = "";
+				return pg_any_to_server(str, strlen(str), PG_UTF8);
+			}
+		case PROTOBUF_C_TYPE_BOOL:
+			return pstrdup(*(const protobuf_c_boolean *) member ? "true" : "false");
+		case PROTOBUF_C_TYPE_INT32:
+		case PROTOBUF_C_TYPE_SINT32:
+		case PROTOBUF_C_TYPE_SFIXED32:
+			return psprintf("%d", (int) *(const int32_t *) member);
+		case PROTOBUF_C_TYPE_UINT32:
+		case PROTOBUF_C_TYPE_FIXED32:
+			return psprintf("%u", (unsigned) *(const uint32_t *) member);
+		case PROTOBUF_C_TYPE_INT64:
+		case PROTOBUF_C_TYPE_SINT64:
+		case PROTOBUF_C_TYPE_SFIXED64:
+			return psprintf("%lld", (long long) *(const int64_t *) member);
+		case PROTOBUF_C_TYPE_UINT64:
+		case PROTOBUF_C_TYPE_FIXED64:
+			return psprintf("%llu",
+							(unsigned long long) *(const uint64_t *) member);
+		default:
+			elog(ERROR, "invalid protobuf map key type %s",
+				 pb_type_name(kf->type));
+	}
+	return NULL;				/* keep compiler quiet */
+}
+
+static JsonbValue *
+push_message(JsonbParseState **state, const ProtobufCMessage *msg)
+{
+	const ProtobufCMessageDescriptor *desc = msg->descriptor;
+	unsigned	i;
+
+	check_stack_depth();
+
+	if (IS_TIMESTAMP(desc))
+	{
+		const Google__Protobuf__Timestamp *ts = (const void *) msg;
+		char	   *str = format_timestamp(ts->seconds, ts->nanos);
+
+		return push_string(state, str, strlen(str));
+	}
+	if (IS_DURATION(desc))
+	{
+		const Google__Protobuf__Duration *d = (const void *) msg;
+		char	   *str = format_duration(d->seconds, d->nanos);
+
+		return push_string(state, str, strlen(str));
+	}
+
+	pushJsonbValue(state, WJB_BEGIN_OBJECT, NULL);
+	for (i = 0; i < desc->n_fields; i++)
+	{
+		const ProtobufCFieldDescriptor *field = &desc->fields[i];
+		const char *member = MEMBER_PTR(msg, field->offset);
+
+		if (!pb_field_is_set(msg, field))
+			continue;
+		push_key(state, pb_json_name(field->name));
+
+		if (field->label == PROTOBUF_C_LABEL_REPEATED)
+		{
+			size_t		n = *(const size_t *) MEMBER_PTR(msg, field->quantifier_offset);
+			const char *array = *(const char *const *) member;
+			size_t		j;
+
+			if (pb_field_is_map(field))
+			{
+				const ProtobufCMessageDescriptor *ed = field->descriptor;
+				const ProtobufCFieldDescriptor *kf = &ed->fields[0];
+				const ProtobufCFieldDescriptor *vf = &ed->fields[1];
+
+				pushJsonbValue(state, WJB_BEGIN_OBJECT, NULL);
+				for (j = 0; j < n; j++)
+				{
+					const ProtobufCMessage *entry = ((const ProtobufCMessage *const *) array)[j];
+
+					if (entry == NULL)
+						continue;
+					/* jsonb keeps the last of duplicate keys, as protobuf does */
+					push_key(state,
+							 map_key_string(kf, MEMBER_PTR(entry, kf->offset)));
+					push_field_value(state, vf, MEMBER_PTR(entry, vf->offset));
+				}
+				pushJsonbValue(state, WJB_END_OBJECT, NULL);
+			}
+			else
+			{
+				size_t		size = pb_elt_size(field->type);
+
+				pushJsonbValue(state, WJB_BEGIN_ARRAY, NULL);
+				for (j = 0; j < n; j++)
+					push_field_value(state, field, array + j * size);
+				pushJsonbValue(state, WJB_END_ARRAY, NULL);
+			}
+		}
+		else
+			push_field_value(state, field, member);
+	}
+	return pushJsonbValue(state, WJB_END_OBJECT, NULL);
+}
+
+/*
+ * Push msg as JSON into an open parse state: as an array element, as the
+ * value of the key just pushed, or as the whole value when *state is NULL.
+ * Returns what the last pushJsonbValue returned: at the top level, the
+ * finished value to hand to JsonbValueToJsonb.
+ */
+JsonbValue *
+dex_pb_push_jsonb(JsonbParseState **state, const ProtobufCMessage *msg)
+{
+	return push_message(state, msg);
+}
+
+Jsonb *
+dex_pb_to_jsonb(const ProtobufCMessage *msg)
+{
+	JsonbParseState *state = NULL;
+	JsonbValue *result;
+
+	result = push_message(&state, msg);
+	return JsonbValueToJsonb(result);
+}
+
+
+/* ------------------------------------------------------------------------
+ * jsonb to messages
+ * ------------------------------------------------------------------------
+ */
+
+typedef struct JsonDecodeState
+{
+	const char *what;			/* the input, for error messages */
+	StringInfoData path;		/* JSON path of the value being parsed */
+} JsonDecodeState;
+
+static ProtobufCMessage *parse_message(JsonDecodeState *js,
+									   const ProtobufCMessageDescriptor *desc,
+									   const JsonbValue *value, int depth);
+
+/* Where the current value is, for error details. */
+static const char *
+json_where(const JsonDecodeState *js)
+{
+	if (js->path.len == 0)
+		return "the top-level value";
+	return psprintf("field \"%s\"", js->path.data);
+}
+
+/* User input quoted in an error detail, cut to a readable length. */
+static const char *
+shorten(const char *text)
+{
+	int			len = strlen(text);
+
+	if (len <= 64)
+		return text;
+	return psprintf("%.*s...", pg_mbcliplen(text, len, 60), text);
+}
+
+static int
+path_push_name(JsonDecodeState *js, const char *name)
+{
+	int			saved = js->path.len;
+
+	if (saved > 0)
+		appendStringInfoChar(&js->path, '.');
+	appendStringInfoString(&js->path, name);
+	return saved;
+}
+
+static int
+path_push_index(JsonDecodeState *js, int index)
+{
+	int			saved = js->path.len;
+
+	appendStringInfo(&js->path, "[%d]", index);
+	return saved;
+}
+
+static int
+path_push_key(JsonDecodeState *js, const char *key, int len)
+{
+	int			saved = js->path.len;
+
+	appendStringInfoString(&js->path, "[\"");
+	appendBinaryStringInfo(&js->path, key, len);
+	appendStringInfoString(&js->path, "\"]");
+	return saved;
+}
+
+static void
+path_pop(JsonDecodeState *js, int saved)
+{
+	js->path.len = saved;
+	js->path.data[saved] = '\0';
+}
+
+static const char *
+jbv_type_name(const JsonbValue *v)
+{
+	switch (v->type)
+	{
+		case jbvNull:
+			return "null";
+		case jbvString:
+			return "string";
+		case jbvNumeric:
+			return "number";
+		case jbvBool:
+			return "boolean";
+		case jbvArray:
+			return "array";
+		case jbvObject:
+			return "object";
+		case jbvBinary:
+			if (JsonContainerIsObject(v->val.binary.data))
+				return "object";
+			return "array";
+		default:
+			return "value";
+	}
+}
+
+static bool
+jbv_is_object(const JsonbValue *v)
+{
+	return v->type == jbvBinary && JsonContainerIsObject(v->val.binary.data);
+}
+
+static bool
+jbv_is_array(const JsonbValue *v)
+{
+	return v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data) &&
+		!JsonContainerIsScalar(v->val.binary.data);
+}
+
+static void json_type_error(JsonDecodeState *js, const char *expected,
+							const JsonbValue *v) pg_attribute_noreturn();
+
+static void
+json_type_error(JsonDecodeState *js, const char *expected, const JsonbValue *v)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid %s", js->what),
+			 errdetail("Expected %s for %s, found a JSON %s.",
+					   expected, json_where(js), jbv_type_name(v))));
+}
+
+/* A jsonb string (server encoding) as a palloc'd NUL-terminated UTF-8 string */
+static char *
+json_copy_string(JsonDecodeState *js, const char *str, int len)
+{
+	char	   *converted;
+
+	/* jsonb itself rejects \u0000, but be sure: C strings cannot hold it */
+	if (memchr(str, '\0', len) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNTRANSLATABLE_CHARACTER),
+				 errmsg("invalid %s", js->what),
+				 errdetail("The string in %s contains a null character.",
+						   json_where(js))));
+	converted = pg_server_to_any(str, len, PG_UTF8);
+	if (converted == str)
+		return pnstrdup(str, len);
+	return converted;
+}
+
+/*
+ * Split decimal integer text into sign and magnitude.  A fraction of zeros
+ * (as numeric_out prints 1.0) is accepted.  *overflow is set when the
+ * magnitude does not fit 64 bits.
+ */
+static bool
+scan_integer(const char *s, int len, bool *negative, uint64 *magnitude,
+			 bool *overflow)
+{
+	int			i = 0;
+	int			start;
+	uint64		mag = 0;
+
+	*negative = false;
+	*overflow = false;
+	if (i < len && s[i] == '-')
+	{
+		*negative = true;
+		i++;
+	}
+	start = i;
+	for (; i < len && s[i] >= '0' && s[i] <= '9'; i++)
+	{
+		int			digit = s[i] - '0';
+
+		if (mag > (PG_UINT64_MAX - digit) / 10)
+			*overflow = true;
+		else
+			mag = mag * 10 + digit;
+	}
+	if (i == start)
+		return false;
+	if (i < len && s[i] == '.')
+	{
+		i++;
+		start = i;
+		while (i < len && s[i] == '0')
+			i++;
+		if (i == start)
+			return false;
+	}
+	*magnitude = mag;
+	return i == len;
+}
+
+/*
+ * An integer field value: a JSON number that is integral, or a string of
+ * decimal digits.  Returns the value in *sresult (signed types) or *uresult
+ * (unsigned types), range-checked against [min, max] / [0, umax].
+ */
+static void
+json_get_integer(JsonDecodeState *js, ProtobufCType type, const JsonbValue *v,
+				 bool is_signed, int64 min, int64 max, uint64 umax,
+				 int64 *sresult, uint64 *uresult)
+{
+	const char *text;
+	int			len;
+	bool		negative;
+	bool		overflow;
+	uint64		mag;
+	bool		in_range;
+
+	if (v->type == jbvNumeric)
+	{
+		text = DatumGetCString(DirectFunctionCall1(numeric_out,
+												   NumericGetDatum(v->val.numeric)));
+		len = strlen(text);
+		if (!scan_integer(text, len, &negative, &mag, &overflow))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid %s", js->what),
+					 errdetail("Expected an integer for %s, found %s.",
+							   json_where(js), shorten(text))));
+	}
+	else if (v->type == jbvString)
+	{
+		text = pnstrdup(v->val.string.val, v->val.string.len);
+		len = v->val.string.len;
+		if (!scan_integer(text, len, &negative, &mag, &overflow))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+					 errmsg("invalid %s", js->what),
+					 errdetail("String \"%s\" in %s is not a decimal integer.",
+							   shorten(text), json_where(js))));
+	}
+	else
+		json_type_error(js, "a JSON number or a string of decimal digits", v);
+
+	if (is_signed)
+	{
+		/* magnitude of min, computed without overflowing int64 */
+		uint64		neg_limit = (uint64) (-(min + 1)) + 1;
+
+		in_range = !overflow &&
+			(negative ? mag <= neg_limit : mag <= (uint64) max);
+		if (in_range)
+			*sresult = negative ? (int64) (~mag + 1) : (int64) mag;
+	}
+	else
+	{
+		in_range = !overflow && mag <= umax && !(negative && mag != 0);
+		if (in_range)
+			*uresult = mag;
+	}
+
+	if (!in_range)
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("invalid %s", js->what),
+				 errdetail("Value %s is out of range for %s of type %s.",
+						   shorten(text), json_where(js), pb_type_name(type))));
+}
+
+/* Strict JSON number syntax, for floating-point values given as strings. */
+static bool
+is_json_number(const char *s)
+{
+	if (*s == '-')
+		s++;
+	if (*s == '0')
+		s++;
+	else if (*s >= '1' && *s <= '9')
+		while (*s >= '0' && *s <= '9')
+			s++;
+	else
+		return false;
+	if (*s == '.')
+	{
+		s++;
+		if (!(*s >= '0' && *s <= '9'))
+			return false;
+		while (*s >= '0' && *s <= '9')
+			s++;
+	}
+	if (*s == 'e' || *s == 'E')
+	{
+		s++;
+		if (*s == '+' || *s == '-')
+			s++;
+		if (!(*s >= '0' && *s <= '9'))
+			return false;
+		while (*s >= '0' && *s <= '9')
+			s++;
+	}
+	return *s == '\0';
+}
+
+/* A float or double field value: a JSON number, or "NaN" and friends. */
+static double
+json_get_double(JsonDecodeState *js, const JsonbValue *v, bool single)
+{
+	char	   *text;
+	char	   *end;
+	double		result;
+
+	if (v->type == jbvNumeric)
+		text = DatumGetCString(DirectFunctionCall1(numeric_out,
+												   NumericGetDatum(v->val.numeric)));
+	else if (v->type == jbvString)
+	{
+		text = pnstrdup(v->val.string.val, v->val.string.len);
+		if (strcmp(text, "NaN") == 0)
+			return get_float8_nan();
+		if (strcmp(text, "Infinity") == 0)
+			return get_float8_infinity();
+		if (strcmp(text, "-Infinity") == 0)
+			return -get_float8_infinity();
+		if (!is_json_number(text))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+					 errmsg("invalid %s", js->what),
+					 errdetail("String \"%s\" in %s is not a number, \"NaN\", \"Infinity\" or \"-Infinity\".",
+							   shorten(text), json_where(js))));
+	}
+	else
+		json_type_error(js, "a JSON number or string", v);
+
+	/* strtof for float rounds the decimal once, not twice */
+	result = single ? strtof(text, &end) : strtod(text, &end);
+	if (*end != '\0')
+		elog(ERROR, "could not parse number \"%s\"", text);
+	/* underflow to zero is fine; overflow to infinity is not */
+	if (isinf(result))
+		ereport(ERROR,
+				(errcode(ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE),
+				 errmsg("invalid %s", js->what),
+				 errdetail("Value %s is out of range for %s of type %s.",
+						   shorten(text), json_where(js),
+						   single ? "float" : "double")));
+	return result;
+}
+
+static int
+json_get_enum(JsonDecodeState *js, const ProtobufCEnumDescriptor *ed,
+			  const JsonbValue *v)
+{
+	const ProtobufCEnumValue *ev;
+
+	if (v->type == jbvString)
+	{
+		char	   *name = pnstrdup(v->val.string.val, v->val.string.len);
+
+		ev = protobuf_c_enum_descriptor_get_value_by_name(ed, name);
+		if (ev == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid %s", js->what),
+					 errdetail("\"%s\" in %s is not a value of enum %s.",
+							   shorten(name), json_where(js), ed->name)));
+		return ev->value;
+	}
+	if (v->type == jbvNumeric)
+	{
+		int64		number;
+
+		json_get_integer(js, PROTOBUF_C_TYPE_ENUM, v, true,
+						 PG_INT32_MIN, PG_INT32_MAX, 0, &number, NULL);
+		/* unknown numbers would be rejected when decoded, so reject them now */
+		ev = protobuf_c_enum_descriptor_get_value(ed, (int) number);
+		if (ev == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid %s", js->what),
+					 errdetail("%d in %s is not a value of enum %s.",
+							   (int) number, json_where(js), ed->name)));
+		return ev->value;
+	}
+	json_type_error(js, "a JSON string naming an enum value or a number", v);
+	return 0;					/* keep compiler quiet */
+}
+
+static int
+base64_digit(char c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	if (c == '+' || c == '-')
+		return 62;
+	if (c == '/' || c == '_')
+		return 63;
+	return -1;
+}
+
+/*
+ * Standard or URL-safe base64, padding optional (but, if present, it must
+ * complete the last group of four).
+ */
+static bool
+decode_base64(const char *s, int len, ProtobufCBinaryData *out)
+{
+	int			body = len;
+	int			padding = 0;
+	uint8	   *data;
+	size_t		n = 0;
+	uint32		bits = 0;
+	int			nbits = 0;
+	int			i;
+
+	while (body > 0 && s[body - 1] == '=' && padding < 2)
+	{
+		body--;
+		padding++;
+	}
+	if (padding > 0 && len % 4 != 0)
+		return false;
+	if (body % 4 == 1)
+		return false;
+
+	data = palloc(body / 4 * 3 + 3);
+	for (i = 0; i < body; i++)
+	{
+		int			d = base64_digit(s[i]);
+
+		if (d < 0)
+			return false;
+		bits = (bits << 6) | d;
+		nbits += 6;
+		if (nbits >= 8)
+		{
+			nbits -= 8;
+			data[n++] = (uint8) (bits >> nbits);
+			bits &= (1 << nbits) - 1;
+		}
+	}
+	out->len = n;
+	out->data = data;
+	return true;
+}
+
+/*
+ * Parse one value of field (an element, for repeated fields; the value, for
+ * map entries) into dst, the storage of that value.
+ */
+static void
+parse_field_value(JsonDecodeState *js, const ProtobufCFieldDescriptor *field,
+				  const JsonbValue *v, void *dst, int depth)
+{
+	int64		s;
+	uint64		u;
+
+	switch (field->type)
+	{
+		case PROTOBUF_C_TYPE_INT32:
+		case PROTOBUF_C_TYPE_SINT32:
+		case PROTOBUF_C_TYPE_SFIXED32:
+			json_get_integer(js, field->type, v, true,
+							 PG_INT32_MIN, PG_INT32_MAX, 0, &s, NULL);
+			*(int32_t *) dst = (int32_t) s;
+			break;
+		case PROTOBUF_C_TYPE_UINT32:
+		case PROTOBUF_C_TYPE_FIXED32:
+			json_get_integer(js, field->type, v, false,
+							 0, 0, PG_UINT32_MAX, NULL, &u);
+			*(uint32_t *) dst = (uint32_t) u;
+			break;
+		case PROTOBUF_C_TYPE_INT64:
+		case PROTOBUF_C_TYPE_SINT64:
+		case PROTOBUF_C_TYPE_SFIXED64:
+			json_get_integer(js, field->type, v, true,
+							 PG_INT64_MIN, PG_INT64_MAX, 0, &s, NULL);
+			*(int64_t *) dst = s;
+			break;
+		case PROTOBUF_C_TYPE_UINT64:
+		case PROTOBUF_C_TYPE_FIXED64:
+			json_get_integer(js, field->type, v, false,
+							 0, 0, PG_UINT64_MAX, NULL, &u);
+			*(uint64_t *) dst = u;
+			break;
+
+		case PROTOBUF_C_TYPE_FLOAT:
+			*(float *) dst = (float) json_get_double(js, v, true);
+			break;
+		case PROTOBUF_C_TYPE_DOUBLE:
+			*(double *) dst = json_get_double(js, v, false);
+			break;
+
+		case PROTOBUF_C_TYPE_BOOL:
+			if (v->type != jbvBool)
+				json_type_error(js, "a JSON boolean", v);
+			*(protobuf_c_boolean *) dst = v->val.boolean ? 1 : 0;
+			break;
+
+		case PROTOBUF_C_TYPE_ENUM:
+			*(int *) dst = json_get_enum(js, field->descriptor, v);
+			break;
+
+		case PROTOBUF_C_TYPE_STRING:
+			if (v->type != jbvString)
+				json_type_error(js, "a JSON string", v);
+			/* always a fresh copy: protobuf-c drops oneof strings at default */
+			*(char **) dst = json_copy_string(js, v->val.string.val,
+											  v->val.string.len);
+			break;
+
+		case PROTOBUF_C_TYPE_BYTES:
+			if (v->type != jbvString)
+				json_type_error(js, "a JSON string of base64 data", v);
+			if (!decode_base64(v->val.string.val, v->val.string.len,
+							   (ProtobufCBinaryData *) dst))
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+						 errmsg("invalid %s", js->what),
+						 errdetail("The string in %s is not valid base64.",
+								   json_where(js))));
+			break;
+
+		case PROTOBUF_C_TYPE_MESSAGE:
+			*(ProtobufCMessage **) dst = parse_message(js, field->descriptor,
+													   v, depth + 1);
+			break;
+	}
+}
+
+/* A JSON object key as the key field of a map entry. */
+static void
+parse_map_key(JsonDecodeState *js, const ProtobufCFieldDescriptor *kf,
+			  const JsonbValue *key, void *dst)
+{
+	JsonbValue	num;
+
+	switch (kf->type)
+	{
+		case PROTOBUF_C_TYPE_STRING:
+			*(char **) dst = json_copy_string(js, key->val.string.val,
+											  key->val.string.len);
+			return;
+		case PROTOBUF_C_TYPE_BOOL:
+			if (key->val.string.len == 4 &&
+				memcmp(key->val.string.val, "true", 4) == 0)
+				*(protobuf_c_boolean *) dst = 1;
+			else if (key->val.string.len == 5 &&
+					 memcmp(key->val.string.val, "false", 5) == 0)
+				*(protobuf_c_boolean *) dst = 0;
+			else
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("invalid %s", js->what),
+						 errdetail("The key of %s must be \"true\" or \"false\".",
+								   json_where(js))));
+			return;
+		default:
+			/* integer keys: the key string parses like a quoted integer */
+			num = *key;
+			parse_field_value(js, kf, &num, dst, 0);
+			return;
+	}
+}
+
+static void
+parse_map(JsonDecodeState *js, ProtobufCMessage *msg,
+		  const ProtobufCFieldDescriptor *field, const JsonbValue *v,
+		  int depth)
+{
+	const ProtobufCMessageDescriptor *ed = field->descriptor;
+	const ProtobufCFieldDescriptor *kf = &ed->fields[0];
+	const ProtobufCFieldDescriptor *vf = &ed->fields[1];
+	JsonbContainer *container;
+	ProtobufCMessage **entries;
+	size_t		n = 0;
+	JsonbIterator *it;
+	JsonbIteratorToken tok;
+	JsonbValue	key;
+	JsonbValue	value;
+
+	if (!jbv_is_object(v))
+		json_type_error(js, "a JSON object", v);
+	container = v->val.binary.data;
+
+	entries = MemoryContextAllocExtended(CurrentMemoryContext,
+										 Max(JsonContainerSize(container), 1) *
+										 sizeof(ProtobufCMessage *),
+										 MCXT_ALLOC_HUGE);
+	it = JsonbIteratorInit(container);
+	while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
+	{
+		ProtobufCMessage *entry;
+		int			saved;
+
+		if (tok != WJB_KEY)
+			continue;
+		tok = JsonbIteratorNext(&it, &value, true);
+		Assert(tok == WJB_VALUE);
+
+		saved = path_push_key(js, key.val.string.val, key.val.string.len);
+		entry = pb_new_message(ed);
+		parse_map_key(js, kf, &key, MEMBER_PTR(entry, kf->offset));
+		if (value.type == jbvNull)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid %s", js->what),
+					 errdetail("Map values cannot be null, but %s is.",
+							   json_where(js))));
+		parse_field_value(js, vf, &value, MEMBER_PTR(entry, vf->offset),
+						  depth);
+		path_pop(js, saved);
+		entries[n++] = entry;
+	}
+
+	*(size_t *) MEMBER_PTR(msg, field->quantifier_offset) = n;
+	*(ProtobufCMessage ***) MEMBER_PTR(msg, field->offset) = n > 0 ? entries : NULL;
+}
+
+static void
+parse_repeated(JsonDecodeState *js, ProtobufCMessage *msg,
+			   const ProtobufCFieldDescriptor *field, const JsonbValue *v,
+			   int depth)
+{
+	JsonbContainer *container;
+	uint32		n;
+	uint32		i;
+	size_t		size = pb_elt_size(field->type);
+	char	   *array = NULL;
+
+	if (!jbv_is_array(v))
+		json_type_error(js, "a JSON array", v);
+	container = v->val.binary.data;
+	n = JsonContainerSize(container);
+
+	if (n > 0)
+		array = MemoryContextAllocExtended(CurrentMemoryContext, n * size,
+										   MCXT_ALLOC_HUGE | MCXT_ALLOC_ZERO);
+	for (i = 0; i < n; i++)
+	{
+		JsonbValue *elt = getIthJsonbValueFromContainer(container, i);
+		int			saved = path_push_index(js, (int) i);
+
+		if (elt->type == jbvNull)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid %s", js->what),
+					 errdetail("Elements of repeated fields cannot be null, but %s is.",
+							   json_where(js))));
+		parse_field_value(js, field, elt, array + i * size, depth);
+		path_pop(js, saved);
+		pfree(elt);
+	}
+
+	*(size_t *) MEMBER_PTR(msg, field->quantifier_offset) = n;
+	*(char **) MEMBER_PTR(msg, field->offset) = array;
+}
+
+static ProtobufCMessage *
+parse_well_known(JsonDecodeState *js, const ProtobufCMessageDescriptor *desc,
+				 const JsonbValue *v)
+{
+	ProtobufCMessage *msg;
+	char	   *text;
+	int64		seconds;
+	int32		nanos;
+
+	if (v->type != jbvString)
+		json_type_error(js, IS_TIMESTAMP(desc) ?
+						"a JSON string holding an RFC 3339 timestamp" :
+						"a JSON string holding a duration such as \"1.5s\"",
+						v);
+	text = pnstrdup(v->val.string.val, v->val.string.len);
+	msg = pb_new_message(desc);
+
+	if (IS_TIMESTAMP(desc))
+	{
+		Google__Protobuf__Timestamp *ts = (void *) msg;
+
+		if (!parse_timestamp(text, v->val.string.len, &seconds, &nanos))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+					 errmsg("invalid %s", js->what),
+					 errdetail("\"%s\" in %s is not an RFC 3339 timestamp such as \"2024-01-31T12:00:00Z\".",
+							   shorten(text), json_where(js))));
+		if (!timestamp_is_valid(seconds, nanos))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+					 errmsg("invalid %s", js->what),
+					 errdetail("Timestamp \"%s\" in %s is outside the years 0001 to 9999.",
+							   shorten(text), json_where(js))));
+		ts->seconds = seconds;
+		ts->nanos = nanos;
+	}
+	else
+	{
+		Google__Protobuf__Duration *d = (void *) msg;
+
+		if (!parse_duration(text, v->val.string.len, &seconds, &nanos))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+					 errmsg("invalid %s", js->what),
+					 errdetail("\"%s\" in %s is not a duration such as \"1.5s\".",
+							   shorten(text), json_where(js))));
+		if (!duration_is_valid(seconds, nanos))
+			ereport(ERROR,
+					(errcode(ERRCODE_DATETIME_VALUE_OUT_OF_RANGE),
+					 errmsg("invalid %s", js->what),
+					 errdetail("Duration \"%s\" in %s is longer than %lld seconds.",
+							   shorten(text), json_where(js),
+							   (long long) DURATION_MAX_SECONDS)));
+		d->seconds = seconds;
+		d->nanos = nanos;
+	}
+	return msg;
+}
+
+static ProtobufCMessage *
+parse_message(JsonDecodeState *js, const ProtobufCMessageDescriptor *desc,
+			  const JsonbValue *v, int depth)
+{
+	ProtobufCMessage *msg;
+	bool	   *seen;
+	JsonbIterator *it;
+	JsonbIteratorToken tok;
+	JsonbValue	key;
+	JsonbValue	value;
+
+	check_stack_depth();
+
+	if (depth > DEX_PB_MAX_DEPTH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid %s", js->what),
+				 errdetail("Messages are nested more than %d levels deep.",
+						   DEX_PB_MAX_DEPTH)));
+
+	if (IS_TIMESTAMP(desc) || IS_DURATION(desc))
+		return parse_well_known(js, desc, v);
+
+	if (!jbv_is_object(v))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid %s: expected a JSON object for message %s",
+						js->what, desc->name),
+				 errdetail("Found a JSON %s for %s.",
+						   jbv_type_name(v), json_where(js))));
+
+	msg = pb_new_message(desc);
+	seen = palloc0(Max(desc->n_fields, 1) * sizeof(bool));
+
+	it = JsonbIteratorInit(v->val.binary.data);
+	while ((tok = JsonbIteratorNext(&it, &key, true)) != WJB_DONE)
+	{
+		const ProtobufCFieldDescriptor *field;
+		int			saved;
+
+		if (tok != WJB_KEY)
+			continue;
+		tok = JsonbIteratorNext(&it, &value, true);
+		Assert(tok == WJB_VALUE);
+
+		field = pb_find_field(desc, key.val.string.val, key.val.string.len);
+		if (field == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid %s", js->what),
+					 errdetail("Unknown field \"%s\" in message %s.",
+							   pnstrdup(key.val.string.val, key.val.string.len),
+							   desc->name)));
+
+		saved = path_push_name(js, pb_json_name(field->name));
+
+		/* jsonb merges duplicate keys, but "fooBar" and "foo_bar" both land here */
+		if (seen[field - desc->fields])
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid %s", js->what),
+					 errdetail("Field \"%s\" is given more than once.",
+							   js->path.data)));
+		seen[field - desc->fields] = true;
+
+		/* null means the default: nothing to do */
+		if (value.type == jbvNull)
+		{
+			path_pop(js, saved);
+			continue;
+		}
+
+		if (field->label == PROTOBUF_C_LABEL_REPEATED)
+		{
+			if (pb_field_is_map(field))
+				parse_map(js, msg, field, &value, depth);
+			else
+				parse_repeated(js, msg, field, &value, depth);
+		}
+		else
+		{
+			void	   *member = MEMBER_PTR(msg, field->offset);
+
+			if (field->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)
+			{
+				uint32_t   *oneof_case = MEMBER_PTR(msg, field->quantifier_offset);
+
+				if (*oneof_case != 0 && *oneof_case != field->id)
+				{
+					const ProtobufCFieldDescriptor *other;
+					char	   *other_path;
+
+					other = protobuf_c_message_descriptor_get_field(desc,
+																	*oneof_case);
+					other_path = saved > 0 ?
+						psprintf("%.*s.%s", saved, js->path.data,
+								 pb_json_name(other->name)) :
+						pb_json_name(other->name);
+					ereport(ERROR,
+							(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							 errmsg("invalid %s", js->what),
+							 errdetail("Fields \"%s\" and \"%s\" belong to the same oneof of message %s; at most one of them can be set.",
+									   other_path, js->path.data, desc->name)));
+				}
+				parse_field_value(js, field, &value, member, depth);
+				*oneof_case = field->id;
+			}
+			else
+			{
+				parse_field_value(js, field, &value, member, depth);
+				/* scalars with explicit presence have a has_ flag to set */
+				if (field->label == PROTOBUF_C_LABEL_OPTIONAL &&
+					field->type != PROTOBUF_C_TYPE_STRING &&
+					field->type != PROTOBUF_C_TYPE_MESSAGE &&
+					field->quantifier_offset != 0)
+					*(protobuf_c_boolean *) MEMBER_PTR(msg, field->quantifier_offset) = 1;
+			}
+		}
+		path_pop(js, saved);
+	}
+
+	return msg;
+}
+
+ProtobufCMessage *
+dex_pb_from_jsonb(const ProtobufCMessageDescriptor *desc, Jsonb *json,
+				  const char *what)
+{
+	JsonDecodeState js;
+	JsonbValue	root;
+
+	js.what = what ? what : "value";
+	initStringInfo(&js.path);
+
+	if (JB_ROOT_IS_SCALAR(json))
+	{
+		if (!JsonbExtractScalar(&json->root, &root))
+			elog(ERROR, "could not extract scalar from jsonb");
+	}
+	else
+	{
+		root.type = jbvBinary;
+		root.val.binary.data = &json->root;
+		root.val.binary.len = VARSIZE(json) - VARHDRSZ;
+	}
+
+	return parse_message(&js, desc, &root, 1);
+}
