@@ -669,14 +669,29 @@ add_event(Completion *c, int32 id)
 	return ev;
 }
 
+/* The JSON name of a command's kind ("scheduleActivity"), for messages */
 static const char *
 command_name(const Dex__V1__Command *cmd)
 {
 	const ProtobufCFieldDescriptor *f =
 		protobuf_c_message_descriptor_get_field(&dex__v1__command__descriptor,
 												cmd->kind_case);
+	char	   *name;
+	char	   *out;
 
-	return f ? f->name : "empty";
+	if (f == NULL)
+		return "empty";
+	name = pstrdup(f->name);
+	out = name;
+	for (const char *p = f->name; *p; p++)
+	{
+		if (*p == '_' && p[1])
+			*out++ = pg_toupper((unsigned char) *++p);
+		else
+			*out++ = *p;
+	}
+	*out = '\0';
+	return name;
 }
 
 static int32
