@@ -1,0 +1,193 @@
+-- contracts: the shape of dex's SQL API and schema, as clients and SDKs rely on it.
+--
+-- Every API function exists with its exact argument types and return type, runs with the
+-- caller's rights (not SECURITY DEFINER) and pins its search_path; the tables exist, task
+-- tables are partitioned per queue and workflow-task partitions are UNLOGGED; PUBLIC cannot
+-- write any dex table.
+--
+-- Runs in one transaction that is rolled back: the queues created here leave nothing behind.
+\set ON_ERROR_STOP 1
+\pset format unaligned
+\pset tuples_only true
+\pset pager off
+
+BEGIN;
+SET LOCAL client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS pgtap;
+
+SELECT plan(142);
+
+-- the API: name, exact argument types, return type (as pgTAP spells it)
+CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
+INSERT INTO api VALUES
+    ('to_json',          '{text,bytea}',                                            'jsonb'),
+    ('from_json',        '{text,jsonb}',                                            'bytea'),
+    ('payload_value',    '{bytea}',                                                 'jsonb'),
+    ('create_queue',     '{text,text,integer}',                                     'void'),
+    ('create_run',       '{text,text,jsonb,integer,text,integer,jsonb,text}',       'uuid'),
+    ('get_run',          '{uuid}',                                                  'dex.runs'),
+    ('run_history',      '{uuid}',                                                  'setof record'),
+    ('poll_tasks',       '{text,text,integer,interval}',                            'setof record'),
+    ('poll_tasks_pb',    '{text,text,integer,interval}',                            'setof record'),
+    ('complete_task',    '{uuid,integer,bigint,jsonb}',                             'void'),
+    ('complete_task_pb', '{uuid,integer,bigint,bytea}',                             'void'),
+    ('fail_task',        '{uuid,integer,bigint,jsonb}',                             'void'),
+    ('fail_task_pb',     '{uuid,integer,bigint,bytea}',                             'void'),
+    ('wake_scheduler',   '{}',                                                      'void');
+
+-- every function exists with exactly these argument types
+SELECT has_function('dex', fname, args,
+                    format('dex.%s(%s) exists', fname, array_to_string(args, ', ')))
+  FROM api ORDER BY fname;
+
+-- and whatever else the schema holds follows the same rules: no function in dex runs with
+-- its owner's rights or resolves names through the caller's search_path
+SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
+                 WHERE p.pronamespace = 'dex'::regnamespace
+                   AND (p.prosecdef OR NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c
+                                                    WHERE c LIKE 'search_path=%'))),
+          '{}'::text[], 'no function in schema dex is SECURITY DEFINER or leaves search_path unpinned');
+
+-- return types
+SELECT function_returns('dex', fname, args, returns,
+                        format('dex.%s returns %s', fname, returns))
+  FROM api ORDER BY fname;
+
+-- the set-returning functions return the documented columns
+SELECT is(pg_get_function_result('dex.poll_tasks(text,text,integer,interval)'::regprocedure),
+          'TABLE(kind text, run_id uuid, task_id integer, lock_version bigint, '
+          'locked_until timestamp with time zone, task jsonb)',
+          'dex.poll_tasks returns (kind, run_id, task_id, lock_version, locked_until, task jsonb)');
+SELECT is(pg_get_function_result('dex.poll_tasks_pb(text,text,integer,interval)'::regprocedure),
+          'TABLE(kind text, run_id uuid, task_id integer, lock_version bigint, '
+          'locked_until timestamp with time zone, task bytea)',
+          'dex.poll_tasks_pb returns the same columns with task as bytea');
+SELECT is(pg_get_function_result('dex.run_history(uuid)'::regprocedure),
+          'TABLE(sequence integer, event jsonb)',
+          'dex.run_history returns (sequence, event jsonb)');
+
+-- no function runs with its owner's rights
+SELECT isnt_definer('dex', fname, args, format('dex.%s is not SECURITY DEFINER', fname))
+  FROM api ORDER BY fname;
+
+-- every function pins its search_path, so nothing resolves through the caller's
+SELECT ok(EXISTS (SELECT 1 FROM unnest(p.proconfig) c
+                   WHERE c = 'search_path=pg_catalog, pg_temp'),
+          format('dex.%s pins search_path to pg_catalog, pg_temp', a.fname))
+  FROM api a
+  JOIN pg_proc p ON p.pronamespace = 'dex'::regnamespace AND p.proname = a.fname
+ ORDER BY a.fname;
+
+-- and every function is documented
+SELECT ok(obj_description(p.oid, 'pg_proc') IS NOT NULL, format('dex.%s has a comment', a.fname))
+  FROM api a
+  JOIN pg_proc p ON p.pronamespace = 'dex'::regnamespace AND p.proname = a.fname
+ ORDER BY a.fname;
+
+-- volatility that callers and the planner rely on: readers are not volatile,
+-- pure codec functions are immutable, writers are volatile
+SELECT volatility_is('dex', 'get_run', '{uuid}', 'stable', 'dex.get_run is STABLE');
+SELECT volatility_is('dex', 'to_json', '{text,bytea}', 'immutable', 'dex.to_json is IMMUTABLE');
+SELECT volatility_is('dex', 'poll_tasks', '{text,text,integer,interval}', 'volatile',
+                     'dex.poll_tasks is VOLATILE');
+
+--
+-- tables
+--
+SELECT has_table('dex', t, format('table dex.%s exists', t))
+  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease}'::name[]) t;
+SELECT has_view('dex', 'runs', 'view dex.runs exists');
+SELECT has_sequence('dex', 'lease_version', 'sequence dex.lease_version (the fencing tokens) exists');
+SELECT is_partitioned('dex', 'workflow_task', 'dex.workflow_task is partitioned');
+SELECT is_partitioned('dex', 'activity_task', 'dex.activity_task is partitioned');
+SELECT is((SELECT relpersistence FROM pg_class WHERE oid = 'dex.lease'::regclass), 'u'::"char",
+          'dex.lease is UNLOGGED');
+-- the run table and the history are durable
+SELECT is(ARRAY(SELECT relpersistence::text FROM pg_class
+                 WHERE oid IN ('dex.workflow_run'::regclass, 'dex.workflow_history'::regclass,
+                               'dex.workflow_inbox'::regclass, 'dex.queue'::regclass)),
+          '{p,p,p,p}', 'runs, history, inbox and queues are logged tables');
+-- the view's columns, in order
+SELECT columns_are('dex', 'runs',
+    '{id,workflow_name,workflow_version,queue,status,instance_id,priority,labels,concurrency_key,custom_status,parent_id,argument,result,failure,history_length,created_at,updated_at,started_at,completed_at}'::name[],
+    'dex.runs has the documented columns');
+
+-- each queue gets its own partition: UNLOGGED for workflow tasks, logged for activities
+SELECT dex.create_queue('tap-contracts-wf', 'workflow') \gset
+SELECT dex.create_queue('tap-contracts-act', 'activity', 10) \gset
+SELECT partition AS wf_part FROM dex.queue WHERE name = 'tap-contracts-wf' \gset
+SELECT partition AS act_part FROM dex.queue WHERE name = 'tap-contracts-act' \gset
+SELECT is_partition_of('dex', :'wf_part', 'dex', 'workflow_task',
+                       'the workflow queue''s partition is a partition of dex.workflow_task');
+SELECT is_partition_of('dex', :'act_part', 'dex', 'activity_task',
+                       'the activity queue''s partition is a partition of dex.activity_task');
+SELECT is((SELECT relpersistence FROM pg_class WHERE oid = format('dex.%I', :'wf_part')::regclass),
+          'u'::"char", 'the workflow-task partition is UNLOGGED');
+SELECT is((SELECT relpersistence FROM pg_class WHERE oid = format('dex.%I', :'act_part')::regclass),
+          'p'::"char", 'the activity-task partition is logged');
+SELECT is((SELECT pg_get_expr(relpartbound, oid) FROM pg_class
+            WHERE oid = format('dex.%I', :'wf_part')::regclass),
+          format('FOR VALUES IN (%s)', (SELECT id FROM dex.queue WHERE name = 'tap-contracts-wf')),
+          'the workflow-task partition holds exactly its queue''s id');
+SELECT is((SELECT row(kind, status, capacity)::text FROM dex.queue WHERE name = 'tap-contracts-act'),
+          '(activity,ACTIVE,10)', 'the queue row records kind, status and capacity');
+
+--
+-- privileges: clients never write the tables
+--
+-- PUBLIC may not INSERT, UPDATE, DELETE nor TRUNCATE any dex table
+SELECT ok(NOT has_table_privilege('public', format('dex.%I', t), p),
+          format('PUBLIC cannot %s dex.%s', p, t))
+  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease}'::text[]) t,
+       unnest('{INSERT,UPDATE,DELETE,TRUNCATE}'::text[]) p
+ ORDER BY t, p;
+-- nor anything else on them
+SELECT table_privs_are('dex', t, 'public', '{}'::name[], format('PUBLIC has no privileges on dex.%s', t))
+  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease}'::name[]) t;
+-- the partitions a queue creates are not writable either
+SELECT ok(NOT has_table_privilege('public', format('dex.%I', :'wf_part'), 'INSERT')
+          AND NOT has_table_privilege('public', format('dex.%I', :'wf_part'), 'UPDATE')
+          AND NOT has_table_privilege('public', format('dex.%I', :'wf_part'), 'DELETE'),
+          'PUBLIC cannot write a new workflow-task partition directly');
+SELECT ok(NOT has_table_privilege('public', format('dex.%I', :'act_part'), 'INSERT')
+          AND NOT has_table_privilege('public', format('dex.%I', :'act_part'), 'UPDATE')
+          AND NOT has_table_privilege('public', format('dex.%I', :'act_part'), 'DELETE'),
+          'PUBLIC cannot write a new activity-task partition directly');
+-- nor the fencing-token sequence
+SELECT ok(NOT has_sequence_privilege('public', 'dex.lease_version', 'UPDATE')
+          AND NOT has_sequence_privilege('public', 'dex.lease_version', 'USAGE'),
+          'PUBLIC cannot draw lock versions from dex.lease_version');
+
+-- an ordinary role that can see the schema is refused (insufficient_privilege) when it
+-- writes directly; the statement runs as that role inside a subtransaction
+CREATE ROLE tap_dex_client NOLOGIN;
+GRANT USAGE ON SCHEMA dex TO tap_dex_client;
+CREATE FUNCTION pg_temp.sqlstate_as(role_name text, statement text) RETURNS text
+LANGUAGE plpgsql AS $fn$
+BEGIN
+    EXECUTE format('SET LOCAL ROLE %I', role_name);
+    EXECUTE statement;
+    RESET ROLE;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE;   -- the subtransaction's rollback has undone SET ROLE
+END
+$fn$;
+SELECT is(pg_temp.sqlstate_as('tap_dex_client', s), '42501', d)
+  FROM (VALUES
+    ($$INSERT INTO dex.queue (name, kind, partition) VALUES ('x', 'workflow', 'x')$$,
+     'a client cannot INSERT into dex.queue'),
+    ($$UPDATE dex.workflow_run SET status = 'COMPLETED'$$,
+     'a client cannot UPDATE dex.workflow_run'),
+    ($$DELETE FROM dex.workflow_history$$,
+     'a client cannot DELETE from dex.workflow_history'),
+    ($$UPDATE dex.workflow_task SET lock_version = lock_version + 1$$,
+     'a client cannot forge a workflow task''s lock version'),
+    ($$UPDATE dex.activity_task SET locked_by = NULL$$,
+     'a client cannot release an activity task''s lease'),
+    ($$SELECT nextval('dex.lease_version')$$,
+     'a client cannot draw a lock version')) t(s, d);
+SELECT is(current_user, session_user, 'the role switch did not leak');
+
+SELECT * FROM finish();
+ROLLBACK;
