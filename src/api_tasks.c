@@ -1056,73 +1056,76 @@ fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
  * ----------------------------------------------------------------
  */
 
-/* dex.complete_task(run_id, task_id, lock_version, result jsonb) */
-Datum
-dex_complete_task(PG_FUNCTION_ARGS)
+/*
+ * dex.complete_task(run_id, task_id, lock_version, result jsonb) and
+ * dex.complete_task_pb(..., result bytea): the result is the commands of a
+ * workflow task or the result payload of an activity task.
+ */
+static void
+complete_task(FunctionCallInfo fcinfo, bool protobuf)
 {
 	pg_uuid_t  *run_id;
 	int32		task_id;
 	int64		lock_version;
-	Jsonb	   *result;
 
 	check_task_args(fcinfo, "result");
 	run_id = PG_GETARG_UUID_P(0);
 	task_id = PG_GETARG_INT32(1);
 	lock_version = PG_GETARG_INT64(2);
-	result = PG_ARGISNULL(3) ? NULL : PG_GETARG_JSONB_P(3);
 
 	SPI_connect();
 	if (task_id == 0)
 	{
-		if (result == NULL)
+		Dex__V1__WorkflowTaskCompletion *completion;
+
+		if (PG_ARGISNULL(3))
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("a workflow task needs its commands"),
 					 errhint("Pass a JSON array of commands, or {\"commands\": [...]}.")));
-		dex_check_payload_size(VARSIZE(result), "command list");
-		complete_workflow_task(run_id, lock_version, completion_from_jsonb(result));
+		if (protobuf)
+		{
+			bytea	   *data = PG_GETARG_BYTEA_PP(3);
+
+			dex_check_payload_size(VARSIZE_ANY_EXHDR(data), "command list");
+			completion = (Dex__V1__WorkflowTaskCompletion *)
+				dex_pb_unpack(&dex__v1__workflow_task_completion__descriptor,
+							  (uint8 *) VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data),
+							  "workflow task completion");
+		}
+		else
+		{
+			Jsonb	   *json = PG_GETARG_JSONB_P(3);
+
+			dex_check_payload_size(VARSIZE(json), "command list");
+			completion = completion_from_jsonb(json);
+		}
+		complete_workflow_task(run_id, lock_version, completion);
 	}
 	else
-		complete_activity_task(run_id, task_id, lock_version,
-							   dex_payload_from_jsonb(result));
+	{
+		Dex__V1__Payload *result = NULL;
+
+		if (!PG_ARGISNULL(3))
+			result = protobuf ?
+				dex_payload_from_bytea(PG_GETARG_BYTEA_PP(3), "result") :
+				dex_payload_from_jsonb(PG_GETARG_JSONB_P(3));
+		complete_activity_task(run_id, task_id, lock_version, result);
+	}
 	SPI_finish();
+}
+
+Datum
+dex_complete_task(PG_FUNCTION_ARGS)
+{
+	complete_task(fcinfo, false);
 	PG_RETURN_VOID();
 }
 
-/* dex.complete_task(run_id, task_id, lock_version, result bytea) */
 Datum
 dex_complete_task_pb(PG_FUNCTION_ARGS)
 {
-	pg_uuid_t  *run_id;
-	int32		task_id;
-	int64		lock_version;
-	bytea	   *result;
-
-	check_task_args(fcinfo, "result");
-	run_id = PG_GETARG_UUID_P(0);
-	task_id = PG_GETARG_INT32(1);
-	lock_version = PG_GETARG_INT64(2);
-	result = PG_ARGISNULL(3) ? NULL : PG_GETARG_BYTEA_PP(3);
-
-	SPI_connect();
-	if (task_id == 0)
-	{
-		if (result == NULL)
-			ereport(ERROR,
-					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-					 errmsg("a workflow task needs its commands")));
-		dex_check_payload_size(VARSIZE_ANY_EXHDR(result), "command list");
-		complete_workflow_task(run_id, lock_version,
-							   (Dex__V1__WorkflowTaskCompletion *)
-							   dex_pb_unpack(&dex__v1__workflow_task_completion__descriptor,
-											 (uint8 *) VARDATA_ANY(result),
-											 VARSIZE_ANY_EXHDR(result),
-											 "workflow task completion"));
-	}
-	else
-		complete_activity_task(run_id, task_id, lock_version,
-							   dex_payload_from_bytea(result, "result"));
-	SPI_finish();
+	complete_task(fcinfo, true);
 	PG_RETURN_VOID();
 }
 
