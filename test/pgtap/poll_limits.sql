@@ -68,6 +68,13 @@ BEGIN
         PERFORM dex.complete_task(t.run_id, 0, t.lock_version, '[{"completeRun": {}}]');
     END LOOP;
 END $$;
+-- is(), keeping only its TAP line: the diagnostics of a failing TODO test would make
+-- prove print them between the file name and its verdict, which test/run-tests.sh does not
+-- count.  What the poll leased is in the description instead.
+CREATE FUNCTION pg_temp.todo_is(have integer, want integer, description text) RETURNS text
+LANGUAGE sql AS $$
+    SELECT split_part(is(have, want, format('%s (got %s)', description, have)), E'\n', 1)
+$$;
 CREATE FUNCTION pg_temp.pending(queue_name text) RETURNS integer LANGUAGE sql AS $$
     SELECT ((SELECT count(*) FROM dex.workflow_task w JOIN dex.queue q ON q.id = w.queue_id
               WHERE q.name = queue_name AND w.locked_by IS NULL)
@@ -108,17 +115,17 @@ SELECT ok((SELECT bool_and(reltuples = 0 AND relpages > 0) FROM pg_class
 
 SELECT pg_temp.new_runs(4) \gset
 SELECT todo_start('poll_tasks ignores max_tasks when the LIMIT subquery is rescanned (see the file header)');
-SELECT is((SELECT count(*)::int FROM dex.poll_tasks('tap-limits-wf', 'w2', 1)), 1,
-          'a drained workflow queue: max_tasks 1 leases 1 of 4 new tasks');
-SELECT is(pg_temp.pending('tap-limits-wf'), 3, 'and leaves 3 for other workers');
+SELECT pg_temp.todo_is((SELECT count(*)::int FROM dex.poll_tasks('tap-limits-wf', 'w2', 1)), 1,
+                       'a drained workflow queue: max_tasks 1 leases 1 of 4 new tasks');
+SELECT pg_temp.todo_is(pg_temp.pending('tap-limits-wf'), 3, 'and leaves 3 for other workers');
 SELECT todo_end();
 SELECT pg_temp.drain() \gset
 
 SELECT pg_temp.new_activities(4) \gset
 SELECT todo_start('poll_tasks ignores max_tasks when the LIMIT subquery is rescanned (see the file header)');
-SELECT is((SELECT count(*)::int FROM dex.poll_tasks('tap-limits-act', 'w2', 1)), 1,
-          'a drained activity queue: max_tasks 1 leases 1 of 4 new tasks');
-SELECT is(pg_temp.pending('tap-limits-act'), 3, 'and leaves 3 for other workers');
+SELECT pg_temp.todo_is((SELECT count(*)::int FROM dex.poll_tasks('tap-limits-act', 'w2', 1)), 1,
+                       'a drained activity queue: max_tasks 1 leases 1 of 4 new tasks');
+SELECT pg_temp.todo_is(pg_temp.pending('tap-limits-act'), 3, 'and leaves 3 for other workers');
 SELECT todo_end();
 
 SELECT * FROM finish();
