@@ -251,26 +251,32 @@ fetch_inbox(pg_uuid_t *run_id, Datum inbox_ids, bool inbox_ids_null,
  * ----------------------------------------------------------------
  */
 
+/*
+ * The LIMIT subqueries of the lease statements are MATERIALIZED CTEs: as a
+ * plain subquery the planner may rescan it inside a nested loop (it does with
+ * statistics taken on an empty partition), and every rescan skips the rows
+ * already leased and returns new ones, so max_tasks would not hold.
+ */
 static DexPlan lease_workflow_plan = {
+	"WITH c AS MATERIALIZED (SELECT run_id FROM dex.workflow_task "
+	"      WHERE queue_id = $1 AND (locked_until IS NULL OR locked_until <= now()) "
+	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
 	"UPDATE dex.workflow_task t SET locked_by = $3, locked_until = now() + $4, "
 	"lock_version = nextval('dex.lease_version'), started_at = now(), "
 	"inbox_ids = ARRAY(SELECT i.id FROM dex.workflow_inbox i "
 	"                   WHERE i.run_id = t.run_id AND i.visible_from <= now() ORDER BY i.id) "
-	"FROM (SELECT run_id FROM dex.workflow_task "
-	"      WHERE queue_id = $1 AND (locked_until IS NULL OR locked_until <= now()) "
-	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) c "
-	"WHERE t.queue_id = $1 AND t.run_id = c.run_id "
+	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id "
 	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids",
 	4, {INT4OID, INT4OID, TEXTOID, INTERVALOID}
 };
 
 static DexPlan lease_activity_plan = {
+	"WITH c AS MATERIALIZED (SELECT run_id, event_id FROM dex.activity_task "
+	"      WHERE queue_id = $1 AND status = 'QUEUED' AND locked_by IS NULL "
+	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
 	"UPDATE dex.activity_task t SET locked_by = $3, locked_until = now() + $4, "
 	"lock_version = nextval('dex.lease_version') "
-	"FROM (SELECT run_id, event_id FROM dex.activity_task "
-	"      WHERE queue_id = $1 AND status = 'QUEUED' AND locked_by IS NULL "
-	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) c "
-	"WHERE t.queue_id = $1 AND t.run_id = c.run_id AND t.event_id = c.event_id "
+	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id AND t.event_id = c.event_id "
 	"RETURNING t.run_id, t.event_id, t.lock_version, t.locked_until, t.name, t.argument, "
 	"t.attempt, t.retry_policy, t.last_failure",
 	4, {INT4OID, INT4OID, TEXTOID, INTERVALOID}

@@ -65,13 +65,13 @@ static DexPlan rebuild_tasks_plan = {
 	0, {0}
 };
 
+/* batches are MATERIALIZED CTEs so that a rescan cannot exceed the batch size */
 static DexPlan due_events_plan = {
-	"WITH due AS ("
-	" UPDATE dex.workflow_inbox SET delayed = false "
-	" WHERE (run_id, id) IN (SELECT run_id, id FROM dex.workflow_inbox "
-	"                        WHERE delayed AND visible_from <= now() "
-	"                        ORDER BY visible_from LIMIT $1 FOR UPDATE SKIP LOCKED) "
-	" RETURNING run_id) "
+	"WITH batch AS MATERIALIZED (SELECT run_id, id FROM dex.workflow_inbox "
+	"      WHERE delayed AND visible_from <= now() "
+	"      ORDER BY visible_from LIMIT $1 FOR UPDATE SKIP LOCKED), "
+	"due AS (UPDATE dex.workflow_inbox i SET delayed = false FROM batch "
+	"      WHERE i.run_id = batch.run_id AND i.id = batch.id RETURNING i.run_id) "
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
 	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
 	"WHERE r.id IN (SELECT run_id FROM due) AND r.status IN ('CREATED', 'RUNNING') "
@@ -81,11 +81,11 @@ static DexPlan due_events_plan = {
 };
 
 static DexPlan due_activities_plan = {
-	"UPDATE dex.activity_task SET status = 'QUEUED' "
-	"WHERE (run_id, event_id) IN (SELECT run_id, event_id FROM dex.activity_task "
-	"                             WHERE status = 'CREATED' AND visible_from <= now() "
-	"                             ORDER BY visible_from LIMIT $1 FOR UPDATE SKIP LOCKED) "
-	"AND status = 'CREATED'",
+	"WITH batch AS MATERIALIZED (SELECT run_id, event_id FROM dex.activity_task "
+	"      WHERE status = 'CREATED' AND visible_from <= now() "
+	"      ORDER BY visible_from LIMIT $1 FOR UPDATE SKIP LOCKED) "
+	"UPDATE dex.activity_task a SET status = 'QUEUED' FROM batch "
+	"WHERE a.run_id = batch.run_id AND a.event_id = batch.event_id AND a.status = 'CREATED'",
 	1, {INT4OID}
 };
 

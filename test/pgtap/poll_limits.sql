@@ -1,18 +1,13 @@
 -- poll_limits: dex.poll_tasks leases at most max_tasks tasks, whatever plan the planner picks.
 --
--- Known bug, kept as TODO tests until it is fixed: the lease statements of
--- src/api_tasks.c (lease_workflow_plan, lease_activity_plan) are
+-- A regression test: the lease statements of src/api_tasks.c once had the form
 --     UPDATE task t ... FROM (SELECT ... LIMIT $2 FOR UPDATE SKIP LOCKED) c WHERE t.run_id = c.run_id
--- When the planner estimates the queue's partition at about one row (its statistics were
--- taken while the queue was empty: reltuples 0, relpages > 0, which autovacuum produces
--- after a queue drains), it puts the LIMIT subquery on the inner side of a nested loop and
--- rescans it for every task row.  Each rescan skips the rows the UPDATE has already changed
--- (LockRows sees them as updated by the same command) and returns the next ones, so the
--- UPDATE leases every pending task: poll_tasks(..., max_tasks => 1) leases the whole queue.
--- The cure is to evaluate the LIMIT once, e.g. WITH c AS MATERIALIZED (SELECT ... LIMIT $2
--- FOR UPDATE SKIP LOCKED) UPDATE ... FROM c.  Once it is fixed the TODO tests pass, prove
--- reports "TODO passed" for this file and test/run-tests.sh counts that as a failure: then
--- remove the todo_start/todo_end lines.
+-- When the planner estimated the queue's partition at about one row (statistics taken while
+-- the queue was empty: reltuples 0, relpages > 0, which autovacuum produces after a queue
+-- drains), it put the LIMIT subquery on the inner side of a nested loop and rescanned it for
+-- every task row.  Each rescan skipped the rows the UPDATE had already changed and returned
+-- the next ones, so poll_tasks(..., max_tasks => 1) leased the whole queue.  The LIMIT is now
+-- a MATERIALIZED CTE, evaluated once.
 --
 -- The tests below reproduce those statistics inside the transaction (ANALYZE of the drained
 -- partition) and then poll, with plans made for the actual parameters (custom plans: what
@@ -68,13 +63,6 @@ BEGIN
         PERFORM dex.complete_task(t.run_id, 0, t.lock_version, '[{"completeRun": {}}]');
     END LOOP;
 END $$;
--- is(), keeping only its TAP line: the diagnostics of a failing TODO test would make
--- prove print them between the file name and its verdict, which test/run-tests.sh does not
--- count.  What the poll leased is in the description instead.
-CREATE FUNCTION pg_temp.todo_is(have integer, want integer, description text) RETURNS text
-LANGUAGE sql AS $$
-    SELECT split_part(is(have, want, format('%s (got %s)', description, have)), E'\n', 1)
-$$;
 CREATE FUNCTION pg_temp.pending(queue_name text) RETURNS integer LANGUAGE sql AS $$
     SELECT ((SELECT count(*) FROM dex.workflow_task w JOIN dex.queue q ON q.id = w.queue_id
               WHERE q.name = queue_name AND w.locked_by IS NULL)
@@ -114,19 +102,15 @@ SELECT ok((SELECT bool_and(reltuples = 0 AND relpages > 0) FROM pg_class
           'their partitions'' statistics say: empty, but with pages');
 
 SELECT pg_temp.new_runs(4) \gset
-SELECT todo_start('poll_tasks ignores max_tasks when the LIMIT subquery is rescanned (see the file header)');
-SELECT pg_temp.todo_is((SELECT count(*)::int FROM dex.poll_tasks('tap-limits-wf', 'w2', 1)), 1,
+SELECT is((SELECT count(*)::int FROM dex.poll_tasks('tap-limits-wf', 'w2', 1)), 1,
                        'a drained workflow queue: max_tasks 1 leases 1 of 4 new tasks');
-SELECT pg_temp.todo_is(pg_temp.pending('tap-limits-wf'), 3, 'and leaves 3 for other workers');
-SELECT todo_end();
+SELECT is(pg_temp.pending('tap-limits-wf'), 3, 'and leaves 3 for other workers');
 SELECT pg_temp.drain() \gset
 
 SELECT pg_temp.new_activities(4) \gset
-SELECT todo_start('poll_tasks ignores max_tasks when the LIMIT subquery is rescanned (see the file header)');
-SELECT pg_temp.todo_is((SELECT count(*)::int FROM dex.poll_tasks('tap-limits-act', 'w2', 1)), 1,
+SELECT is((SELECT count(*)::int FROM dex.poll_tasks('tap-limits-act', 'w2', 1)), 1,
                        'a drained activity queue: max_tasks 1 leases 1 of 4 new tasks');
-SELECT pg_temp.todo_is(pg_temp.pending('tap-limits-act'), 3, 'and leaves 3 for other workers');
-SELECT todo_end();
+SELECT is(pg_temp.pending('tap-limits-act'), 3, 'and leaves 3 for other workers');
 
 SELECT * FROM finish();
 ROLLBACK;
