@@ -94,6 +94,7 @@ CREATE TABLE dex.workflow_task (
 COMMENT ON TABLE dex.workflow_task IS
     'Pending and leased workflow tasks, one per run with visible unseen events; rebuilt from runs and inbox after a crash.';
 CREATE INDEX workflow_task_poll_idx ON dex.workflow_task (queue_id, priority DESC, created_at);
+CREATE INDEX workflow_task_lease_idx ON dex.workflow_task (locked_until) WHERE locked_by IS NOT NULL;
 
 CREATE TABLE dex.activity_task (
     queue_id        integer NOT NULL,
@@ -196,6 +197,20 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'dex_create_run';
 COMMENT ON FUNCTION dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text) IS
     'Start a workflow run on a workflow queue; returns its id (a UUIDv7).';
+
+CREATE FUNCTION dex.create_runs(
+    workflow_name text,
+    queue text,
+    arguments jsonb[],
+    workflow_version integer DEFAULT 1,
+    priority integer DEFAULT 0,
+    labels jsonb DEFAULT NULL)
+RETURNS SETOF uuid
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_create_runs';
+COMMENT ON FUNCTION dex.create_runs(text, text, jsonb[], integer, integer, jsonb) IS
+    'Start many runs of one workflow on one queue in one call: one run per element of arguments; returns their ids in order.';
 
 CREATE VIEW dex.runs AS
 SELECT r.id,
@@ -310,6 +325,69 @@ SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'dex_fail_task_pb';
 COMMENT ON FUNCTION dex.fail_task_pb(uuid, integer, bigint, bytea) IS
     'dex.fail_task with a protobuf-encoded dex.v1.Failure.';
+
+-- No SET clause: it would forbid the transaction control this procedure needs;
+-- its statements qualify every object and operator instead.
+CREATE PROCEDURE dex.wait_for_tasks(queue text, timeout interval, INOUT ready boolean DEFAULT NULL)
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'dex_wait_for_tasks';
+COMMENT ON PROCEDURE dex.wait_for_tasks(text, interval, boolean) IS
+    'Long poll: ready = true as soon as the queue may have pollable tasks, false after the timeout; holds no snapshot while it waits. Call outside a transaction block.';
+
+/*
+ * Batches: many tasks in one call and one transaction.  A lost lease is
+ * reported for its task (completed = false) without failing the others.
+ */
+
+CREATE FUNCTION dex.complete_tasks(run_ids uuid[], task_ids integer[], lock_versions bigint[], results jsonb[])
+RETURNS TABLE (run_id uuid, task_id integer, completed boolean)
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_complete_tasks';
+COMMENT ON FUNCTION dex.complete_tasks(uuid[], integer[], bigint[], jsonb[]) IS
+    'Complete many leased tasks at once (as dex.complete_task); completed is false for a task whose lease was lost.';
+
+CREATE FUNCTION dex.complete_tasks_pb(run_ids uuid[], task_ids integer[], lock_versions bigint[], results bytea[])
+RETURNS TABLE (run_id uuid, task_id integer, completed boolean)
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_complete_tasks_pb';
+COMMENT ON FUNCTION dex.complete_tasks_pb(uuid[], integer[], bigint[], bytea[]) IS
+    'dex.complete_tasks with protobuf results (dex.v1.WorkflowTaskCompletion or dex.v1.Payload).';
+
+CREATE FUNCTION dex.fail_tasks(run_ids uuid[], task_ids integer[], lock_versions bigint[], failures jsonb[])
+RETURNS TABLE (run_id uuid, task_id integer, failed boolean)
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_fail_tasks';
+COMMENT ON FUNCTION dex.fail_tasks(uuid[], integer[], bigint[], jsonb[]) IS
+    'Fail many leased activity attempts at once (as dex.fail_task); failed is false for a task whose lease was lost.';
+
+CREATE FUNCTION dex.fail_tasks_pb(run_ids uuid[], task_ids integer[], lock_versions bigint[], failures bytea[])
+RETURNS TABLE (run_id uuid, task_id integer, failed boolean)
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_fail_tasks_pb';
+COMMENT ON FUNCTION dex.fail_tasks_pb(uuid[], integer[], bigint[], bytea[]) IS
+    'dex.fail_tasks with protobuf failures (dex.v1.Failure).';
+
+CREATE FUNCTION dex.heartbeat_task(run_id uuid, task_id integer, lock_version bigint,
+                                   lease_duration interval DEFAULT '5 minutes')
+RETURNS timestamptz
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_heartbeat_task';
+COMMENT ON FUNCTION dex.heartbeat_task(uuid, integer, bigint, interval) IS
+    'Extend a held lease to now + lease_duration; returns the new expiry; refused (WD001) if the lease is lost.';
+
+CREATE FUNCTION dex.heartbeat_tasks(run_ids uuid[], task_ids integer[], lock_versions bigint[],
+                                    lease_duration interval DEFAULT '5 minutes')
+RETURNS TABLE (run_id uuid, task_id integer, locked_until timestamptz)
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_heartbeat_tasks';
+COMMENT ON FUNCTION dex.heartbeat_tasks(uuid[], integer[], bigint[], interval) IS
+    'Extend many leases at once; one row per lease still held, none for lost ones.';
 
 /*
  * Workers.

@@ -9,12 +9,14 @@ SELECT p.oid::regprocedure AS function, pg_get_function_result(p.oid) AS returns
  WHERE n.nspname = 'dex'
  ORDER BY p.oid::regprocedure::text;
 
--- every function is documented and pins its search_path
+-- every function is documented and pins its search_path (procedures cannot:
+-- a SET clause forbids transaction control; they qualify every name instead)
 SELECT p.oid::regprocedure AS undocumented_or_unpinned
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = 'dex'
    AND (obj_description(p.oid, 'pg_proc') IS NULL
-        OR NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%'));
+        OR (p.prokind <> 'p'
+            AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%')));
 
 -- the tables, and which are unlogged or partitioned
 SELECT c.relname, c.relkind, c.relpersistence

@@ -17,6 +17,7 @@
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
@@ -178,6 +179,7 @@ dex_create_run(PG_FUNCTION_ARGS)
 	values[1] = UUIDPGetDatum(run_id);
 	values[2] = Int16GetDatum((int16) priority);
 	dex_spi_exec(&insert_task_plan, values, NULL, false, 0);
+	dex_queue_work_added(queue.id);
 
 	SPI_finish();
 	MemoryContextSwitchTo(outer);
@@ -243,5 +245,119 @@ dex_run_history(PG_FUNCTION_ARGS)
 		}
 	}
 	SPI_finish();
+	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------
+ * dex.create_runs(workflow_name, queue, arguments jsonb[], workflow_version,
+ *				   priority, labels) returns setof uuid
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dex_create_runs);
+
+#define MAX_CREATE_BATCH 10000
+
+static DexPlan insert_runs_plan = {
+	"WITH r AS (INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, "
+	"                   priority, labels, argument, created_at) "
+	"           SELECT id, $3, $4, $5, $6, $7, argument, now() "
+	"             FROM unnest($1::uuid[], $2::bytea[]) AS a(id, argument) "
+	"           RETURNING id) "
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) SELECT $5, id, $6 FROM r",
+	7, {UUIDARRAYOID, BYTEAARRAYOID, TEXTOID, INT4OID, INT4OID, INT2OID, JSONBOID}
+};
+
+/*
+ * Many runs of one workflow on one queue in two statements: one run per
+ * element of "arguments" (a NULL element is a run without argument).
+ */
+Datum
+dex_create_runs(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *workflow_name = required_name(fcinfo, 0, "workflow name");
+	char	   *queue_name = required_name(fcinfo, 1, "queue");
+	int32		version = PG_ARGISNULL(3) ? 1 : PG_GETARG_INT32(3);
+	int32		priority = PG_ARGISNULL(4) ? 0 : PG_GETARG_INT32(4);
+	Jsonb	   *labels = PG_ARGISNULL(5) ? NULL : PG_GETARG_JSONB_P(5);
+	ArrayType  *arguments;
+	Datum	   *elems;
+	bool	   *elem_nulls;
+	int			n;
+	Datum	   *ids;
+	Datum	   *payloads;
+	DexQueue	queue;
+	Datum		values[7];
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+
+	if (PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("arguments must not be null"),
+				 errhint("Pass one array element per run; an element may be null.")));
+	arguments = PG_GETARG_ARRAYTYPE_P(2);
+	if (ARR_NDIM(arguments) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("arguments must be a one-dimensional array")));
+	deconstruct_array(arguments, JSONBOID, -1, false, TYPALIGN_INT, &elems, &elem_nulls, &n);
+	if (n > MAX_CREATE_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("dex.create_runs creates at most %d runs per call", MAX_CREATE_BATCH),
+				 errdetail("This call asked for %d.", n)));
+	if (version < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("workflow version must be positive"),
+				 errdetail("The version was %d.", version)));
+	if (priority < 0 || priority > 100)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("priority must be between 0 and 100"),
+				 errdetail("The priority was %d.", priority)));
+	if (labels)
+		validate_labels(labels);
+
+	/* a set of a scalar type: the tuple descriptor is the expected one */
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+
+	ids = palloc(sizeof(Datum) * Max(n, 1));
+	payloads = palloc(sizeof(Datum) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		ids[i] = UUIDPGetDatum(dex_new_uuid());
+		payloads[i] = elem_nulls[i] ? (Datum) 0 :
+			PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *)
+											  dex_payload_from_jsonb(DatumGetJsonbP(elems[i]))));
+	}
+
+	SPI_connect();
+	queue = dex_require_queue(queue_name, true);
+	if (n > 0)
+	{
+		values[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+		values[1] = PointerGetDatum(construct_md_array(payloads, elem_nulls, 1, &n, (int[]) {1},
+													   BYTEAOID, -1, false, TYPALIGN_INT));
+		values[2] = CStringGetTextDatum(workflow_name);
+		values[3] = Int32GetDatum(version);
+		values[4] = Int32GetDatum(queue.id);
+		values[5] = Int16GetDatum((int16) priority);
+		if (labels)
+			values[6] = JsonbPGetDatum(labels);
+		else
+			nulls[6] = 'n';
+		dex_spi_exec(&insert_runs_plan, values, nulls, false, 0);
+		dex_queue_work_added(queue.id);
+	}
+	SPI_finish();
+
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull = false;
+
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &ids[i], &isnull);
+	}
 	return (Datum) 0;
 }

@@ -26,7 +26,9 @@
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "nodes/parsenodes.h"
 #include "utils/array.h"
+#include "utils/lsyscache.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
@@ -504,9 +506,9 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 			t->attempt = (int32) dex_spi_getint64(i, 7);
 			t->retry_policy = dex_spi_getbytea_copy(i, 8);
 			t->last_failure = dex_spi_getbytea_copy(i, 9);
-			/* the scheduler reclaims leases that expire */
-			dex_wake_scheduler_at_commit(t->locked_until);
 		}
+		/* the scheduler reclaims expired activity leases and announces expired workflow ones */
+		dex_wake_scheduler_at_commit(t->locked_until);
 	}
 
 	for (uint64 i = 0; i < n; i++)
@@ -637,11 +639,18 @@ static DexPlan end_run_cleanup_plan = {
 	1, {UUIDOID}
 };
 
+/*
+ * The run gets a new task if unseen events remain.  "Visible" is judged by
+ * the clock, not by the transaction's start: the scheduler may have handed
+ * over a timer that fell due since (its task insert waited for our delete of
+ * the task row), and that timer must not be left without a task.
+ */
 static DexPlan requeue_plan = {
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
 	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r WHERE r.id = $1 "
-	"AND EXISTS (SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = $1 AND i.visible_from <= now()) "
-	"ON CONFLICT DO NOTHING",
+	"AND EXISTS (SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = $1 "
+	"            AND i.visible_from <= clock_timestamp()) "
+	"ON CONFLICT DO NOTHING RETURNING queue_id",
 	1, {UUIDOID}
 };
 
@@ -759,6 +768,7 @@ apply_schedule_activity(Completion *c, const Dex__V1__Command *cmd)
 		nulls[5] = 'n';
 	values[6] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) policy));
 	dex_spi_exec(&insert_activity_plan, values, nulls, false, 0);
+	dex_queue_work_added(queue.id);
 }
 
 static void
@@ -874,9 +884,12 @@ apply_command(Completion *c, const Dex__V1__Command *cmd)
 	}
 }
 
-static void
+/*
+ * Returns false, having written nothing, if the lease is lost and !raise_lost.
+ */
+static bool
 complete_workflow_task(pg_uuid_t *run_id, int64 lock_version,
-					   Dex__V1__WorkflowTaskCompletion *completion)
+					   Dex__V1__WorkflowTaskCompletion *completion, bool raise_lost)
 {
 	TimestampTz started_at;
 	Datum		inbox_ids;
@@ -898,7 +911,11 @@ complete_workflow_task(pg_uuid_t *run_id, int64 lock_version,
 	values[1] = Int64GetDatum(lock_version);
 	dex_spi_exec(&fence_workflow_plan, values, NULL, false, 0);
 	if (SPI_processed == 0)
+	{
+		if (!raise_lost)
+			return false;
 		report_lost_lease(run_id, 0, lock_version);
+	}
 	started_at = (TimestampTz) dex_spi_getint64(0, 1);
 	inbox_ids = dex_spi_getdatum(0, 2, &inbox_ids_null);
 	if (!inbox_ids_null)
@@ -969,7 +986,11 @@ complete_workflow_task(pg_uuid_t *run_id, int64 lock_version,
 	if (terminal)
 		dex_spi_exec(&end_run_cleanup_plan, values, NULL, false, 0);
 	else
+	{
 		dex_spi_exec(&requeue_plan, values, NULL, false, 0);
+		dex_queue_work_added_spi(1);
+	}
+	return true;
 }
 
 /* The commands of a workflow task from JSON: a WorkflowTaskCompletion or a bare array of commands */
@@ -1014,9 +1035,9 @@ static DexPlan fence_activity_plan = {
 	3, {UUIDOID, INT4OID, INT8OID}
 };
 
-static void
+static bool
 complete_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
-					   Dex__V1__Payload *result)
+					   Dex__V1__Payload *result, bool raise_lost)
 {
 	Datum		values[3] = {UUIDPGetDatum(run_id), Int32GetDatum(task_id), Int64GetDatum(lock_version)};
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
@@ -1025,7 +1046,11 @@ complete_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
 
 	dex_spi_exec(&fence_activity_plan, values, NULL, false, 0);
 	if (SPI_processed == 0)
+	{
+		if (!raise_lost)
+			return false;
 		report_lost_lease(run_id, task_id, lock_version);
+	}
 	attempt = (int32) dex_spi_getint64(0, 1);
 
 	ev = dex_new_event(0, now);
@@ -1036,6 +1061,7 @@ complete_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
 	ev->activity_task_completed->result = result;
 	ev->activity_task_completed->attempt = attempt;
 	dex_insert_inbox(run_id, ev, now);
+	return true;
 }
 
 static DexPlan lock_activity_plan = {
@@ -1044,17 +1070,27 @@ static DexPlan lock_activity_plan = {
 	3, {UUIDOID, INT4OID, INT8OID}
 };
 
-static void
+static bool
 fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
-				   Dex__V1__Failure *failure)
+				   Dex__V1__Failure *failure, bool raise_lost)
 {
 	Datum		values[3] = {UUIDPGetDatum(run_id), Int32GetDatum(task_id), Int64GetDatum(lock_version)};
 
+	if (task_id == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
+				 errmsg("dex.fail_task applies to activity tasks"),
+				 errhint("A workflow fails its run with the failRun command of dex.complete_task.")));
 	dex_spi_exec(&lock_activity_plan, values, NULL, false, 1);
 	if (SPI_processed == 0)
+	{
+		if (!raise_lost)
+			return false;
 		report_lost_lease(run_id, task_id, lock_version);
+	}
 	dex_activity_attempt_failed(run_id, task_id, (int32) dex_spi_getint64(0, 1),
 								dex_spi_getbytea_copy(0, 2), failure);
+	return true;
 }
 
 /* ----------------------------------------------------------------
@@ -1063,35 +1099,31 @@ fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
  */
 
 /*
- * dex.complete_task(run_id, task_id, lock_version, result jsonb) and
- * dex.complete_task_pb(..., result bytea): the result is the commands of a
- * workflow task or the result payload of an activity task.
+ * Complete one task with its result in either form: the commands of a
+ * workflow task or the result payload of an activity task.  "result" is
+ * NULL for no result.  Returns false if the lease is lost and !raise_lost.
  */
-static void
-complete_task(FunctionCallInfo fcinfo, bool protobuf)
+static bool
+complete_one(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
+			 Datum result, bool isnull, bool protobuf, bool raise_lost)
 {
-	pg_uuid_t  *run_id;
-	int32		task_id;
-	int64		lock_version;
-
-	check_task_args(fcinfo, "result");
-	run_id = PG_GETARG_UUID_P(0);
-	task_id = PG_GETARG_INT32(1);
-	lock_version = PG_GETARG_INT64(2);
-
-	SPI_connect();
+	if (task_id < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("task id must not be negative"),
+				 errhint("Task id 0 names a run's workflow task, a positive id an activity task.")));
 	if (task_id == 0)
 	{
 		Dex__V1__WorkflowTaskCompletion *completion;
 
-		if (PG_ARGISNULL(3))
+		if (isnull)
 			ereport(ERROR,
 					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 					 errmsg("a workflow task needs its commands"),
 					 errhint("Pass a JSON array of commands, or {\"commands\": [...]}.")));
 		if (protobuf)
 		{
-			bytea	   *data = PG_GETARG_BYTEA_PP(3);
+			bytea	   *data = DatumGetByteaPP(result);
 
 			dex_check_payload_size(VARSIZE_ANY_EXHDR(data), "command list");
 			completion = (Dex__V1__WorkflowTaskCompletion *)
@@ -1101,23 +1133,37 @@ complete_task(FunctionCallInfo fcinfo, bool protobuf)
 		}
 		else
 		{
-			Jsonb	   *json = PG_GETARG_JSONB_P(3);
+			Jsonb	   *json = DatumGetJsonbP(result);
 
 			dex_check_payload_size(VARSIZE(json), "command list");
 			completion = completion_from_jsonb(json);
 		}
-		complete_workflow_task(run_id, lock_version, completion);
+		return complete_workflow_task(run_id, lock_version, completion, raise_lost);
 	}
 	else
 	{
-		Dex__V1__Payload *result = NULL;
+		Dex__V1__Payload *payload = NULL;
 
-		if (!PG_ARGISNULL(3))
-			result = protobuf ?
-				dex_payload_from_bytea(PG_GETARG_BYTEA_PP(3), "result") :
-				dex_payload_from_jsonb(PG_GETARG_JSONB_P(3));
-		complete_activity_task(run_id, task_id, lock_version, result);
+		if (!isnull)
+			payload = protobuf ?
+				dex_payload_from_bytea(DatumGetByteaPP(result), "result") :
+				dex_payload_from_jsonb(DatumGetJsonbP(result));
+		return complete_activity_task(run_id, task_id, lock_version, payload, raise_lost);
 	}
+}
+
+/*
+ * dex.complete_task(run_id, task_id, lock_version, result jsonb) and
+ * dex.complete_task_pb(..., result bytea).
+ */
+static void
+complete_task(FunctionCallInfo fcinfo, bool protobuf)
+{
+	check_task_args(fcinfo, "result");
+	SPI_connect();
+	complete_one(PG_GETARG_UUID_P(0), PG_GETARG_INT32(1), PG_GETARG_INT64(2),
+				 PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3), PG_ARGISNULL(3),
+				 protobuf, true);
 	SPI_finish();
 }
 
@@ -1135,50 +1181,427 @@ dex_complete_task_pb(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
-static void
-fail_task(FunctionCallInfo fcinfo, Dex__V1__Failure *failure)
+static Dex__V1__Failure *
+failure_from(Datum failure, bool protobuf)
 {
-	pg_uuid_t  *run_id = PG_GETARG_UUID_P(0);
-	int32		task_id = PG_GETARG_INT32(1);
-	int64		lock_version = PG_GETARG_INT64(2);
+	if (protobuf)
+	{
+		bytea	   *data = DatumGetByteaPP(failure);
 
-	if (task_id == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("dex.fail_task applies to activity tasks"),
-				 errhint("A workflow fails its run with the failRun command of dex.complete_task.")));
-	fail_activity_task(run_id, task_id, lock_version, failure);
+		dex_check_payload_size(VARSIZE_ANY_EXHDR(data), "failure");
+		return (Dex__V1__Failure *)
+			dex_pb_unpack(&dex__v1__failure__descriptor, (uint8 *) VARDATA_ANY(data),
+						  VARSIZE_ANY_EXHDR(data), "failure");
+	}
+	else
+	{
+		Jsonb	   *json = DatumGetJsonbP(failure);
+
+		dex_check_payload_size(VARSIZE(json), "failure");
+		return (Dex__V1__Failure *)
+			dex_pb_from_jsonb(&dex__v1__failure__descriptor, json, "failure");
+	}
+}
+
+static void
+fail_task(FunctionCallInfo fcinfo, bool protobuf)
+{
+	check_task_args(fcinfo, "failure");
+	SPI_connect();
+	fail_activity_task(PG_GETARG_UUID_P(0), PG_GETARG_INT32(1), PG_GETARG_INT64(2),
+					   failure_from(PG_GETARG_DATUM(3), protobuf), true);
+	SPI_finish();
 }
 
 /* dex.fail_task(run_id, task_id, lock_version, failure jsonb) */
 Datum
 dex_fail_task(PG_FUNCTION_ARGS)
 {
-	Jsonb	   *json;
-
-	check_task_args(fcinfo, "failure");
-	json = PG_GETARG_JSONB_P(3);
-	dex_check_payload_size(VARSIZE(json), "failure");
-	SPI_connect();
-	fail_task(fcinfo, (Dex__V1__Failure *)
-			  dex_pb_from_jsonb(&dex__v1__failure__descriptor, json, "failure"));
-	SPI_finish();
+	fail_task(fcinfo, false);
 	PG_RETURN_VOID();
 }
 
-/* dex.fail_task(run_id, task_id, lock_version, failure bytea) */
+/* dex.fail_task_pb(run_id, task_id, lock_version, failure bytea) */
 Datum
 dex_fail_task_pb(PG_FUNCTION_ARGS)
 {
-	bytea	   *data;
-
-	check_task_args(fcinfo, "failure");
-	data = PG_GETARG_BYTEA_PP(3);
-	dex_check_payload_size(VARSIZE_ANY_EXHDR(data), "failure");
-	SPI_connect();
-	fail_task(fcinfo, (Dex__V1__Failure *)
-			  dex_pb_unpack(&dex__v1__failure__descriptor, (uint8 *) VARDATA_ANY(data),
-							VARSIZE_ANY_EXHDR(data), "failure"));
-	SPI_finish();
+	fail_task(fcinfo, true);
 	PG_RETURN_VOID();
+}
+
+/* ----------------------------------------------------------------
+ * CALL dex.wait_for_tasks(queue, timeout, INOUT ready)
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dex_wait_for_tasks);
+
+#define MAX_WAIT_USECS ((int64) USECS_PER_DAY)
+
+/* qualified throughout: a procedure cannot pin its search_path */
+static DexPlan pollable_workflow_plan = {
+	"SELECT EXISTS (SELECT 1 FROM dex.workflow_task WHERE queue_id OPERATOR(pg_catalog.=) $1 "
+	"               AND (locked_until IS NULL OR locked_until OPERATOR(pg_catalog.<=) pg_catalog.now()))",
+	1, {INT4OID}
+};
+
+static DexPlan pollable_activity_plan = {
+	"SELECT EXISTS (SELECT 1 FROM dex.activity_task WHERE queue_id OPERATOR(pg_catalog.=) $1 "
+	"               AND status OPERATOR(pg_catalog.=) 'QUEUED' AND locked_by IS NULL)",
+	1, {INT4OID}
+};
+
+/*
+ * Long poll: return at once if the queue has pollable tasks, else sleep until
+ * a commit adds some (or a lease expires) or the timeout passes.  A procedure,
+ * so that it can end its transaction before it sleeps: a waiting worker holds
+ * no snapshot and no xmin.  It must be called outside a transaction block.
+ */
+Datum
+dex_wait_for_tasks(PG_FUNCTION_ARGS)
+{
+	char	   *queue_name;
+	Interval   *timeout;
+	int64		timeout_usecs;
+	DexQueue	queue;
+	uint64		generation;
+	bool		ready;
+	Datum		values[1];
+	TupleDesc	tupdesc;
+	bool		nulls[1] = {false};
+
+	if (fcinfo->context == NULL || !IsA(fcinfo->context, CallContext) ||
+		castNode(CallContext, fcinfo->context)->atomic)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("dex.wait_for_tasks cannot wait inside a transaction block"),
+				 errdetail("It ends its transaction before it sleeps, so that a waiting worker holds no snapshot."),
+				 errhint("Call it with autocommit on: CALL dex.wait_for_tasks(...) outside BEGIN ... COMMIT.")));
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("queue and timeout must not be null")));
+	queue_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	timeout = PG_GETARG_INTERVAL_P(1);
+	timeout_usecs = timeout->time + (int64) timeout->day * USECS_PER_DAY +
+		(int64) timeout->month * DAYS_PER_MONTH * USECS_PER_DAY;
+	if (timeout_usecs < 0 || timeout_usecs > MAX_WAIT_USECS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be between 0 and 1 day")));
+
+	SPI_connect_ext(SPI_OPT_NONATOMIC);
+	if (!dex_lookup_queue(queue_name, &queue))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("queue \"%s\" does not exist", queue_name)));
+
+	/* read the generation first: work committed after this wakes us */
+	generation = dex_queue_generation(queue.id);
+	values[0] = Int32GetDatum(queue.id);
+	dex_spi_exec(queue.is_workflow ? &pollable_workflow_plan : &pollable_activity_plan,
+				 values, NULL, true, 1);
+	ready = dex_spi_getbool(0, 1);
+
+	if (!ready && timeout_usecs > 0)
+	{
+		/* no snapshot, no xmin from here on */
+		SPI_commit();
+		ready = dex_queue_wait(queue.id, generation, (long) ((timeout_usecs + 999) / 1000));
+	}
+	SPI_finish();
+
+	tupdesc = CreateTemplateTupleDesc(1);
+	TupleDescInitEntry(tupdesc, (AttrNumber) 1, "ready", BOOLOID, -1, 0);
+	tupdesc = BlessTupleDesc(tupdesc);
+	values[0] = BoolGetDatum(ready);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/* ----------------------------------------------------------------
+ * Batches: dex.complete_tasks, dex.fail_tasks, dex.heartbeat_tasks
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dex_complete_tasks);
+PG_FUNCTION_INFO_V1(dex_complete_tasks_pb);
+PG_FUNCTION_INFO_V1(dex_fail_tasks);
+PG_FUNCTION_INFO_V1(dex_fail_tasks_pb);
+PG_FUNCTION_INFO_V1(dex_heartbeat_task);
+PG_FUNCTION_INFO_V1(dex_heartbeat_tasks);
+
+#define MAX_BATCH 1000
+
+/* The task arrays of a batch call, deconstructed */
+typedef struct TaskBatch
+{
+	int			n;
+	Datum	   *run_ids;
+	Datum	   *task_ids;
+	Datum	   *lock_versions;
+	Datum	   *values;			/* results or failures; NULL if the call has none */
+	bool	   *value_nulls;
+} TaskBatch;
+
+static Datum *
+batch_array(FunctionCallInfo fcinfo, int arg, Oid elemtype, const char *what,
+			bool allow_null_elems, bool **nulls_out, int *n)
+{
+	ArrayType  *array;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	Datum	   *elems;
+	bool	   *nulls;
+	int			count;
+
+	if (PG_ARGISNULL(arg))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what)));
+	array = PG_GETARG_ARRAYTYPE_P(arg);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", what)));
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(array, elemtype, typlen, typbyval, typalign, &elems, &nulls, &count);
+	if (!allow_null_elems)
+		for (int i = 0; i < count; i++)
+			if (nulls[i])
+				ereport(ERROR,
+						(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+						 errmsg("%s must not contain nulls", what)));
+	if (nulls_out)
+		*nulls_out = nulls;
+	*n = count;
+	return elems;
+}
+
+/*
+ * Read (run_ids, task_ids, lock_versions[, values]) and check that the
+ * arrays have one element per task.
+ */
+static TaskBatch
+read_task_batch(FunctionCallInfo fcinfo, Oid value_type, const char *value_name)
+{
+	TaskBatch	b;
+	int			n1,
+				n2,
+				n3,
+				n4;
+
+	memset(&b, 0, sizeof(b));
+	b.run_ids = batch_array(fcinfo, 0, UUIDOID, "run ids", false, NULL, &n1);
+	b.task_ids = batch_array(fcinfo, 1, INT4OID, "task ids", false, NULL, &n2);
+	b.lock_versions = batch_array(fcinfo, 2, INT8OID, "lock versions", false, NULL, &n3);
+	n4 = n1;
+	if (value_type != InvalidOid)
+		b.values = batch_array(fcinfo, 3, value_type, value_name, true, &b.value_nulls, &n4);
+	if (n1 != n2 || n1 != n3 || n1 != n4)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("the arrays of a batch must have one element per task"),
+				 errdetail("There are %d run ids, %d task ids, %d lock versions and %d %s.",
+						   n1, n2, n3, n4, value_name)));
+	if (n1 > MAX_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a batch holds at most %d tasks", MAX_BATCH),
+				 errdetail("This one has %d.", n1)));
+	b.n = n1;
+	return b;
+}
+
+static void
+put_batch_row(ReturnSetInfo *rsinfo, Datum run_id, Datum task_id, Datum outcome,
+			  bool outcome_null)
+{
+	Datum		out[3] = {run_id, task_id, outcome};
+	bool		nulls[3] = {false, false, outcome_null};
+
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+}
+
+/*
+ * dex.complete_tasks(run_ids, task_ids, lock_versions, results jsonb[]) and
+ * dex.complete_tasks_pb(..., results bytea[]): complete many tasks in one
+ * transaction.  A lost lease is reported as completed = false for its task
+ * and does not affect the others; invalid input fails the whole call.
+ */
+static Datum
+complete_tasks(FunctionCallInfo fcinfo, bool protobuf)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TaskBatch	b = read_task_batch(fcinfo, protobuf ? BYTEAOID : JSONBOID, "results");
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	for (int i = 0; i < b.n; i++)
+	{
+		bool		done = complete_one(DatumGetUUIDP(b.run_ids[i]),
+										DatumGetInt32(b.task_ids[i]),
+										DatumGetInt64(b.lock_versions[i]),
+										b.values[i], b.value_nulls[i], protobuf, false);
+
+		put_batch_row(rsinfo, b.run_ids[i], b.task_ids[i], BoolGetDatum(done), false);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+Datum
+dex_complete_tasks(PG_FUNCTION_ARGS)
+{
+	return complete_tasks(fcinfo, false);
+}
+
+Datum
+dex_complete_tasks_pb(PG_FUNCTION_ARGS)
+{
+	return complete_tasks(fcinfo, true);
+}
+
+/* dex.fail_tasks / dex.fail_tasks_pb: fail many activity attempts at once */
+static Datum
+fail_tasks(FunctionCallInfo fcinfo, bool protobuf)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TaskBatch	b = read_task_batch(fcinfo, protobuf ? BYTEAOID : JSONBOID, "failures");
+
+	for (int i = 0; i < b.n; i++)
+		if (b.value_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("failures must not contain nulls")));
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	for (int i = 0; i < b.n; i++)
+	{
+		bool		done = fail_activity_task(DatumGetUUIDP(b.run_ids[i]),
+											  DatumGetInt32(b.task_ids[i]),
+											  DatumGetInt64(b.lock_versions[i]),
+											  failure_from(b.values[i], protobuf), false);
+
+		put_batch_row(rsinfo, b.run_ids[i], b.task_ids[i], BoolGetDatum(done), false);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+Datum
+dex_fail_tasks(PG_FUNCTION_ARGS)
+{
+	return fail_tasks(fcinfo, false);
+}
+
+Datum
+dex_fail_tasks_pb(PG_FUNCTION_ARGS)
+{
+	return fail_tasks(fcinfo, true);
+}
+
+/*
+ * Heartbeats extend leases: the lock version stays (it fences holders, not
+ * time), locked_until moves to now + lease_duration.
+ */
+static DexPlan heartbeat_plan = {
+	"WITH b AS (SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bigint[]) "
+	"           AS b(run_id, task_id, lock_version)), "
+	"w AS (UPDATE dex.workflow_task t SET locked_until = now() + $4 FROM b "
+	"      WHERE b.task_id = 0 AND t.run_id = b.run_id AND t.lock_version = b.lock_version "
+	"        AND t.locked_by IS NOT NULL "
+	"      RETURNING t.run_id, 0 AS task_id, t.locked_until), "
+	"a AS (UPDATE dex.activity_task t SET locked_until = now() + $4 FROM b "
+	"      WHERE b.task_id > 0 AND t.run_id = b.run_id AND t.event_id = b.task_id "
+	"        AND t.lock_version = b.lock_version AND t.locked_by IS NOT NULL "
+	"      RETURNING t.run_id, t.event_id AS task_id, t.locked_until) "
+	"SELECT run_id, task_id, locked_until FROM w UNION ALL SELECT run_id, task_id, locked_until FROM a",
+	4, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INTERVALOID}
+};
+
+static void
+check_lease_duration(Interval *lease)
+{
+	int64		usecs = lease->time + (int64) lease->day * USECS_PER_DAY +
+		(int64) lease->month * DAYS_PER_MONTH * USECS_PER_DAY;
+
+	if (usecs <= 0 || usecs > MAX_LEASE_USECS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease duration must be positive and at most 365 days")));
+}
+
+/* Run the heartbeat statement for arrays of tasks; SPI_tuptable holds the held ones. */
+static void
+heartbeat(Datum run_ids, Datum task_ids, Datum lock_versions, Interval *lease)
+{
+	Datum		values[4] = {run_ids, task_ids, lock_versions, IntervalPGetDatum(lease)};
+
+	check_lease_duration(lease);
+	dex_spi_exec(&heartbeat_plan, values, NULL, false, 0);
+	for (uint64 i = 0; i < SPI_processed; i++)
+		dex_wake_scheduler_at_commit((TimestampTz) dex_spi_getint64(i, 3));
+}
+
+/* dex.heartbeat_task(run_id, task_id, lock_version, lease_duration) returns timestamptz */
+Datum
+dex_heartbeat_task(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *run_id;
+	int32		task_id;
+	int64		lock_version;
+	TimestampTz until;
+
+	check_task_args(fcinfo, "result");
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("lease duration must not be null")));
+	run_id = PG_GETARG_UUID_P(0);
+	task_id = PG_GETARG_INT32(1);
+	lock_version = PG_GETARG_INT64(2);
+
+	SPI_connect();
+	heartbeat(PointerGetDatum(construct_array(&PG_GETARG_DATUM(0), 1, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
+			  PointerGetDatum(construct_array(&PG_GETARG_DATUM(1), 1, INT4OID, 4, true, TYPALIGN_INT)),
+			  PointerGetDatum(construct_array(&PG_GETARG_DATUM(2), 1, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+			  PG_GETARG_INTERVAL_P(3));
+	if (SPI_processed == 0)
+		report_lost_lease(run_id, task_id, lock_version);
+	until = (TimestampTz) dex_spi_getint64(0, 3);
+	SPI_finish();
+	PG_RETURN_TIMESTAMPTZ(until);
+}
+
+/*
+ * dex.heartbeat_tasks(run_ids, task_ids, lock_versions, lease_duration)
+ * returns table (run_id, task_id, locked_until): one row per task whose
+ * lease is still held; lost leases have no row.
+ */
+Datum
+dex_heartbeat_tasks(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	TaskBatch	b = read_task_batch(fcinfo, InvalidOid, "");
+
+	if (PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("lease duration must not be null")));
+	(void) b;
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	heartbeat(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2),
+			  PG_GETARG_INTERVAL_P(3));
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		put_batch_row(rsinfo, dex_spi_getdatum(i, 1, &isnull), dex_spi_getdatum(i, 2, &isnull),
+					  dex_spi_getdatum(i, 3, &isnull), false);
+	}
+	SPI_finish();
+	return (Datum) 0;
 }

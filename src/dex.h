@@ -57,6 +57,10 @@ extern void dex_scheduler_register(void);
 extern void dex_scheduler_set_next_wake(TimestampTz when);
 extern void dex_wake_scheduler_at_commit(TimestampTz due);
 extern void dex_warn_if_not_preloaded(const char *what);
+extern void dex_queue_work_added(int32 queue_id);
+extern void dex_queue_work_added_spi(int col);
+extern uint64 dex_queue_generation(int32 queue_id);
+extern bool dex_queue_wait(int32 queue_id, uint64 generation, long timeout_ms);
 
 /* spi_util.c */
 typedef struct DexPlan

@@ -271,7 +271,8 @@ static DexPlan ensure_task_plan = {
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
 	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
 	"WHERE r.id OPERATOR(pg_catalog.=) $1 AND r.status OPERATOR(pg_catalog.=) ANY ('{CREATED,RUNNING}'::text[]) "
-	"ON CONFLICT (run_id, queue_id) DO UPDATE SET priority = EXCLUDED.priority WHERE false",
+	"ON CONFLICT (run_id, queue_id) DO UPDATE SET priority = EXCLUDED.priority WHERE false "
+	"RETURNING queue_id",
 	1, {UUIDOID}
 };
 
@@ -285,6 +286,7 @@ dex_ensure_workflow_task(pg_uuid_t *run_id)
 	Datum		values[1] = {UUIDPGetDatum(run_id)};
 
 	dex_spi_exec(&ensure_task_plan, values, NULL, false, 0);
+	dex_queue_work_added_spi(1);
 }
 
 /* ----------------------------------------------------------------

@@ -11,6 +11,8 @@
  *	  - activity tasks waiting out a retry backoff: when due, CREATED -> QUEUED;
  *	  - activity leases that expired: the attempt counts as failed and
  *		follows the retry policy;
+ *	  - workflow-task leases that expired: the task is pollable again as it
+ *		is; the scheduler only wakes the workers waiting on its queue;
  *	  - after a crash, the UNLOGGED workflow-task partitions are empty: they
  *		are rebuilt from runs and inbox (a row in the UNLOGGED dex.lease
  *		table marks them valid; a crash truncates it too).
@@ -76,7 +78,7 @@ static DexPlan due_events_plan = {
 	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
 	"WHERE r.id IN (SELECT run_id FROM due) AND r.status IN ('CREATED', 'RUNNING') "
 	"ON CONFLICT (run_id, queue_id) DO UPDATE SET priority = EXCLUDED.priority WHERE false "
-	"RETURNING (SELECT count(*) FROM due)",
+	"RETURNING queue_id, (SELECT count(*) FROM batch)",
 	1, {INT4OID}
 };
 
@@ -85,7 +87,8 @@ static DexPlan due_activities_plan = {
 	"      WHERE status = 'CREATED' AND visible_from <= now() "
 	"      ORDER BY visible_from LIMIT $1 FOR UPDATE SKIP LOCKED) "
 	"UPDATE dex.activity_task a SET status = 'QUEUED' FROM batch "
-	"WHERE a.run_id = batch.run_id AND a.event_id = batch.event_id AND a.status = 'CREATED'",
+	"WHERE a.run_id = batch.run_id AND a.event_id = batch.event_id AND a.status = 'CREATED' "
+	"RETURNING a.queue_id",
 	1, {INT4OID}
 };
 
@@ -96,12 +99,27 @@ static DexPlan expired_leases_plan = {
 	1, {INT4OID}
 };
 
+/*
+ * Workflow tasks whose lease expired since the last pass are pollable again
+ * without any write; their queues' waiting workers are told.
+ */
+static DexPlan expired_workflow_leases_plan = {
+	"SELECT DISTINCT queue_id FROM dex.workflow_task "
+	"WHERE locked_by IS NOT NULL AND locked_until > $1 AND locked_until <= now()",
+	1, {TIMESTAMPTZOID}
+};
+
 static DexPlan next_due_plan = {
 	"SELECT least((SELECT min(visible_from) FROM dex.workflow_inbox WHERE delayed), "
 	"             (SELECT min(visible_from) FROM dex.activity_task WHERE status = 'CREATED'), "
-	"             (SELECT min(locked_until) FROM dex.activity_task WHERE locked_by IS NOT NULL))",
+	"             (SELECT min(locked_until) FROM dex.activity_task WHERE locked_by IS NOT NULL), "
+	"             (SELECT min(locked_until) FROM dex.workflow_task "
+	"               WHERE locked_by IS NOT NULL AND locked_until > now()))",
 	0, {0}
 };
+
+/* workflow-task lease expiries up to this time have been announced */
+static TimestampTz lease_horizon = DT_NOBEGIN;
 
 /*
  * An activity whose lease expired: its attempt failed.
@@ -156,12 +174,22 @@ scheduler_pass(bool *extension_seen)
 	}
 
 	dex_spi_exec(&due_events_plan, limit, NULL, false, 0);
-	if (SPI_processed > 0 && dex_spi_getint64(0, 1) >= BATCH_SIZE)
+	dex_queue_work_added_spi(1);
+	if (SPI_processed > 0 && dex_spi_getint64(0, 2) >= BATCH_SIZE)
 		more = true;
 
 	dex_spi_exec(&due_activities_plan, limit, NULL, false, 0);
+	dex_queue_work_added_spi(1);
 	if (SPI_processed >= BATCH_SIZE)
 		more = true;
+
+	{
+		Datum		horizon[1] = {TimestampTzGetDatum(lease_horizon)};
+
+		dex_spi_exec(&expired_workflow_leases_plan, horizon, NULL, true, 0);
+		dex_queue_work_added_spi(1);
+		lease_horizon = GetCurrentTransactionStartTimestamp();
+	}
 
 	dex_spi_exec(&expired_leases_plan, limit, NULL, false, 0);
 	if (SPI_processed >= BATCH_SIZE)

@@ -15,7 +15,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(142);
+SELECT plan(179);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -33,7 +33,14 @@ INSERT INTO api VALUES
     ('complete_task_pb', '{uuid,integer,bigint,bytea}',                             'void'),
     ('fail_task',        '{uuid,integer,bigint,jsonb}',                             'void'),
     ('fail_task_pb',     '{uuid,integer,bigint,bytea}',                             'void'),
-    ('wake_scheduler',   '{}',                                                      'void');
+    ('wake_scheduler',   '{}',                                                      'void'),
+    ('create_runs',      '{text,text,jsonb[],integer,integer,jsonb}',               'setof uuid'),
+    ('complete_tasks',   '{uuid[],integer[],bigint[],jsonb[]}',                     'setof record'),
+    ('complete_tasks_pb','{uuid[],integer[],bigint[],bytea[]}',                     'setof record'),
+    ('fail_tasks',       '{uuid[],integer[],bigint[],jsonb[]}',                     'setof record'),
+    ('fail_tasks_pb',    '{uuid[],integer[],bigint[],bytea[]}',                     'setof record'),
+    ('heartbeat_task',   '{uuid,integer,bigint,interval}',                          'timestamp with time zone'),
+    ('heartbeat_tasks',  '{uuid[],integer[],bigint[],interval}',                    'setof record');
 
 -- every function exists with exactly these argument types
 SELECT has_function('dex', fname, args,
@@ -41,12 +48,22 @@ SELECT has_function('dex', fname, args,
   FROM api ORDER BY fname;
 
 -- and whatever else the schema holds follows the same rules: no function in dex runs with
--- its owner's rights or resolves names through the caller's search_path
+-- its owner's rights or resolves names through the caller's search_path.  Procedures are
+-- the exception to the second rule: a SET clause would forbid their transaction control,
+-- so they qualify every name instead.
 SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
                  WHERE p.pronamespace = 'dex'::regnamespace
-                   AND (p.prosecdef OR NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c
-                                                    WHERE c LIKE 'search_path=%'))),
+                   AND (p.prosecdef OR (p.prokind <> 'p' AND NOT EXISTS (
+                            SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%')))),
           '{}'::text[], 'no function in schema dex is SECURITY DEFINER or leaves search_path unpinned');
+
+-- the long poll is a procedure (it ends its transaction before it sleeps), documented,
+-- with caller's rights and no SET clause
+SELECT has_function('dex', 'wait_for_tasks', '{text,interval,boolean}', 'dex.wait_for_tasks(text, interval, boolean) exists');
+SELECT ok((SELECT prokind = 'p' AND NOT prosecdef AND proconfig IS NULL
+                  AND obj_description(oid, 'pg_proc') IS NOT NULL
+             FROM pg_proc WHERE oid = 'dex.wait_for_tasks(text,interval,boolean)'::regprocedure),
+          'dex.wait_for_tasks is a documented procedure without SET clause');
 
 -- return types
 SELECT function_returns('dex', fname, args, returns,

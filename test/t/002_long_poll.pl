@@ -1,0 +1,103 @@
+# Long poll: CALL dex.wait_for_tasks sleeps holding no snapshot (backend_xmin
+# stays NULL) and wakes as soon as a commit makes tasks pollable on its queue:
+# a new run, an activity scheduled by a workflow, a timer fired by the
+# scheduler, a workflow-task lease that expired.
+use strict;
+use warnings;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $node = PostgreSQL::Test::Cluster->new('dex');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'dex'
+dex.database = 'postgres'
+});
+$node->start;
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION dex;
+	SELECT dex.create_queue('wf', 'workflow');
+	SELECT dex.create_queue('act', 'activity');
+});
+
+# Start a waiting worker; returns the IPC::Run harness and its output ref.
+sub start_waiter
+{
+	my ($queue, $timeout) = @_;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(
+		[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'),
+		  '-c', "CALL dex.wait_for_tasks('$queue', '$timeout')" ],
+		'>', \$out, '2>', \$err);
+	return ($h, \$out);
+}
+
+sub wait_until_sleeping
+{
+	my ($queue) = @_;
+	return $node->poll_query_until('postgres', qq{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE query LIKE 'CALL dex.wait_for_tasks(''$queue''%' AND wait_event_type = 'Extension'});
+}
+
+# 1. a waiting worker holds no xmin and wakes on a new run
+my ($h, $out) = start_waiter('wf', '60s');
+ok(wait_until_sleeping('wf'), 'the worker sleeps in dex.wait_for_tasks');
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM pg_stat_activity
+	 WHERE query LIKE 'CALL dex.wait_for_tasks%' AND backend_xmin IS NULL AND backend_xid IS NULL}),
+	'1', 'it holds no snapshot: backend_xmin is NULL');
+my $t0 = time;
+my $run = $node->safe_psql('postgres', q{SELECT dex.create_run('lp', 'wf')});
+$h->finish;
+my $woke_after = time - $t0;
+is($$out, "t\n", 'it returns ready = true');
+cmp_ok($woke_after, '<', 5, "it woke when the run was committed (after ${woke_after}s, not the 60 s timeout)");
+
+# 2. an activity queue wakes when a workflow schedules an activity
+($h, $out) = start_waiter('act', '60s');
+ok(wait_until_sleeping('act'), 'an activity worker sleeps');
+$node->safe_psql('postgres', q{
+	SELECT dex.complete_task(run_id, task_id, lock_version,
+	       '[{"id": 1, "scheduleActivity": {"name": "a", "queue": "act"}},
+	         {"id": 2, "startTimer": {"delay": "2s"}}]')
+	  FROM dex.poll_tasks('wf', 'w')});
+$h->finish;
+is($$out, "t\n", 'the activity worker wakes when the activity is scheduled');
+$node->safe_psql('postgres', q{
+	SELECT dex.complete_task(run_id, task_id, lock_version, '1') FROM dex.poll_tasks('act', 'w')});
+$node->safe_psql('postgres', q{
+	SELECT dex.complete_task(run_id, task_id, lock_version, '[]') FROM dex.poll_tasks('wf', 'w')});
+
+# 3. a timer fired by the scheduler wakes the workflow worker
+($h, $out) = start_waiter('wf', '60s');
+ok(wait_until_sleeping('wf'), 'the workflow worker sleeps while the timer runs');
+$t0 = time;
+$h->finish;
+is($$out, "t\n", 'the fired timer wakes it');
+cmp_ok(time - $t0, '<', 5, 'within the timer delay, not the 60 s timeout');
+
+# 4. a workflow-task lease that expires wakes waiting workers
+$node->safe_psql('postgres', q{SELECT count(*) FROM dex.poll_tasks('wf', 'w', 10, '2 s')});
+($h, $out) = start_waiter('wf', '60s');
+ok(wait_until_sleeping('wf'), 'a worker sleeps while the task is leased');
+$t0 = time;
+$h->finish;
+is($$out, "t\n", 'the expired lease wakes it');
+cmp_ok(time - $t0, '<', 10, 'soon after the lease expired');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.poll_tasks('wf', 'w2')}), '1',
+	'and the task can be leased again');
+
+# 5. the timeout returns ready = false; inside a transaction block it refuses to wait
+($h, $out) = start_waiter('act', '0.3s');
+$h->finish;
+is($$out, "f\n", 'an empty queue times out with ready = false');
+my ($ret, $stdout, $stderr) = $node->psql('postgres',
+	"BEGIN; CALL dex.wait_for_tasks('act', '1s'); COMMIT;");
+like($stderr, qr/cannot wait inside a transaction block/, 'inside a transaction block it refuses to wait');
+
+$node->stop;
+done_testing();
