@@ -14,7 +14,8 @@ PROTO_SRCS = $(PROTOS:%=src/gen/dex/v1/%.pb-c.c) $(WKT_PROTOS:%=src/gen/google/p
 PROTO_HDRS = $(PROTO_SRCS:.c=.h)
 
 SRCS = src/dex.c src/codec.c src/api_codec.c src/spi_util.c src/wakeup.c src/api_queues.c \
-       src/api_runs.c src/api_tasks.c src/history.c src/launcher.c src/scheduler.c
+       src/api_runs.c src/api_tasks.c src/history.c src/workflow_task.c src/completion.c \
+       src/launcher.c src/scheduler.c
 OBJS = $(SRCS:.c=.o) $(PROTO_SRCS:.c=.o)
 
 PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/src/gen
@@ -57,3 +58,6 @@ test:
 	bash test/run-tests.sh
 demo:
 	bash test/demo.sh
+.PHONY: bench
+bench:
+	bash bench/run.sh

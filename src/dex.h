@@ -25,6 +25,7 @@
 
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
+#include "utils/array.h"
 #include "utils/uuid.h"
 
 #include "codec.h"
@@ -89,7 +90,7 @@ typedef struct DexQueue
 
 extern bool dex_lookup_queue(const char *name, DexQueue *queue);
 extern DexQueue dex_require_queue(const char *name, bool want_workflow);
-extern char *dex_queue_name(int32 queue_id);
+extern const char *dex_queue_name(int32 queue_id);
 extern pg_uuid_t *dex_new_uuid(void);
 extern char *dex_uuid_to_cstring(const pg_uuid_t *uuid);
 extern Google__Protobuf__Timestamp *dex_pb_timestamp(TimestampTz ts);
@@ -99,13 +100,88 @@ extern Dex__V1__WorkflowEvent *dex_new_event(int32 id, TimestampTz ts);
 extern Dex__V1__Payload *dex_payload_from_jsonb(Jsonb *value);
 extern Dex__V1__Payload *dex_payload_from_bytea(bytea *data, const char *what);
 extern Jsonb *dex_payload_to_jsonb(const Dex__V1__Payload *payload);
+extern void dex_array_add(ArrayBuildState *state, Datum value, bool isnull);
+extern Datum dex_array_result(ArrayBuildState *state);
+
+typedef struct DexInboxBatch
+{
+	ArrayBuildState *run_ids;
+	ArrayBuildState *visible_from;
+	ArrayBuildState *delayed;
+	ArrayBuildState *events;
+	ArrayBuildState *visible_runs;
+	int			n;
+} DexInboxBatch;
+
+extern void dex_inbox_batch_init(DexInboxBatch *b);
+extern void dex_inbox_batch_add(DexInboxBatch *b, pg_uuid_t *run_id,
+								Dex__V1__WorkflowEvent *event, TimestampTz visible_from);
+extern void dex_inbox_batch_flush(DexInboxBatch *b);
 extern void dex_insert_inbox(pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
 							 TimestampTz visible_from);
-extern void dex_ensure_workflow_task(pg_uuid_t *run_id);
+extern void dex_ensure_workflow_tasks(Datum run_ids);
 extern Dex__V1__RetryPolicy *dex_effective_retry_policy(const Dex__V1__RetryPolicy *given);
 extern TimestampTz dex_retry_time(const Dex__V1__RetryPolicy *policy, int attempt);
 extern void dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id,
 										int32 attempt, bytea *retry_policy,
 										Dex__V1__Failure *failure);
+
+/* workflow_task.c */
+typedef struct DexRun
+{
+	pg_uuid_t	id;				/* hash key */
+	char	   *workflow_name;
+	int32		workflow_version;
+	char	   *status;
+	int32		history_length;
+	int32		last_event_id;
+	bytea	   *argument;
+	TimestampTz created_at;
+	char	   *instance_id;
+	int32		priority;
+	Jsonb	   *labels;
+	char	   *concurrency_key;
+	char	   *custom_status;
+	bool		has_parent;
+	pg_uuid_t	parent_id;
+	int32		queue_id;
+	bytea	   *history;		/* dex_load_histories: one encoded EventBatch */
+	int			n_inbox;		/* dex_load_inbox: encoded WorkflowEvents */
+	bytea	  **inbox;
+} DexRun;
+
+extern Datum dex_uuid_array(pg_uuid_t *const *ids, int n);
+extern struct HTAB *dex_load_runs(Datum ids, bool for_update);
+extern DexRun *dex_find_run(struct HTAB *runs, pg_uuid_t *id);
+extern void dex_load_histories(struct HTAB *runs, Datum ids);
+extern void dex_load_inbox(struct HTAB *runs, Datum run_ids, Datum inbox_ids, bool consume);
+extern Dex__V1__RunStatus dex_run_status_enum(const char *status);
+extern Dex__V1__WorkflowEvent **dex_build_new_events(DexRun *run, const char *worker_id,
+													 TimestampTz started_at, int extra,
+													 size_t *n_events);
+
+/* completion.c */
+typedef struct DexWorkflowCompletion
+{
+	pg_uuid_t  *run_id;
+	int64		lock_version;
+	Dex__V1__WorkflowTaskCompletion *completion;
+	bool		done;			/* out: false if the lease was lost */
+	TimestampTz started_at;		/* internal: from the fenced task row */
+	char	   *worker_id;
+} DexWorkflowCompletion;
+
+typedef struct DexActivityCompletion
+{
+	pg_uuid_t  *run_id;
+	int32		task_id;
+	int64		lock_version;
+	Dex__V1__Payload *result;
+	bool		done;			/* out: false if the lease was lost */
+} DexActivityCompletion;
+
+extern void dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version);
+extern void dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost);
+extern void dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost);
 
 #endif							/* DEX_H */

@@ -11,7 +11,7 @@
  *
  * Lost wake-ups are the one subtle point: a run's workflow task is deleted
  * by dex.complete_task and re-created if unseen events remain, while other
- * backends add events concurrently.  dex_ensure_workflow_task therefore
+ * backends add events concurrently.  dex_ensure_workflow_tasks therefore
  * locks an existing task row (ON CONFLICT DO UPDATE ... WHERE false locks
  * without writing), so a completion that deletes the row afterwards waits
  * for the event's transaction and then sees the event when it checks for
@@ -27,6 +27,9 @@
 #include "catalog/pg_type.h"
 #include "common/pg_prng.h"
 #include "port.h"
+#include "storage/proc.h"
+#include "utils/memutils.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
@@ -38,6 +41,40 @@
  * ----------------------------------------------------------------
  */
 
+/*
+ * Queues are looked up through a small cache that lives as long as the
+ * current top-level transaction: a batch names the same few queues again and
+ * again, and queue rows do not change identity within a transaction.
+ */
+#define QUEUE_CACHE_SIZE 32
+
+static DexQueue queue_cache[QUEUE_CACHE_SIZE];
+static int	queue_cache_n = 0;
+static LocalTransactionId queue_cache_lxid = InvalidLocalTransactionId;
+
+static void
+queue_cache_check(void)
+{
+	if (queue_cache_lxid != MyProc->lxid)
+	{
+		queue_cache_n = 0;
+		queue_cache_lxid = MyProc->lxid;
+	}
+}
+
+static void
+queue_cache_add(int32 id, const char *name, bool is_workflow)
+{
+	DexQueue   *q;
+
+	if (queue_cache_n == QUEUE_CACHE_SIZE)
+		queue_cache_n = 0;		/* start over: it is only a cache */
+	q = &queue_cache[queue_cache_n++];
+	q->id = id;
+	q->is_workflow = is_workflow;
+	q->name = MemoryContextStrdup(TopTransactionContext, name);
+}
+
 static DexPlan lookup_queue_plan = {
 	"SELECT id, kind OPERATOR(pg_catalog.=) 'workflow' FROM dex.queue WHERE name OPERATOR(pg_catalog.=) $1",
 	1, {TEXTOID}
@@ -46,14 +83,22 @@ static DexPlan lookup_queue_plan = {
 bool
 dex_lookup_queue(const char *name, DexQueue *queue)
 {
-	Datum		values[1] = {CStringGetTextDatum(name)};
+	Datum		values[1];
 
+	queue_cache_check();
+	for (int i = 0; i < queue_cache_n; i++)
+		if (strcmp(queue_cache[i].name, name) == 0)
+		{
+			*queue = queue_cache[i];
+			return true;
+		}
+
+	values[0] = CStringGetTextDatum(name);
 	dex_spi_exec(&lookup_queue_plan, values, NULL, true, 1);
 	if (SPI_processed == 0)
 		return false;
-	queue->id = (int32) dex_spi_getint64(0, 1);
-	queue->is_workflow = dex_spi_getbool(0, 2);
-	queue->name = pstrdup(name);
+	queue_cache_add((int32) dex_spi_getint64(0, 1), name, dex_spi_getbool(0, 2));
+	*queue = queue_cache[queue_cache_n - 1];
 	return true;
 }
 
@@ -87,19 +132,27 @@ dex_require_queue(const char *name, bool want_workflow)
 }
 
 static DexPlan queue_name_plan = {
-	"SELECT name FROM dex.queue WHERE id OPERATOR(pg_catalog.=) $1",
+	"SELECT name, kind OPERATOR(pg_catalog.=) 'workflow' FROM dex.queue WHERE id OPERATOR(pg_catalog.=) $1",
 	1, {INT4OID}
 };
 
-char *
+const char *
 dex_queue_name(int32 queue_id)
 {
 	Datum		values[1] = {Int32GetDatum(queue_id)};
+	char	   *name;
+
+	queue_cache_check();
+	for (int i = 0; i < queue_cache_n; i++)
+		if (queue_cache[i].id == queue_id)
+			return queue_cache[i].name;
 
 	dex_spi_exec(&queue_name_plan, values, NULL, true, 1);
 	if (SPI_processed == 0)
-		return pstrdup("");
-	return dex_spi_gettext_copy(0, 1);
+		return "";
+	name = dex_spi_gettext_copy(0, 1);
+	queue_cache_add(queue_id, name, dex_spi_getbool(0, 2));
+	return queue_cache[queue_cache_n - 1].name;
 }
 
 /* ----------------------------------------------------------------
@@ -238,55 +291,110 @@ dex_payload_to_jsonb(const Dex__V1__Payload *payload)
  * ----------------------------------------------------------------
  */
 
+/*
+ * Inbox rows are written in batches: one multi-row INSERT for the events,
+ * one for the workflow tasks of the runs that have a visible event.
+ */
+void
+dex_inbox_batch_init(DexInboxBatch *b)
+{
+	b->run_ids = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	b->visible_from = initArrayResult(TIMESTAMPTZOID, CurrentMemoryContext, false);
+	b->delayed = initArrayResult(BOOLOID, CurrentMemoryContext, false);
+	b->events = initArrayResult(BYTEAOID, CurrentMemoryContext, false);
+	b->visible_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	b->n = 0;
+}
+
+void
+dex_inbox_batch_add(DexInboxBatch *b, pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
+					TimestampTz visible_from)
+{
+	bool		delayed = visible_from > GetCurrentTransactionStartTimestamp();
+
+	dex_array_add(b->run_ids, UUIDPGetDatum(run_id), false);
+	dex_array_add(b->visible_from, TimestampTzGetDatum(visible_from), false);
+	dex_array_add(b->delayed, BoolGetDatum(delayed), false);
+	dex_array_add(b->events, PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) event)), false);
+	if (delayed)
+		dex_wake_scheduler_at_commit(visible_from);
+	else
+		dex_array_add(b->visible_runs, UUIDPGetDatum(run_id), false);
+	b->n++;
+}
+
 static DexPlan insert_inbox_plan = {
-	"INSERT INTO dex.workflow_inbox (run_id, visible_from, delayed, event) VALUES ($1, $2, $3, $4)",
-	4, {UUIDOID, TIMESTAMPTZOID, BOOLOID, BYTEAOID}
+	"INSERT INTO dex.workflow_inbox (run_id, visible_from, delayed, event) "
+	"SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::boolean[], $4::bytea[])",
+	4, {UUIDARRAYOID, TIMESTAMPTZARRAYOID, BOOLARRAYOID, BYTEAARRAYOID}
 };
 
 /*
- * Add an event to a run's inbox.  An event visible now also makes sure the
- * run has a workflow task; a delayed one is the scheduler's to hand over
- * when it falls due.
+ * Write the batch: events visible now also make sure their runs have a
+ * workflow task; delayed ones are the scheduler's to hand over when due.
  */
+void
+dex_inbox_batch_flush(DexInboxBatch *b)
+{
+	Datum		values[4];
+
+	if (b->n == 0)
+		return;
+	values[0] = dex_array_result(b->run_ids);
+	values[1] = dex_array_result(b->visible_from);
+	values[2] = dex_array_result(b->delayed);
+	values[3] = dex_array_result(b->events);
+	dex_spi_exec(&insert_inbox_plan, values, NULL, false, 0);
+	if (b->visible_runs->nelems > 0)
+		dex_ensure_workflow_tasks(dex_array_result(b->visible_runs));
+	dex_inbox_batch_init(b);
+}
+
+/* Add one event to a run's inbox (see dex_inbox_batch_flush). */
 void
 dex_insert_inbox(pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
 				 TimestampTz visible_from)
 {
-	bool		delayed = visible_from > GetCurrentTransactionStartTimestamp();
-	Datum		values[4];
+	DexInboxBatch b;
 
-	values[0] = UUIDPGetDatum(run_id);
-	values[1] = TimestampTzGetDatum(visible_from);
-	values[2] = BoolGetDatum(delayed);
-	values[3] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) event));
-	dex_spi_exec(&insert_inbox_plan, values, NULL, false, 0);
-
-	if (delayed)
-		dex_wake_scheduler_at_commit(visible_from);
-	else
-		dex_ensure_workflow_task(run_id);
+	dex_inbox_batch_init(&b);
+	dex_inbox_batch_add(&b, run_id, event, visible_from);
+	dex_inbox_batch_flush(&b);
 }
 
-static DexPlan ensure_task_plan = {
+static DexPlan ensure_tasks_plan = {
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
 	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
-	"WHERE r.id OPERATOR(pg_catalog.=) $1 AND r.status OPERATOR(pg_catalog.=) ANY ('{CREATED,RUNNING}'::text[]) "
+	"WHERE r.id = ANY ($1) AND r.status = ANY ('{CREATED,RUNNING}'::text[]) ORDER BY r.id "
 	"ON CONFLICT (run_id, queue_id) DO UPDATE SET priority = EXCLUDED.priority WHERE false "
 	"RETURNING queue_id",
-	1, {UUIDOID}
+	1, {UUIDARRAYOID}
 };
 
 /*
- * Make sure a run that can make progress has a workflow task, locking the
- * task row if one exists (see the file header).
+ * Make sure runs that can make progress have a workflow task, locking the
+ * task rows that exist (see the file header), in run id order so that
+ * concurrent batches cannot deadlock.
  */
 void
-dex_ensure_workflow_task(pg_uuid_t *run_id)
+dex_ensure_workflow_tasks(Datum run_ids)
 {
-	Datum		values[1] = {UUIDPGetDatum(run_id)};
+	Datum		values[1] = {run_ids};
 
-	dex_spi_exec(&ensure_task_plan, values, NULL, false, 0);
+	dex_spi_exec(&ensure_tasks_plan, values, NULL, false, 0);
 	dex_queue_work_added_spi(1);
+}
+
+void
+dex_array_add(ArrayBuildState *state, Datum value, bool isnull)
+{
+	accumArrayResult(state, value, isnull, state->element_type, CurrentMemoryContext);
+}
+
+Datum
+dex_array_result(ArrayBuildState *state)
+{
+	return makeArrayResult(state, CurrentMemoryContext);
 }
 
 /* ----------------------------------------------------------------

@@ -1,0 +1,740 @@
+/*-------------------------------------------------------------------------
+ *
+ * completion.c
+ *	  Applying what workers report, for many tasks per statement: workflow
+ *	  task completions (the fence, the recorded events, the commands, the run
+ *	  projection, the follow-up work) and activity results.
+ *
+ * A batch is applied in the caller's transaction with a fixed number of
+ * statements whatever its size: each step is one multi-row statement over
+ * arrays (unnest), built in memory first.  Items are sorted by run id, and
+ * rows are locked in that order, so that concurrent batches do not deadlock.
+ *
+ * The fence comes first: a task row is deleted only with its current lock
+ * version.  A task whose lease is lost is skipped (done = false) before
+ * anything is written for it, or, with raise_lost, reported as an error.
+ * Invalid commands fail the whole call, which then writes nothing.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/timestamp.h"
+
+#include "dex.h"
+
+/* ----------------------------------------------------------------
+ * Lost leases
+ * ----------------------------------------------------------------
+ */
+
+static DexPlan run_exists_plan = {
+	"SELECT 1 FROM dex.workflow_run WHERE id = $1",
+	1, {UUIDOID}
+};
+
+/*
+ * The task is not leased with that lock version: say whether the run is
+ * unknown or the lease was lost.  Nothing has been written.
+ */
+void
+dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version)
+{
+	Datum		values[1] = {UUIDPGetDatum(run_id)};
+	char	   *run = dex_uuid_to_cstring(run_id);
+
+	dex_spi_exec(&run_exists_plan, values, NULL, true, 1);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("workflow run %s does not exist", run)));
+	if (task_id == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEX_LEASE_LOST),
+				 errmsg("workflow task of run %s is not leased with lock version " INT64_FORMAT,
+						run, lock_version),
+				 errdetail("The task was completed, or its lease expired and it was leased again."),
+				 errhint("Discard the result; the task's current holder reports it.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_DEX_LEASE_LOST),
+			 errmsg("activity task %d of run %s is not leased with lock version " INT64_FORMAT,
+					task_id, run, lock_version),
+			 errdetail("The task was completed, failed, cancelled, or its lease expired and it was leased again."),
+			 errhint("Discard the result; the task's current holder reports it.")));
+}
+
+static int
+compare_workflow_items(const void *a, const void *b)
+{
+	const DexWorkflowCompletion *x = a;
+	const DexWorkflowCompletion *y = b;
+
+	return memcmp(x->run_id, y->run_id, UUID_LEN);
+}
+
+static int
+compare_activity_items(const void *a, const void *b)
+{
+	const DexActivityCompletion *x = a;
+	const DexActivityCompletion *y = b;
+	int			c = memcmp(x->run_id, y->run_id, UUID_LEN);
+
+	if (c != 0)
+		return c;
+	return (x->task_id > y->task_id) - (x->task_id < y->task_id);
+}
+
+/* ----------------------------------------------------------------
+ * Commands
+ * ----------------------------------------------------------------
+ */
+
+/* The rows a batch of workflow completions writes, one array per column */
+typedef struct BatchRows
+{
+	/* dex.workflow_history */
+	ArrayBuildState *h_run_id;
+	ArrayBuildState *h_sequence;
+	ArrayBuildState *h_events;
+	/* dex.workflow_run updates */
+	ArrayBuildState *r_id;
+	ArrayBuildState *r_status;
+	ArrayBuildState *r_history_length;
+	ArrayBuildState *r_last_event_id;
+	ArrayBuildState *r_custom_status;
+	ArrayBuildState *r_result;
+	ArrayBuildState *r_failure;
+	ArrayBuildState *r_started_at;
+	ArrayBuildState *r_completed_at;
+	/* dex.activity_task inserts */
+	ArrayBuildState *a_queue_id;
+	ArrayBuildState *a_run_id;
+	ArrayBuildState *a_event_id;
+	ArrayBuildState *a_name;
+	ArrayBuildState *a_priority;
+	ArrayBuildState *a_argument;
+	ArrayBuildState *a_retry_policy;
+	int			n_activities;
+	/* timers and other inbox rows */
+	DexInboxBatch inbox;
+	/* runs that ended, runs that go on */
+	ArrayBuildState *ended;
+	ArrayBuildState *open;
+	int			n_ended;
+	int			n_open;
+} BatchRows;
+
+static void
+init_batch_rows(BatchRows *rows)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	rows->h_run_id = initArrayResult(UUIDOID, cxt, false);
+	rows->h_sequence = initArrayResult(INT4OID, cxt, false);
+	rows->h_events = initArrayResult(BYTEAOID, cxt, false);
+	rows->r_id = initArrayResult(UUIDOID, cxt, false);
+	rows->r_status = initArrayResult(TEXTOID, cxt, false);
+	rows->r_history_length = initArrayResult(INT4OID, cxt, false);
+	rows->r_last_event_id = initArrayResult(INT4OID, cxt, false);
+	rows->r_custom_status = initArrayResult(TEXTOID, cxt, false);
+	rows->r_result = initArrayResult(BYTEAOID, cxt, false);
+	rows->r_failure = initArrayResult(BYTEAOID, cxt, false);
+	rows->r_started_at = initArrayResult(TIMESTAMPTZOID, cxt, false);
+	rows->r_completed_at = initArrayResult(TIMESTAMPTZOID, cxt, false);
+	rows->a_queue_id = initArrayResult(INT4OID, cxt, false);
+	rows->a_run_id = initArrayResult(UUIDOID, cxt, false);
+	rows->a_event_id = initArrayResult(INT4OID, cxt, false);
+	rows->a_name = initArrayResult(TEXTOID, cxt, false);
+	rows->a_priority = initArrayResult(INT2OID, cxt, false);
+	rows->a_argument = initArrayResult(BYTEAOID, cxt, false);
+	rows->a_retry_policy = initArrayResult(BYTEAOID, cxt, false);
+	rows->n_activities = 0;
+	dex_inbox_batch_init(&rows->inbox);
+	rows->ended = initArrayResult(UUIDOID, cxt, false);
+	rows->open = initArrayResult(UUIDOID, cxt, false);
+	rows->n_ended = 0;
+	rows->n_open = 0;
+}
+
+/* The state of one workflow task's completion while its commands apply */
+typedef struct Completion
+{
+	pg_uuid_t  *run_id;
+	DexRun	   *run;
+	TimestampTz now;
+	Dex__V1__WorkflowEvent **events;
+	size_t		n_events;
+	size_t		max_events;
+	const char *new_status;		/* NULL: the run goes on */
+	Dex__V1__Payload *result;
+	Dex__V1__Failure *failure;
+	char	   *custom_status;
+	int32		last_event_id;
+	BatchRows  *rows;
+} Completion;
+
+static Dex__V1__WorkflowEvent *
+add_event(Completion *c, int32 id)
+{
+	Dex__V1__WorkflowEvent *ev = dex_new_event(id, c->now);
+
+	if (c->n_events == c->max_events)
+	{
+		c->max_events *= 2;
+		c->events = repalloc(c->events, sizeof(*c->events) * c->max_events);
+	}
+	c->events[c->n_events++] = ev;
+	return ev;
+}
+
+/* The JSON name of a command's kind ("scheduleActivity"), for messages */
+static const char *
+command_name(const Dex__V1__Command *cmd)
+{
+	const ProtobufCFieldDescriptor *f =
+		protobuf_c_message_descriptor_get_field(&dex__v1__command__descriptor,
+												cmd->kind_case);
+	char	   *name;
+	char	   *out;
+
+	if (f == NULL)
+		return "empty";
+	name = pstrdup(f->name);
+	out = name;
+	for (const char *p = f->name; *p; p++)
+	{
+		if (*p == '_' && p[1])
+			*out++ = pg_toupper((unsigned char) *++p);
+		else
+			*out++ = *p;
+	}
+	*out = '\0';
+	return name;
+}
+
+static int32
+required_command_id(const Dex__V1__Command *cmd)
+{
+	if (cmd->id <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command %s needs a positive id", command_name(cmd)),
+				 errdetail("Commands that create something carry the event id the workflow assigned to it.")));
+	return cmd->id;
+}
+
+static void
+apply_schedule_activity(Completion *c, const Dex__V1__Command *cmd)
+{
+	const Dex__V1__ScheduleActivity *sa = cmd->schedule_activity;
+	int32		id = required_command_id(cmd);
+	DexQueue	queue;
+	Dex__V1__RetryPolicy *policy;
+	Dex__V1__ActivityTaskCreated *created;
+	Dex__V1__WorkflowEvent *ev;
+	BatchRows  *rows = c->rows;
+
+	if (sa->name == NULL || sa->name[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command scheduleActivity %d has no activity name", id)));
+	if (sa->priority < 0 || sa->priority > 100)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("priority of activity %d must be between 0 and 100", id)));
+	queue = dex_require_queue(sa->queue, false);
+	policy = dex_effective_retry_policy(sa->retry_policy);
+
+	created = palloc(sizeof(*created));
+	dex__v1__activity_task_created__init(created);
+	created->name = sa->name;
+	created->queue = sa->queue;
+	created->argument = sa->argument;
+	created->retry_policy = policy;
+	created->priority = sa->priority;
+	created->start_to_close_timeout = sa->start_to_close_timeout;
+	created->schedule_to_close_timeout = sa->schedule_to_close_timeout;
+	created->heartbeat_timeout = sa->heartbeat_timeout;
+	ev = add_event(c, id);
+	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_ACTIVITY_TASK_CREATED;
+	ev->activity_task_created = created;
+
+	dex_array_add(rows->a_queue_id, Int32GetDatum(queue.id), false);
+	dex_array_add(rows->a_run_id, UUIDPGetDatum(c->run_id), false);
+	dex_array_add(rows->a_event_id, Int32GetDatum(id), false);
+	dex_array_add(rows->a_name, CStringGetTextDatum(sa->name), false);
+	dex_array_add(rows->a_priority, Int16GetDatum((int16) sa->priority), false);
+	dex_array_add(rows->a_argument,
+				  sa->argument ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) sa->argument)) : (Datum) 0,
+				  sa->argument == NULL);
+	dex_array_add(rows->a_retry_policy,
+				  PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) policy)), false);
+	rows->n_activities++;
+	dex_queue_work_added(queue.id);
+}
+
+static void
+apply_start_timer(Completion *c, const Dex__V1__Command *cmd)
+{
+	const Dex__V1__StartTimer *st = cmd->start_timer;
+	int32		id = required_command_id(cmd);
+	int64		delay_ms = dex_duration_ms(st->delay);
+	TimestampTz fire_at;
+	Dex__V1__WorkflowEvent *ev;
+	Dex__V1__WorkflowEvent *elapsed;
+
+	if (st->delay == NULL || delay_ms < 0 || delay_ms > (int64) 100 * 365 * 24 * 3600 * 1000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timer %d needs a delay between 0 and 100 years", id)));
+	fire_at = c->now + delay_ms * 1000;
+
+	ev = add_event(c, id);
+	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_TIMER_CREATED;
+	ev->timer_created = palloc(sizeof(Dex__V1__TimerCreated));
+	dex__v1__timer_created__init(ev->timer_created);
+	ev->timer_created->name = st->name;
+	ev->timer_created->elapse_at = dex_pb_timestamp(fire_at);
+
+	elapsed = dex_new_event(0, fire_at);
+	elapsed->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_TIMER_ELAPSED;
+	elapsed->timer_elapsed = palloc(sizeof(Dex__V1__TimerElapsed));
+	dex__v1__timer_elapsed__init(elapsed->timer_elapsed);
+	elapsed->timer_elapsed->timer_created_event_id = id;
+	dex_inbox_batch_add(&c->rows->inbox, c->run_id, elapsed, fire_at);
+}
+
+static void
+apply_command(Completion *c, const Dex__V1__Command *cmd)
+{
+	Dex__V1__WorkflowEvent *ev;
+
+	if (c->new_status != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command %s follows the command that ended the run",
+						command_name(cmd)),
+				 errdetail("completeRun and failRun must be the last command.")));
+	if (cmd->id != 0)
+	{
+		if (cmd->id <= c->last_event_id)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("command %s has id %d, but ids up to %d are already used",
+							command_name(cmd), cmd->id, c->last_event_id),
+					 errdetail("Command ids must grow over the life of a run; reusing one means the workflow did not replay deterministically.")));
+		c->last_event_id = cmd->id;
+	}
+
+	switch (cmd->kind_case)
+	{
+		case DEX__V1__COMMAND__KIND_SCHEDULE_ACTIVITY:
+			apply_schedule_activity(c, cmd);
+			break;
+		case DEX__V1__COMMAND__KIND_START_TIMER:
+			apply_start_timer(c, cmd);
+			break;
+		case DEX__V1__COMMAND__KIND_RECORD_SIDE_EFFECT:
+			ev = add_event(c, required_command_id(cmd));
+			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_SIDE_EFFECT_EXECUTED;
+			ev->side_effect_executed = palloc(sizeof(Dex__V1__SideEffectExecuted));
+			dex__v1__side_effect_executed__init(ev->side_effect_executed);
+			ev->side_effect_executed->name = cmd->record_side_effect->name;
+			ev->side_effect_executed->result = cmd->record_side_effect->result;
+			break;
+		case DEX__V1__COMMAND__KIND_SET_CUSTOM_STATUS:
+			ev = add_event(c, cmd->id);
+			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_CUSTOM_STATUS_SET;
+			ev->custom_status_set = palloc(sizeof(Dex__V1__CustomStatusSet));
+			dex__v1__custom_status_set__init(ev->custom_status_set);
+			ev->custom_status_set->custom_status = cmd->set_custom_status->custom_status;
+			c->custom_status = cmd->set_custom_status->custom_status[0] ?
+				cmd->set_custom_status->custom_status : NULL;
+			break;
+		case DEX__V1__COMMAND__KIND_COMPLETE_RUN:
+			ev = add_event(c, cmd->id);
+			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_COMPLETED;
+			ev->run_completed = palloc(sizeof(Dex__V1__RunCompleted));
+			dex__v1__run_completed__init(ev->run_completed);
+			ev->run_completed->result = cmd->complete_run->result;
+			c->result = cmd->complete_run->result;
+			c->new_status = "COMPLETED";
+			break;
+		case DEX__V1__COMMAND__KIND_FAIL_RUN:
+			if (cmd->fail_run->failure == NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("command failRun needs a failure")));
+			ev = add_event(c, cmd->id);
+			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_FAILED;
+			ev->run_failed = palloc(sizeof(Dex__V1__RunFailed));
+			dex__v1__run_failed__init(ev->run_failed);
+			ev->run_failed->failure = cmd->fail_run->failure;
+			c->failure = cmd->fail_run->failure;
+			c->new_status = "FAILED";
+			break;
+		case DEX__V1__COMMAND__KIND__NOT_SET:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("command %d has no kind", cmd->id),
+					 errhint("Set exactly one of scheduleActivity, startTimer, recordSideEffect, setCustomStatus, completeRun, failRun.")));
+			break;
+		default:
+			ereport(ERROR,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("command %s is not supported yet", command_name(cmd))));
+	}
+}
+
+/*
+ * One fenced workflow task: record what it was shown and what its commands
+ * did, as rows of the batch.
+ */
+static void
+complete_one_workflow_task(DexWorkflowCompletion *item, DexRun *run, BatchRows *rows)
+{
+	Completion	c;
+	Dex__V1__WorkflowEvent *ev;
+	Dex__V1__EventBatch batch;
+	bool		ended;
+	int			n_commands = (int) item->completion->n_commands;
+
+	memset(&c, 0, sizeof(c));
+	c.run_id = item->run_id;
+	c.run = run;
+	c.rows = rows;
+	c.now = GetCurrentTransactionStartTimestamp();
+	c.custom_status = run->custom_status;
+	c.last_event_id = run->last_event_id;
+	c.events = dex_build_new_events(run, item->worker_id, item->started_at,
+									n_commands + 1, &c.n_events);
+	c.max_events = c.n_events + n_commands + 1;
+
+	ev = add_event(&c, 0);
+	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_WORKFLOW_TASK_COMPLETED;
+	ev->workflow_task_completed = palloc(sizeof(Dex__V1__WorkflowTaskCompleted));
+	dex__v1__workflow_task_completed__init(ev->workflow_task_completed);
+
+	for (int i = 0; i < n_commands; i++)
+		apply_command(&c, item->completion->commands[i]);
+
+	dex__v1__event_batch__init(&batch);
+	batch.events = c.events;
+	batch.n_events = c.n_events;
+	dex_array_add(rows->h_run_id, UUIDPGetDatum(item->run_id), false);
+	dex_array_add(rows->h_sequence, Int32GetDatum(run->history_length + 1), false);
+	dex_array_add(rows->h_events, PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &batch)), false);
+
+	ended = c.new_status != NULL;
+	dex_array_add(rows->r_id, UUIDPGetDatum(item->run_id), false);
+	dex_array_add(rows->r_status, CStringGetTextDatum(ended ? c.new_status : "RUNNING"), false);
+	dex_array_add(rows->r_history_length, Int32GetDatum(run->history_length + (int32) c.n_events), false);
+	dex_array_add(rows->r_last_event_id, Int32GetDatum(c.last_event_id), false);
+	dex_array_add(rows->r_custom_status,
+				  c.custom_status ? CStringGetTextDatum(c.custom_status) : (Datum) 0,
+				  c.custom_status == NULL);
+	dex_array_add(rows->r_result,
+				  c.result ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) c.result)) : (Datum) 0,
+				  c.result == NULL);
+	dex_array_add(rows->r_failure,
+				  c.failure ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) c.failure)) : (Datum) 0,
+				  c.failure == NULL);
+	dex_array_add(rows->r_started_at, TimestampTzGetDatum(item->started_at), false);
+	dex_array_add(rows->r_completed_at, TimestampTzGetDatum(c.now), !ended);
+
+	if (ended)
+	{
+		dex_array_add(rows->ended, UUIDPGetDatum(item->run_id), false);
+		rows->n_ended++;
+	}
+	else
+	{
+		dex_array_add(rows->open, UUIDPGetDatum(item->run_id), false);
+		rows->n_open++;
+	}
+}
+
+/* ----------------------------------------------------------------
+ * Completing workflow tasks
+ * ----------------------------------------------------------------
+ */
+
+static DexPlan fence_workflow_plan = {
+	"DELETE FROM dex.workflow_task t USING unnest($1::uuid[], $2::bigint[]) AS b(run_id, lock_version) "
+	"WHERE t.run_id = b.run_id AND t.lock_version = b.lock_version AND t.locked_by IS NOT NULL "
+	"RETURNING t.run_id, t.lock_version, t.started_at, t.inbox_ids, t.locked_by",
+	2, {UUIDARRAYOID, INT8ARRAYOID}
+};
+
+static DexPlan insert_history_plan = {
+	"INSERT INTO dex.workflow_history (run_id, sequence, events) "
+	"SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bytea[])",
+	3, {UUIDARRAYOID, INT4ARRAYOID, BYTEAARRAYOID}
+};
+
+static DexPlan update_runs_plan = {
+	"UPDATE dex.workflow_run r SET status = u.status, history_length = u.history_length, "
+	"last_event_id = u.last_event_id, custom_status = u.custom_status, result = u.result, "
+	"failure = u.failure, updated_at = now(), started_at = coalesce(r.started_at, u.started_at), "
+	"completed_at = u.completed_at "
+	"FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::integer[], $5::text[], $6::bytea[], "
+	"            $7::bytea[], $8::timestamptz[], $9::timestamptz[]) "
+	"     AS u(id, status, history_length, last_event_id, custom_status, result, failure, "
+	"          started_at, completed_at) "
+	"WHERE r.id = u.id",
+	9, {UUIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID,
+		BYTEAARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID}
+};
+
+static DexPlan insert_activities_plan = {
+	"INSERT INTO dex.activity_task (queue_id, run_id, event_id, name, priority, status, attempt, "
+	"                               visible_from, argument, retry_policy, created_at) "
+	"SELECT queue_id, run_id, event_id, name, priority, 'QUEUED', 1, now(), argument, retry_policy, now() "
+	"FROM unnest($1::integer[], $2::uuid[], $3::integer[], $4::text[], $5::smallint[], $6::bytea[], "
+	"            $7::bytea[]) AS a(queue_id, run_id, event_id, name, priority, argument, retry_policy)",
+	7, {INT4ARRAYOID, UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID}
+};
+
+static DexPlan end_runs_plan = {
+	"WITH a AS (DELETE FROM dex.activity_task WHERE run_id = ANY ($1)), "
+	"     t AS (DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)) "
+	"DELETE FROM dex.workflow_inbox WHERE run_id = ANY ($1)",
+	1, {UUIDARRAYOID}
+};
+
+/*
+ * A run that goes on gets a new task if unseen events remain.  "Visible" is
+ * judged by the clock, not by the transaction's start: the scheduler may have
+ * handed over a timer that fell due since (its task insert waited for our
+ * delete of the task row), and that timer must not be left without a task.
+ */
+static DexPlan requeue_plan = {
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
+	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r WHERE r.id = ANY ($1) "
+	"AND EXISTS (SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id "
+	"            AND i.visible_from <= clock_timestamp()) "
+	"ORDER BY r.id ON CONFLICT DO NOTHING RETURNING queue_id",
+	1, {UUIDARRAYOID}
+};
+
+void
+dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost)
+{
+	ArrayBuildState *run_ids = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	ArrayBuildState *versions = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	ArrayBuildState *fenced = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	ArrayBuildState *inbox_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	ArrayBuildState *inbox_ids = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	Datum		values[9];
+	HTAB	   *runs;
+	BatchRows	rows;
+	int			n_done = 0;
+
+	if (n == 0)
+		return;
+	qsort(items, n, sizeof(DexWorkflowCompletion), compare_workflow_items);
+	for (int i = 0; i < n; i++)
+	{
+		items[i].done = false;
+		dex_array_add(run_ids, UUIDPGetDatum(items[i].run_id), false);
+		dex_array_add(versions, Int64GetDatum(items[i].lock_version), false);
+	}
+
+	/* the fence: each task row is deleted only with its current lock version */
+	values[0] = dex_array_result(run_ids);
+	values[1] = dex_array_result(versions);
+	dex_spi_exec(&fence_workflow_plan, values, NULL, false, 0);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		pg_uuid_t  *id = DatumGetUUIDP(dex_spi_getdatum(r, 1, &isnull));
+		int64		version = dex_spi_getint64(r, 2);
+
+		for (int i = 0; i < n; i++)
+		{
+			DexWorkflowCompletion *item = &items[i];
+
+			if (item->done || item->lock_version != version ||
+				memcmp(item->run_id, id, UUID_LEN) != 0)
+				continue;
+			item->done = true;
+			item->started_at = (TimestampTz) dex_spi_getint64(r, 3);
+			item->worker_id = dex_spi_gettext_copy(r, 5);
+			{
+				Datum		ids = dex_spi_getdatum(r, 4, &isnull);
+
+				if (!isnull)
+				{
+					ArrayType  *arr = DatumGetArrayTypeP(ids);
+					Datum	   *elems;
+					int			count;
+
+					deconstruct_array(arr, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+									  &elems, NULL, &count);
+					for (int k = 0; k < count; k++)
+					{
+						dex_array_add(inbox_runs, UUIDPGetDatum(item->run_id), false);
+						dex_array_add(inbox_ids, elems[k], false);
+					}
+				}
+			}
+			dex_array_add(fenced, UUIDPGetDatum(item->run_id), false);
+			n_done++;
+			break;
+		}
+	}
+	if (raise_lost)
+		for (int i = 0; i < n; i++)
+			if (!items[i].done)
+				dex_report_lost_lease(items[i].run_id, 0, items[i].lock_version);
+	if (n_done == 0)
+		return;
+
+	/* the runs, locked; the events the workers were shown, moved out of the inbox */
+	values[0] = dex_array_result(fenced);
+	runs = dex_load_runs(values[0], true);
+	dex_load_inbox(runs, dex_array_result(inbox_runs), dex_array_result(inbox_ids), true);
+
+	init_batch_rows(&rows);
+	for (int i = 0; i < n; i++)
+	{
+		DexRun	   *run;
+
+		if (!items[i].done)
+			continue;
+		run = dex_find_run(runs, items[i].run_id);
+		if (run == NULL)
+			elog(ERROR, "workflow run %s of a workflow task does not exist",
+				 dex_uuid_to_cstring(items[i].run_id));
+		complete_one_workflow_task(&items[i], run, &rows);
+	}
+
+	values[0] = dex_array_result(rows.h_run_id);
+	values[1] = dex_array_result(rows.h_sequence);
+	values[2] = dex_array_result(rows.h_events);
+	dex_spi_exec(&insert_history_plan, values, NULL, false, 0);
+
+	values[0] = dex_array_result(rows.r_id);
+	values[1] = dex_array_result(rows.r_status);
+	values[2] = dex_array_result(rows.r_history_length);
+	values[3] = dex_array_result(rows.r_last_event_id);
+	values[4] = dex_array_result(rows.r_custom_status);
+	values[5] = dex_array_result(rows.r_result);
+	values[6] = dex_array_result(rows.r_failure);
+	values[7] = dex_array_result(rows.r_started_at);
+	values[8] = dex_array_result(rows.r_completed_at);
+	dex_spi_exec(&update_runs_plan, values, NULL, false, 0);
+
+	if (rows.n_activities > 0)
+	{
+		values[0] = dex_array_result(rows.a_queue_id);
+		values[1] = dex_array_result(rows.a_run_id);
+		values[2] = dex_array_result(rows.a_event_id);
+		values[3] = dex_array_result(rows.a_name);
+		values[4] = dex_array_result(rows.a_priority);
+		values[5] = dex_array_result(rows.a_argument);
+		values[6] = dex_array_result(rows.a_retry_policy);
+		dex_spi_exec(&insert_activities_plan, values, NULL, false, 0);
+	}
+
+	dex_inbox_batch_flush(&rows.inbox);
+
+	if (rows.n_ended > 0)
+	{
+		values[0] = dex_array_result(rows.ended);
+		dex_spi_exec(&end_runs_plan, values, NULL, false, 0);
+	}
+	if (rows.n_open > 0)
+	{
+		values[0] = dex_array_result(rows.open);
+		dex_spi_exec(&requeue_plan, values, NULL, false, 0);
+		dex_queue_work_added_spi(1);
+	}
+}
+
+/* ----------------------------------------------------------------
+ * Completing activity tasks
+ * ----------------------------------------------------------------
+ */
+
+static DexPlan fence_activities_plan = {
+	"DELETE FROM dex.activity_task t "
+	"USING unnest($1::uuid[], $2::integer[], $3::bigint[]) AS b(run_id, event_id, lock_version) "
+	"WHERE t.run_id = b.run_id AND t.event_id = b.event_id AND t.lock_version = b.lock_version "
+	"AND t.locked_by IS NOT NULL "
+	"RETURNING t.run_id, t.event_id, t.lock_version, t.attempt",
+	3, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID}
+};
+
+void
+dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost)
+{
+	ArrayBuildState *run_ids = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	ArrayBuildState *task_ids = initArrayResult(INT4OID, CurrentMemoryContext, false);
+	ArrayBuildState *versions = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	Datum		values[3];
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	DexInboxBatch inbox;
+	int32	   *attempts = palloc0(sizeof(int32) * Max(n, 1));
+
+	if (n == 0)
+		return;
+	qsort(items, n, sizeof(DexActivityCompletion), compare_activity_items);
+	for (int i = 0; i < n; i++)
+	{
+		items[i].done = false;
+		dex_array_add(run_ids, UUIDPGetDatum(items[i].run_id), false);
+		dex_array_add(task_ids, Int32GetDatum(items[i].task_id), false);
+		dex_array_add(versions, Int64GetDatum(items[i].lock_version), false);
+	}
+
+	values[0] = dex_array_result(run_ids);
+	values[1] = dex_array_result(task_ids);
+	values[2] = dex_array_result(versions);
+	dex_spi_exec(&fence_activities_plan, values, NULL, false, 0);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		pg_uuid_t  *id = DatumGetUUIDP(dex_spi_getdatum(r, 1, &isnull));
+		int32		task_id = (int32) dex_spi_getint64(r, 2);
+		int64		version = dex_spi_getint64(r, 3);
+
+		for (int i = 0; i < n; i++)
+		{
+			if (items[i].done || items[i].task_id != task_id ||
+				items[i].lock_version != version ||
+				memcmp(items[i].run_id, id, UUID_LEN) != 0)
+				continue;
+			items[i].done = true;
+			attempts[i] = (int32) dex_spi_getint64(r, 4);
+			break;
+		}
+	}
+	if (raise_lost)
+		for (int i = 0; i < n; i++)
+			if (!items[i].done)
+				dex_report_lost_lease(items[i].run_id, items[i].task_id, items[i].lock_version);
+
+	dex_inbox_batch_init(&inbox);
+	for (int i = 0; i < n; i++)
+	{
+		Dex__V1__WorkflowEvent *ev;
+
+		if (!items[i].done)
+			continue;
+		ev = dex_new_event(0, now);
+		ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_ACTIVITY_TASK_COMPLETED;
+		ev->activity_task_completed = palloc(sizeof(Dex__V1__ActivityTaskCompleted));
+		dex__v1__activity_task_completed__init(ev->activity_task_completed);
+		ev->activity_task_completed->activity_task_created_event_id = items[i].task_id;
+		ev->activity_task_completed->result = items[i].result;
+		ev->activity_task_completed->attempt = attempts[i];
+		dex_inbox_batch_add(&inbox, items[i].run_id, ev, now);
+	}
+	dex_inbox_batch_flush(&inbox);
+}

@@ -1,0 +1,291 @@
+/*-------------------------------------------------------------------------
+ *
+ * workflow_task.c
+ *	  What a workflow task is made of, loaded for many runs at once: each
+ *	  run's projection, its stored history and the inbox events the task
+ *	  shows; and the events a task shows and records.
+ *
+ * dex.poll_tasks and dex.complete_task use the same loaders and the same
+ * dex_build_new_events, so the events a worker is shown are exactly those
+ * its completion records.  One statement loads a piece for every run of a
+ * batch; the results go to a hash table keyed by run id, allocated in
+ * CurrentMemoryContext.  Callers are connected to SPI.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/jsonb.h"
+
+#include "dex.h"
+
+/* uuid[] of the given ids */
+Datum
+dex_uuid_array(pg_uuid_t *const *ids, int n)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		elems[i] = UUIDPGetDatum(ids[i]);
+	return PointerGetDatum(construct_array(elems, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+}
+
+static DexPlan load_runs_plan = {
+	"SELECT id, workflow_name, workflow_version, status, history_length, last_event_id, argument, "
+	"created_at, instance_id, priority, labels, concurrency_key, custom_status, parent_id, queue_id "
+	"FROM dex.workflow_run WHERE id = ANY ($1)",
+	1, {UUIDARRAYOID}
+};
+
+/* locked in id order, so that concurrent batches cannot deadlock on runs */
+static DexPlan lock_runs_plan = {
+	"SELECT id, workflow_name, workflow_version, status, history_length, last_event_id, argument, "
+	"created_at, instance_id, priority, labels, concurrency_key, custom_status, parent_id, queue_id "
+	"FROM dex.workflow_run WHERE id = ANY ($1) ORDER BY id FOR NO KEY UPDATE",
+	1, {UUIDARRAYOID}
+};
+
+/*
+ * The runs with the given ids (a uuid[] datum), locked if for_update.  Runs
+ * that do not exist are absent from the table.
+ */
+HTAB *
+dex_load_runs(Datum ids, bool for_update)
+{
+	HASHCTL		ctl;
+	HTAB	   *runs;
+	Datum		values[1] = {ids};
+
+	ctl.keysize = sizeof(pg_uuid_t);
+	ctl.entrysize = sizeof(DexRun);
+	ctl.hcxt = CurrentMemoryContext;
+	runs = hash_create("dex runs", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+
+	dex_spi_exec(for_update ? &lock_runs_plan : &load_runs_plan, values, NULL, !for_update, 0);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		Datum		d = dex_spi_getdatum(i, 1, &isnull);
+		DexRun	   *run = hash_search(runs, DatumGetUUIDP(d), HASH_ENTER, NULL);
+
+		run->workflow_name = dex_spi_gettext_copy(i, 2);
+		run->workflow_version = (int32) dex_spi_getint64(i, 3);
+		run->status = dex_spi_gettext_copy(i, 4);
+		run->history_length = (int32) dex_spi_getint64(i, 5);
+		run->last_event_id = (int32) dex_spi_getint64(i, 6);
+		run->argument = dex_spi_getbytea_copy(i, 7);
+		run->created_at = (TimestampTz) dex_spi_getint64(i, 8);
+		run->instance_id = dex_spi_gettext_copy(i, 9);
+		run->priority = (int32) dex_spi_getint64(i, 10);
+		d = dex_spi_getdatum(i, 11, &isnull);
+		run->labels = isnull ? NULL : DatumGetJsonbP(SPI_datumTransfer(d, false, -1));
+		run->concurrency_key = dex_spi_gettext_copy(i, 12);
+		run->custom_status = dex_spi_gettext_copy(i, 13);
+		d = dex_spi_getdatum(i, 14, &isnull);
+		run->has_parent = !isnull;
+		if (!isnull)
+			run->parent_id = *DatumGetUUIDP(d);
+		run->queue_id = (int32) dex_spi_getint64(i, 15);
+		run->history = NULL;
+		run->n_inbox = 0;
+		run->inbox = NULL;
+	}
+	return runs;
+}
+
+DexRun *
+dex_find_run(HTAB *runs, pg_uuid_t *id)
+{
+	return hash_search(runs, id, HASH_FIND, NULL);
+}
+
+static DexPlan histories_plan = {
+	"SELECT run_id, events FROM dex.workflow_history WHERE run_id = ANY ($1) "
+	"ORDER BY run_id, sequence",
+	1, {UUIDARRAYOID}
+};
+
+/*
+ * Each run's stored history, as one encoded EventBatch (the concatenation of
+ * its batches), in run->history.
+ */
+void
+dex_load_histories(HTAB *runs, Datum ids)
+{
+	Datum		values[1] = {ids};
+	uint64		start = 0;
+
+	dex_spi_exec(&histories_plan, values, NULL, true, 0);
+	while (start < SPI_processed)
+	{
+		bool		isnull;
+		pg_uuid_t  *id = DatumGetUUIDP(dex_spi_getdatum(start, 1, &isnull));
+		uint64		end = start;
+		Size		total = 0;
+		DexRun	   *run = dex_find_run(runs, id);
+		char	   *p;
+
+		while (end < SPI_processed &&
+			   memcmp(DatumGetUUIDP(dex_spi_getdatum(end, 1, &isnull)), id, UUID_LEN) == 0)
+		{
+			total += VARSIZE_ANY_EXHDR(DatumGetByteaPP(dex_spi_getdatum(end, 2, &isnull)));
+			end++;
+		}
+		if (run != NULL)
+		{
+			run->history = SPI_palloc(VARHDRSZ + total);
+			SET_VARSIZE(run->history, VARHDRSZ + total);
+			p = VARDATA(run->history);
+			for (uint64 i = start; i < end; i++)
+			{
+				bytea	   *b = DatumGetByteaPP(dex_spi_getdatum(i, 2, &isnull));
+
+				memcpy(p, VARDATA_ANY(b), VARSIZE_ANY_EXHDR(b));
+				p += VARSIZE_ANY_EXHDR(b);
+			}
+		}
+		start = end;
+	}
+}
+
+static DexPlan inbox_plan = {
+	"SELECT i.run_id, i.event FROM dex.workflow_inbox i "
+	"JOIN unnest($1::uuid[], $2::bigint[]) AS u(run_id, id) ON i.run_id = u.run_id AND i.id = u.id "
+	"ORDER BY i.run_id, i.id",
+	2, {UUIDARRAYOID, INT8ARRAYOID}
+};
+
+static DexPlan consume_inbox_plan = {
+	"WITH consumed AS (DELETE FROM dex.workflow_inbox i USING unnest($1::uuid[], $2::bigint[]) "
+	"                   AS u(run_id, id) WHERE i.run_id = u.run_id AND i.id = u.id "
+	"                  RETURNING i.run_id, i.id, i.event) "
+	"SELECT run_id, event FROM consumed ORDER BY run_id, id",
+	2, {UUIDARRAYOID, INT8ARRAYOID}
+};
+
+/*
+ * The inbox events named by the (run id, inbox id) pairs, in inbox order per
+ * run, into run->inbox; deleted from the inbox if "consume".
+ */
+void
+dex_load_inbox(HTAB *runs, Datum run_ids, Datum inbox_ids, bool consume)
+{
+	Datum		values[2] = {run_ids, inbox_ids};
+
+	dex_spi_exec(consume ? &consume_inbox_plan : &inbox_plan, values, NULL, !consume, 0);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		DexRun	   *run = dex_find_run(runs, DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)));
+
+		if (run == NULL)
+			continue;
+		if (run->inbox == NULL)
+			run->inbox = palloc(sizeof(bytea *) * (SPI_processed - i));
+		run->inbox[run->n_inbox++] = dex_spi_getbytea_copy(i, 2);
+	}
+}
+
+Dex__V1__RunStatus
+dex_run_status_enum(const char *status)
+{
+	static const char *const names[] = {
+		"", "CREATED", "RUNNING", "SUSPENDED", "CANCELLED", "COMPLETED", "FAILED"
+	};
+
+	for (int i = 1; i < lengthof(names); i++)
+		if (strcmp(status, names[i]) == 0)
+			return (Dex__V1__RunStatus) i;
+	return DEX__V1__RUN_STATUS__RUN_STATUS_UNSPECIFIED;
+}
+
+static Dex__V1__RunCreated *
+run_created_subject(DexRun *run)
+{
+	Dex__V1__RunCreated *rc = palloc(sizeof(*rc));
+
+	dex__v1__run_created__init(rc);
+	rc->workflow_name = run->workflow_name;
+	rc->workflow_version = run->workflow_version;
+	rc->queue = pstrdup(dex_queue_name(run->queue_id));
+	rc->argument = run->argument ?
+		dex_payload_from_bytea(run->argument, "run argument") : NULL;
+	if (run->instance_id)
+		rc->instance_id = run->instance_id;
+	rc->priority = run->priority;
+	if (run->concurrency_key)
+		rc->concurrency_key = run->concurrency_key;
+	if (run->labels)
+	{
+		JsonbIterator *it = JsonbIteratorInit(&run->labels->root);
+		JsonbValue	v;
+		JsonbIteratorToken tok;
+		char	   *key = NULL;
+		int			n = JB_ROOT_COUNT(run->labels);
+
+		rc->labels = palloc(sizeof(Dex__V1__RunCreated__LabelsEntry *) * Max(n, 1));
+		while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+		{
+			if (tok == WJB_KEY)
+				key = pnstrdup(v.val.string.val, v.val.string.len);
+			else if (tok == WJB_VALUE && v.type == jbvString)
+			{
+				Dex__V1__RunCreated__LabelsEntry *e = palloc(sizeof(*e));
+
+				dex__v1__run_created__labels_entry__init(e);
+				e->key = key;
+				e->value = pnstrdup(v.val.string.val, v.val.string.len);
+				rc->labels[rc->n_labels++] = e;
+			}
+		}
+	}
+	return rc;
+}
+
+/*
+ * The events a workflow task adds to its run's history before the events of
+ * its commands: WorkflowTaskStarted, then for a new run RunCreated and
+ * RunStarted, then the run's loaded inbox events.  "extra" slots are left
+ * free at the end of the array for the caller.
+ */
+Dex__V1__WorkflowEvent **
+dex_build_new_events(DexRun *run, const char *worker_id, TimestampTz started_at,
+					 int extra, size_t *n_events)
+{
+	Dex__V1__WorkflowEvent **events = palloc(sizeof(*events) * (run->n_inbox + 3 + extra));
+	Dex__V1__WorkflowEvent *ev;
+	size_t		n = 0;
+
+	ev = dex_new_event(0, started_at);
+	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_WORKFLOW_TASK_STARTED;
+	ev->workflow_task_started = palloc(sizeof(Dex__V1__WorkflowTaskStarted));
+	dex__v1__workflow_task_started__init(ev->workflow_task_started);
+	ev->workflow_task_started->worker_id = pstrdup(worker_id);
+	events[n++] = ev;
+
+	if (strcmp(run->status, "CREATED") == 0)
+	{
+		ev = dex_new_event(0, run->created_at);
+		ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CREATED;
+		ev->run_created = run_created_subject(run);
+		events[n++] = ev;
+
+		ev = dex_new_event(0, started_at);
+		ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_STARTED;
+		ev->run_started = palloc(sizeof(Dex__V1__RunStarted));
+		dex__v1__run_started__init(ev->run_started);
+		events[n++] = ev;
+	}
+
+	for (int i = 0; i < run->n_inbox; i++)
+		events[n++] = (Dex__V1__WorkflowEvent *)
+			dex_pb_unpack(&dex__v1__workflow_event__descriptor,
+						  (uint8 *) VARDATA_ANY(run->inbox[i]), VARSIZE_ANY_EXHDR(run->inbox[i]),
+						  "inbox event");
+	*n_events = n;
+	return events;
+}
