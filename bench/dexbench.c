@@ -1,0 +1,1647 @@
+/*
+ * dexbench: the load driver of the dex benchmark (see bench/README.md).
+ *
+ *   dexbench W1 [W2 ...]      run the named workloads, in order
+ *
+ * Connection: the usual libpq environment (PGHOST, PGPORT, PGDATABASE, PGUSER).
+ * Settings (environment):
+ *   BENCH_SCALE   multiplies every N and duration (default 1; 0.1 for a quick check)
+ *   BENCH_K       workers per kind of queue (default 2, see run.sh for why)
+ *   BENCH_BATCH   max tasks per poll (default 100)
+ *   BENCH_W5_MAX  largest W5 backlog (default 1000000)
+ *
+ * Workers are threads with a connection each.  They speak protobuf to dex
+ * (dex.poll_tasks_pb / dex.complete_tasks_pb), encoded and decoded with the
+ * protobuf-c code generated from proto/, with binary parameters and results.
+ * A worker pipelines the completion of one batch with the poll of the next
+ * (libpq pipeline mode, a sync after each so each is its own transaction).
+ *
+ * Output: progress and details on stdout, and per workload one line
+ *   ROW|workload|items|seconds|items/s|xact/item|WAL bytes/item|ins/item|upd/item|del/item|notes
+ * that bench/run.sh turns into the final table.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
+
+#include "dex/v1/command.pb-c.h"
+#include "dex/v1/common.pb-c.h"
+#include "dex/v1/event.pb-c.h"
+#include "dex/v1/task.pb-c.h"
+
+#define BOOLOID 16
+#define BYTEAOID 17
+#define INT8OID 20
+#define INT4OID 23
+#define UUIDOID 2950
+
+#define MAX_BATCH 1000
+
+/* ------------------------------------------------------------------ utilities */
+
+static void
+die(const char *fmt, ...)
+{
+	va_list		ap;
+
+	fflush(stdout);
+	fprintf(stderr, "dexbench: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	exit(1);
+}
+
+static void *
+xmalloc(size_t n)
+{
+	void	   *p = calloc(1, n ? n : 1);
+
+	if (!p)
+		die("out of memory");
+	return p;
+}
+
+/* microseconds on the monotonic clock, for durations */
+static int64_t
+mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* microseconds since the Unix epoch, to compare with the server's timestamps */
+static int64_t
+real_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void
+sleep_us(int64_t us)
+{
+	struct timespec ts;
+
+	if (us <= 0)
+		return;
+	ts.tv_sec = us / 1000000;
+	ts.tv_nsec = (us % 1000000) * 1000;
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+static int64_t
+pb_ts_us(const Google__Protobuf__Timestamp *t)
+{
+	return t ? (int64_t) t->seconds * 1000000 + t->nanos / 1000 : 0;
+}
+
+static double
+env_double(const char *name, double dflt)
+{
+	const char *v = getenv(name);
+
+	return (v && *v) ? atof(v) : dflt;
+}
+
+static int
+cmp_double(const void *a, const void *b)
+{
+	double		x = *(const double *) a,
+				y = *(const double *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* nearest-rank percentile of a sorted array */
+static double
+pct(const double *v, int n, double p)
+{
+	int			k;
+
+	if (n <= 0)
+		return NAN;
+	k = (int) ceil(p * n) - 1;
+	if (k < 0)
+		k = 0;
+	if (k >= n)
+		k = n - 1;
+	return v[k];
+}
+
+/* ------------------------------------------------------------------ buffers and binary arrays */
+
+typedef struct Buf
+{
+	char	   *p;
+	size_t		len;
+	size_t		cap;
+} Buf;
+
+static void
+buf_reserve(Buf *b, size_t n)
+{
+	if (b->len + n > b->cap)
+	{
+		size_t		c = b->cap ? b->cap * 2 : 4096;
+
+		while (c < b->len + n)
+			c *= 2;
+		b->p = realloc(b->p, c);
+		if (!b->p)
+			die("out of memory");
+		b->cap = c;
+	}
+}
+
+static void
+buf_put(Buf *b, const void *d, size_t n)
+{
+	buf_reserve(b, n);
+	memcpy(b->p + b->len, d, n);
+	b->len += n;
+}
+
+static void
+buf_u32(Buf *b, uint32_t v)
+{
+	v = htonl(v);
+	buf_put(b, &v, 4);
+}
+
+static void
+buf_u64(Buf *b, uint64_t v)
+{
+	buf_u32(b, (uint32_t) (v >> 32));
+	buf_u32(b, (uint32_t) v);
+}
+
+static uint32_t
+get_u32(const char *p)
+{
+	uint32_t	v;
+
+	memcpy(&v, p, 4);
+	return ntohl(v);
+}
+
+static uint64_t
+get_u64(const char *p)
+{
+	return ((uint64_t) get_u32(p) << 32) | get_u32(p + 4);
+}
+
+/* A one-dimensional array in PostgreSQL's binary format (array_recv) */
+typedef struct ArrBuf
+{
+	Buf			b;
+	uint32_t	n;
+} ArrBuf;
+
+static void
+arr_begin(ArrBuf *a, uint32_t elemtype)
+{
+	a->b.len = 0;
+	a->n = 0;
+	buf_u32(&a->b, 1);			/* ndim */
+	buf_u32(&a->b, 0);			/* no nulls */
+	buf_u32(&a->b, elemtype);
+	buf_u32(&a->b, 0);			/* dimension, patched by arr_end */
+	buf_u32(&a->b, 1);			/* lower bound */
+}
+
+static void
+arr_elem(ArrBuf *a, const void *d, uint32_t len)
+{
+	buf_u32(&a->b, len);
+	buf_put(&a->b, d, len);
+	a->n++;
+}
+
+static void
+arr_end(ArrBuf *a)
+{
+	uint32_t	n = htonl(a->n);
+
+	memcpy(a->b.p + 12, &n, 4);
+}
+
+/* ------------------------------------------------------------------ connections */
+
+static PGconn *
+connect_db(const char *appname)
+{
+	const char *keys[] = {"application_name", "dbname", NULL};
+	const char *vals[] = {appname, NULL, NULL};
+	PGconn	   *c;
+
+	vals[1] = getenv("PGDATABASE");
+	if (!vals[1])
+		keys[1] = NULL;
+	c = PQconnectdbParams(keys, vals, 0);
+	if (PQstatus(c) != CONNECTION_OK)
+		die("connection failed: %s", PQerrorMessage(c));
+	return c;
+}
+
+static void
+prepare(PGconn *c, const char *name, const char *sql)
+{
+	PGresult   *r = PQprepare(c, name, sql, 0, NULL);
+
+	if (PQresultStatus(r) != PGRES_COMMAND_OK)
+		die("prepare %s: %s", name, PQerrorMessage(c));
+	PQclear(r);
+}
+
+/* run a statement that must succeed; returns its result */
+static PGresult *
+exec_ok(PGconn *c, const char *sql)
+{
+	PGresult   *r = PQexec(c, sql);
+	ExecStatusType st = PQresultStatus(r);
+
+	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK)
+		die("%s\n  in: %s", PQerrorMessage(c), sql);
+	return r;
+}
+
+static void
+exec_void(PGconn *c, const char *sql)
+{
+	PQclear(exec_ok(c, sql));
+}
+
+/*
+ * The monitor connection's statements are counted, so that their own
+ * transactions can be subtracted from the database's counters.
+ */
+static long mon_statements;
+
+static PGresult *
+mon(PGconn *m, const char *sql)
+{
+	mon_statements++;
+	return exec_ok(m, sql);
+}
+
+static double
+mon_double(PGconn *m, const char *sql)
+{
+	PGresult   *r = mon(m, sql);
+	double		v = PQgetisnull(r, 0, 0) ? 0 : atof(PQgetvalue(r, 0, 0));
+
+	PQclear(r);
+	return v;
+}
+
+/* In pipeline mode: the result of the next query, then its NULL and its sync */
+static PGresult *
+pl_get(PGconn *c)
+{
+	PGresult   *r = PQgetResult(c);
+	PGresult   *x;
+
+	if (r == NULL)
+		return NULL;
+	if (PQresultStatus(r) == PGRES_PIPELINE_SYNC)
+		return r;				/* an aborted pipeline: caller sees the status */
+	x = PQgetResult(c);
+	if (x != NULL)
+		die("unexpected extra result: %s", PQresStatus(PQresultStatus(x)));
+	x = PQgetResult(c);
+	if (x == NULL || PQresultStatus(x) != PGRES_PIPELINE_SYNC)
+		die("expected a pipeline sync, got %s: %s",
+			x ? PQresStatus(PQresultStatus(x)) : "nothing", PQerrorMessage(c));
+	PQclear(x);
+	return r;
+}
+
+/* ------------------------------------------------------------------ database counters */
+
+typedef struct Stats
+{
+	long long	commit;
+	long long	rollback;
+	long long	ins;
+	long long	upd;
+	long long	del;
+	char		lsn[32];
+	long		mon_before;		/* monitor statements before this read */
+	int64_t		t;
+} Stats;
+
+static void
+stats_read(PGconn *m, Stats *s)
+{
+	PGresult   *r;
+
+	s->mon_before = mon_statements;
+	r = mon(m, "SELECT pg_stat_force_next_flush(), xact_commit, xact_rollback, tup_inserted, "
+			"tup_updated, tup_deleted, pg_current_wal_lsn() FROM pg_stat_database "
+			"WHERE datname = current_database()");
+	s->commit = atoll(PQgetvalue(r, 0, 1));
+	s->rollback = atoll(PQgetvalue(r, 0, 2));
+	s->ins = atoll(PQgetvalue(r, 0, 3));
+	s->upd = atoll(PQgetvalue(r, 0, 4));
+	s->del = atoll(PQgetvalue(r, 0, 5));
+	snprintf(s->lsn, sizeof(s->lsn), "%s", PQgetvalue(r, 0, 6));
+	s->t = mono_us();
+	PQclear(r);
+}
+
+/*
+ * The counters once the workload's backends have flushed their statistics:
+ * backends flush at most once a second (and at exit), the scheduler after a
+ * pass, so wait, wake the scheduler for a pass, and read until two reads
+ * agree (apart from the monitor's own transaction).
+ */
+static void
+stats_settle(PGconn *m, Stats *s)
+{
+	Stats		prev;
+
+	sleep_us(1100000);
+	PQclear(mon(m, "SELECT dex.wake_scheduler()"));
+	sleep_us(300000);
+	stats_read(m, &prev);
+	for (int i = 0; i < 20; i++)
+	{
+		sleep_us(300000);
+		stats_read(m, s);
+		if (s->commit == prev.commit + 1 && s->ins == prev.ins && s->upd == prev.upd &&
+			s->del == prev.del)
+			return;
+		prev = *s;
+	}
+	printf("  (statistics did not settle: background activity)\n");
+}
+
+typedef struct Delta
+{
+	double		commit;
+	double		rollback;
+	double		ins;
+	double		upd;
+	double		del;
+	double		wal;
+} Delta;
+
+static Delta
+stats_delta(PGconn *m, const Stats *a, const Stats *b)
+{
+	Delta		d;
+	char		sql[256];
+
+	/* the monitor's statements from read a (included) to read b (excluded) */
+	d.commit = (double) (b->commit - a->commit) - (double) (b->mon_before - a->mon_before);
+	d.rollback = (double) (b->rollback - a->rollback);
+	d.ins = (double) (b->ins - a->ins);
+	d.upd = (double) (b->upd - a->upd);
+	d.del = (double) (b->del - a->del);
+	snprintf(sql, sizeof(sql), "SELECT pg_wal_lsn_diff('%s', '%s')", b->lsn, a->lsn);
+	d.wal = mon_double(m, sql);
+	return d;
+}
+
+/* the statements of pg_stat_statements that took most time since its last reset */
+static void
+print_top_statements(PGconn *m, int limit)
+{
+	char		sql[1024];
+	PGresult   *r;
+
+	snprintf(sql, sizeof(sql),
+			 "SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 3), "
+			 "CASE WHEN toplevel THEN 'top' ELSE 'nested' END, "
+			 "left(regexp_replace(query, '\\s+', ' ', 'g'), 150) "
+			 "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database "
+			 "WHERE datname = current_database()) AND query NOT LIKE '%%pg_stat%%' "
+			 "ORDER BY total_exec_time DESC LIMIT %d", limit);
+	r = mon(m, sql);
+	printf("  top statements (pg_stat_statements, track = all):\n");
+	printf("  %9s %10s %9s %-6s %s\n", "calls", "total ms", "mean ms", "level", "query");
+	for (int i = 0; i < PQntuples(r); i++)
+		printf("  %9s %10s %9s %-6s %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+			   PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4));
+	PQclear(r);
+}
+
+/* ------------------------------------------------------------------ workloads */
+
+typedef enum WfKind
+{
+	WF_MINIMAL,					/* complete the run in its first task */
+	WF_ACTIVITY,				/* one activity "inc", then complete with its result */
+	WF_TIMER					/* a 1 s timer, then complete */
+} WfKind;
+
+typedef struct Workload
+{
+	const char *name;
+	WfKind		kind;
+	char		wf_queue[32];
+	char		act_queue[32];
+	int			n_runs;			/* runs that must complete */
+	int			poll_max;
+	const char *wait_timeout;
+
+	atomic_int	go;
+	atomic_int	stop;
+	atomic_long completed;		/* runs completed (completeRun accepted) */
+	atomic_llong t_end;			/* mono_us of the last completion */
+
+	/* per run index (the run's argument): */
+	atomic_llong *created_us;	/* mono_us of the create_run call (W4) */
+	double	   *latency_ms;		/* W4: create -> completion returned */
+	double	   *late_server_ms; /* W3: WorkflowTaskStarted - elapseAt */
+	double	   *late_client_ms; /* W3: task received - elapseAt */
+} Workload;
+
+typedef struct Entry
+{
+	bool		ends_run;
+	long		idx;
+} Entry;
+
+typedef struct Worker
+{
+	pthread_t	thread;
+	Workload   *wl;
+	bool		is_wf;
+	const char *queue;
+	char		id[96];
+	PGconn	   *conn;
+	PGcancel   *cancel;
+	int			backend_pid;
+
+	/* the batch being completed */
+	ArrBuf		a_run,
+				a_task,
+				a_lv,
+				a_res;
+	Buf			enc;
+	Entry		ent[MAX_BATCH];
+	unsigned char run_ids[MAX_BATCH][16];
+	int32_t		task_ids[MAX_BATCH];
+	int			n;
+
+	/* counters */
+	long		polls;
+	long		empty_polls;
+	long		waits;
+	long		tasks;
+	long		lost;
+	long		errors;
+} Worker;
+
+static const char *POLL_SQL =
+"SELECT run_id, task_id, lock_version, task FROM dex.poll_tasks_pb($1, $2, $3::int, $4::interval)";
+static const char *COMPLETE_SQL =
+"SELECT run_id, task_id, completed FROM dex.complete_tasks_pb($1::uuid[], $2::int[], $3::bigint[], $4::bytea[])";
+static const char *WAIT_SQL = "CALL dex.wait_for_tasks($1, $2::interval)";
+
+static void
+worker_connect(Worker *w)
+{
+	PGresult   *r;
+
+	w->conn = connect_db(w->id);
+	prepare(w->conn, "poll", POLL_SQL);
+	prepare(w->conn, "complete", COMPLETE_SQL);
+	prepare(w->conn, "wait", WAIT_SQL);
+	w->cancel = PQgetCancel(w->conn);
+	r = exec_ok(w->conn, "SELECT pg_backend_pid()");
+	w->backend_pid = atoi(PQgetvalue(r, 0, 0));
+	PQclear(r);
+}
+
+static void
+send_poll(Worker *w, int max)
+{
+	char		maxbuf[16];
+	const char *p[4];
+
+	snprintf(maxbuf, sizeof(maxbuf), "%d", max);
+	p[0] = w->queue;
+	p[1] = w->id;
+	p[2] = maxbuf;
+	p[3] = "5 minutes";
+	if (!PQsendQueryPrepared(w->conn, "poll", 4, p, NULL, NULL, 1))
+		die("send poll: %s", PQerrorMessage(w->conn));
+}
+
+static void
+send_wait(Worker *w)
+{
+	const char *p[2] = {w->queue, w->wl->wait_timeout};
+
+	if (!PQsendQueryPrepared(w->conn, "wait", 2, p, NULL, NULL, 0))
+		die("send wait: %s", PQerrorMessage(w->conn));
+}
+
+static void
+send_complete(Worker *w)
+{
+	const char *p[4];
+	int			len[4];
+	int			fmt[4] = {1, 1, 1, 1};
+	ArrBuf	   *a[4] = {&w->a_run, &w->a_task, &w->a_lv, &w->a_res};
+
+	for (int i = 0; i < 4; i++)
+	{
+		arr_end(a[i]);
+		p[i] = a[i]->b.p;
+		len[i] = (int) a[i]->b.len;
+	}
+	if (!PQsendQueryPrepared(w->conn, "complete", 4, p, len, fmt, 1))
+		die("send complete: %s", PQerrorMessage(w->conn));
+}
+
+static void
+batch_reset(Worker *w)
+{
+	arr_begin(&w->a_run, UUIDOID);
+	arr_begin(&w->a_task, INT4OID);
+	arr_begin(&w->a_lv, INT8OID);
+	arr_begin(&w->a_res, BYTEAOID);
+	w->n = 0;
+}
+
+static long
+payload_long(const Dex__V1__Payload *p)
+{
+	if (p && p->content_case == DEX__V1__PAYLOAD__CONTENT_JSON && p->json)
+		return strtol(p->json, NULL, 10);
+	return -1;
+}
+
+/*
+ * The workflow code: decide the commands of a workflow task from its history
+ * and new events, encode the WorkflowTaskCompletion into enc.  Returns
+ * whether the commands end the run, and the run's index (its argument).
+ */
+static void
+workflow_code(Worker *w, const Dex__V1__WorkflowTask *t, int64_t received_real, Buf *enc,
+			  Entry *e)
+{
+	Workload   *wl = w->wl;
+	Dex__V1__Payload *arg = NULL;
+	Dex__V1__Payload *act_result = NULL;
+	bool		act_created = false,
+				act_done = false,
+				timer_created = false,
+				timer_elapsed = false;
+	int64_t		elapse_at = 0,
+				task_started = 0;
+	Dex__V1__WorkflowTaskCompletion comp = DEX__V1__WORKFLOW_TASK_COMPLETION__INIT;
+	Dex__V1__Command cmd = DEX__V1__COMMAND__INIT;
+	Dex__V1__Command *cmds[1] = {&cmd};
+	Dex__V1__ScheduleActivity sa = DEX__V1__SCHEDULE_ACTIVITY__INIT;
+	Dex__V1__StartTimer st = DEX__V1__START_TIMER__INIT;
+	Google__Protobuf__Duration delay = GOOGLE__PROTOBUF__DURATION__INIT;
+	Dex__V1__CompleteRun cr = DEX__V1__COMPLETE_RUN__INIT;
+	size_t		len;
+
+	for (int pass = 0; pass < 2; pass++)
+	{
+		size_t		n = pass == 0 ? t->n_history : t->n_new_events;
+		Dex__V1__WorkflowEvent **evs = pass == 0 ? t->history : t->new_events;
+
+		for (size_t i = 0; i < n; i++)
+		{
+			Dex__V1__WorkflowEvent *ev = evs[i];
+
+			switch (ev->subject_case)
+			{
+				case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CREATED:
+					arg = ev->run_created->argument;
+					break;
+				case DEX__V1__WORKFLOW_EVENT__SUBJECT_ACTIVITY_TASK_CREATED:
+					act_created = true;
+					break;
+				case DEX__V1__WORKFLOW_EVENT__SUBJECT_ACTIVITY_TASK_COMPLETED:
+					act_done = true;
+					act_result = ev->activity_task_completed->result;
+					break;
+				case DEX__V1__WORKFLOW_EVENT__SUBJECT_TIMER_CREATED:
+					timer_created = true;
+					elapse_at = pb_ts_us(ev->timer_created->elapse_at);
+					break;
+				case DEX__V1__WORKFLOW_EVENT__SUBJECT_TIMER_ELAPSED:
+					timer_elapsed = true;
+					break;
+				case DEX__V1__WORKFLOW_EVENT__SUBJECT_WORKFLOW_TASK_STARTED:
+					task_started = pb_ts_us(ev->timestamp);
+					break;
+				default:
+					break;
+			}
+		}
+	}
+
+	e->idx = payload_long(arg);
+	e->ends_run = false;
+	comp.commands = cmds;
+	comp.n_commands = 1;
+	switch (wl->kind)
+	{
+		case WF_MINIMAL:
+			e->ends_run = true;
+			break;
+		case WF_ACTIVITY:
+			if (act_done)
+			{
+				e->ends_run = true;
+				arg = act_result;
+			}
+			else if (!act_created)
+			{
+				cmd.id = 1;
+				cmd.kind_case = DEX__V1__COMMAND__KIND_SCHEDULE_ACTIVITY;
+				cmd.schedule_activity = &sa;
+				sa.name = "inc";
+				sa.queue = wl->act_queue;
+				sa.argument = arg;
+			}
+			else
+				comp.n_commands = 0;	/* a repeated task: nothing new to do */
+			break;
+		case WF_TIMER:
+			if (timer_elapsed)
+			{
+				e->ends_run = true;
+				if (e->idx >= 0 && e->idx < wl->n_runs)
+				{
+					wl->late_server_ms[e->idx] = (task_started - elapse_at) / 1000.0;
+					wl->late_client_ms[e->idx] = (received_real - elapse_at) / 1000.0;
+				}
+			}
+			else if (!timer_created)
+			{
+				cmd.id = 1;
+				cmd.kind_case = DEX__V1__COMMAND__KIND_START_TIMER;
+				cmd.start_timer = &st;
+				st.name = "wait";
+				delay.seconds = 1;
+				st.delay = &delay;
+			}
+			else
+				comp.n_commands = 0;
+			break;
+	}
+	if (e->ends_run)
+	{
+		cmd.id = 0;
+		cmd.kind_case = DEX__V1__COMMAND__KIND_COMPLETE_RUN;
+		cmd.complete_run = &cr;
+		cr.result = arg;
+	}
+	len = dex__v1__workflow_task_completion__get_packed_size(&comp);
+	enc->len = 0;
+	buf_reserve(enc, len);
+	enc->len = dex__v1__workflow_task_completion__pack(&comp, (uint8_t *) enc->p);
+}
+
+/* The activity code: "inc" returns its argument + 1 */
+static void
+activity_code(const Dex__V1__ActivityTask *t, Buf *enc)
+{
+	Dex__V1__Payload out = DEX__V1__PAYLOAD__INIT;
+	char		num[32];
+	size_t		len;
+
+	snprintf(num, sizeof(num), "%ld", payload_long(t->argument) + 1);
+	out.content_case = DEX__V1__PAYLOAD__CONTENT_JSON;
+	out.json = num;
+	len = dex__v1__payload__get_packed_size(&out);
+	enc->len = 0;
+	buf_reserve(enc, len);
+	enc->len = dex__v1__payload__pack(&out, (uint8_t *) enc->p);
+}
+
+/* Run the code of one polled task (binary result row) and add its completion to the batch */
+static void
+batch_add(Worker *w, PGresult *poll, int row, int64_t received_real)
+{
+	const char *run_id = PQgetvalue(poll, row, 0);
+	uint32_t	task_id = get_u32(PQgetvalue(poll, row, 1));
+	uint64_t	lv = get_u64(PQgetvalue(poll, row, 2));
+	const uint8_t *task = (const uint8_t *) PQgetvalue(poll, row, 3);
+	size_t		task_len = (size_t) PQgetlength(poll, row, 3);
+	Entry	   *e = &w->ent[w->n];
+	uint32_t	be;
+
+	if (w->is_wf)
+	{
+		Dex__V1__WorkflowTask *t = dex__v1__workflow_task__unpack(NULL, task_len, task);
+
+		if (!t)
+			die("cannot decode a WorkflowTask");
+		workflow_code(w, t, received_real, &w->enc, e);
+		dex__v1__workflow_task__free_unpacked(t, NULL);
+	}
+	else
+	{
+		Dex__V1__ActivityTask *t = dex__v1__activity_task__unpack(NULL, task_len, task);
+
+		if (!t)
+			die("cannot decode an ActivityTask");
+		activity_code(t, &w->enc);
+		e->ends_run = false;
+		e->idx = -1;
+		dex__v1__activity_task__free_unpacked(t, NULL);
+	}
+	memcpy(w->run_ids[w->n], run_id, 16);
+	w->task_ids[w->n] = (int32_t) task_id;
+	arr_elem(&w->a_run, run_id, 16);
+	be = htonl(task_id);
+	arr_elem(&w->a_task, &be, 4);
+	buf_u32(&w->a_lv.b, 8);
+	buf_u64(&w->a_lv.b, lv);
+	w->a_lv.n++;
+	arr_elem(&w->a_res, w->enc.p, (uint32_t) w->enc.len);
+	w->n++;
+	w->tasks++;
+}
+
+static void
+run_completed(Workload *wl, const Entry *e, int64_t now)
+{
+	long		done = atomic_fetch_add(&wl->completed, 1) + 1;
+
+	if (wl->latency_ms && e->idx >= 0 && e->idx < wl->n_runs)
+	{
+		int64_t		c = atomic_load(&wl->created_us[e->idx]);
+
+		if (c > 0)
+			wl->latency_ms[e->idx] = (now - c) / 1000.0;
+	}
+	if (done >= wl->n_runs)
+	{
+		atomic_store(&wl->t_end, now);
+		atomic_store(&wl->stop, 1);
+	}
+}
+
+/* The result of complete_tasks_pb: count what ended runs, and lost leases */
+static void
+batch_done(Worker *w, PGresult *r)
+{
+	int64_t		now = mono_us();
+	int			rows;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK)
+	{
+		if (atomic_load(&w->wl->stop))
+			return;
+		die("%s: complete_tasks_pb failed: %s", w->id, PQresultErrorMessage(r));
+	}
+	rows = PQntuples(r);
+	if (rows != w->n)
+		die("%s: complete_tasks_pb returned %d rows for %d tasks", w->id, rows, w->n);
+	for (int i = 0; i < rows; i++)
+	{
+		const char *rid = PQgetvalue(r, i, 0);
+		int32_t		tid = (int32_t) get_u32(PQgetvalue(r, i, 1));
+		bool		ok = PQgetvalue(r, i, 2)[0] != 0;
+		int			j = i;
+
+		/* rows come in input order; look further if not */
+		if (memcmp(w->run_ids[j], rid, 16) != 0 || w->task_ids[j] != tid)
+			for (j = 0; j < w->n; j++)
+				if (memcmp(w->run_ids[j], rid, 16) == 0 && w->task_ids[j] == tid)
+					break;
+		if (j == w->n)
+			die("%s: complete_tasks_pb returned a task it was not given", w->id);
+		if (!ok)
+			w->lost++;
+		else if (w->ent[j].ends_run)
+			run_completed(w->wl, &w->ent[j], now);
+	}
+}
+
+/*
+ * A worker: poll up to poll_max tasks; if none, wait with dex.wait_for_tasks
+ * and poll again; else run them and complete them all in one call, pipelined
+ * with the next poll.
+ */
+static void *
+worker_main(void *arg)
+{
+	Worker	   *w = arg;
+	Workload   *wl = w->wl;
+	PGconn	   *c = w->conn;
+	PGresult   *poll = NULL;
+
+	while (!atomic_load(&wl->go) && !atomic_load(&wl->stop))
+		sleep_us(1000);
+	if (!PQenterPipelineMode(c))
+		die("pipeline mode: %s", PQerrorMessage(c));
+
+	while (!atomic_load(&wl->stop))
+	{
+		int64_t		received;
+		int			n;
+
+		if (poll == NULL)
+		{
+			send_poll(w, wl->poll_max);
+			PQpipelineSync(c);
+			poll = pl_get(c);
+			w->polls++;
+		}
+		if (poll == NULL || PQresultStatus(poll) != PGRES_TUPLES_OK)
+		{
+			if (atomic_load(&wl->stop))
+				break;
+			die("%s: poll failed: %s", w->id, poll ? PQresultErrorMessage(poll) : PQerrorMessage(c));
+		}
+		received = real_us();
+		n = PQntuples(poll);
+		if (n == 0)
+		{
+			PGresult   *r;
+
+			w->empty_polls++;
+			PQclear(poll);
+			poll = NULL;
+			if (atomic_load(&wl->stop))
+				break;
+			send_wait(w);
+			PQpipelineSync(c);
+			r = pl_get(c);
+			w->waits++;
+			if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
+			{
+				if (!atomic_load(&wl->stop))
+					die("%s: wait_for_tasks failed: %s", w->id,
+						r ? PQresultErrorMessage(r) : PQerrorMessage(c));
+			}
+			PQclear(r);
+			continue;
+		}
+
+		batch_reset(w);
+		for (int i = 0; i < n; i++)
+			batch_add(w, poll, i, received);
+		PQclear(poll);
+
+		send_complete(w);
+		PQpipelineSync(c);
+		send_poll(w, wl->poll_max);
+		PQpipelineSync(c);
+		{
+			PGresult   *r = pl_get(c);
+
+			if (r == NULL)
+			{
+				if (atomic_load(&wl->stop))
+					break;
+				die("%s: connection lost: %s", w->id, PQerrorMessage(c));
+			}
+			batch_done(w, r);
+			PQclear(r);
+		}
+		poll = pl_get(c);
+		w->polls++;
+	}
+	PQclear(poll);
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ workload plumbing */
+
+typedef struct Run
+{
+	Workload	wl;
+	Worker	   *workers;
+	int			n_workers;
+	PGconn	   *mon;
+	PGconn	   *client;			/* creates runs */
+	Stats		before;
+	Stats		after;
+	int64_t		t_start;
+} Run;
+
+static int bench_k;
+static int bench_batch;
+static double bench_scale;
+
+static int
+scaled(int n, int min)
+{
+	int			v = (int) lround(n * bench_scale);
+
+	return v < min ? min : v;
+}
+
+static void
+setup_queues(PGconn *c, const char *wf, const char *act)
+{
+	char		sql[512];
+
+	snprintf(sql, sizeof(sql),
+			 "SELECT dex.create_queue('%s', 'workflow') WHERE NOT EXISTS "
+			 "(SELECT FROM dex.queue WHERE name = '%s')", wf, wf);
+	exec_void(c, sql);
+	if (act)
+	{
+		snprintf(sql, sizeof(sql),
+				 "SELECT dex.create_queue('%s', 'activity') WHERE NOT EXISTS "
+				 "(SELECT FROM dex.queue WHERE name = '%s')", act, act);
+		exec_void(c, sql);
+	}
+}
+
+static void
+run_init(Run *run, PGconn *m, const char *name, WfKind kind, int n_runs, int k_wf, int k_act)
+{
+	Workload   *wl = &run->wl;
+	char		lower[16];
+
+	memset(run, 0, sizeof(*run));
+	for (int i = 0; name[i] && i < 15; i++)
+		lower[i] = (char) tolower((unsigned char) name[i]), lower[i + 1] = 0;
+	wl->name = name;
+	wl->kind = kind;
+	snprintf(wl->wf_queue, sizeof(wl->wf_queue), "%s-wf", lower);
+	snprintf(wl->act_queue, sizeof(wl->act_queue), "%s-act", lower);
+	wl->n_runs = n_runs;
+	wl->poll_max = bench_batch;
+	wl->wait_timeout = "10s";
+	wl->created_us = xmalloc(sizeof(atomic_llong) * (size_t) (n_runs + 1));
+	run->mon = m;
+	run->client = connect_db("dexbench client");
+	setup_queues(run->client, wl->wf_queue, k_act > 0 ? wl->act_queue : NULL);
+
+	run->n_workers = k_wf + k_act;
+	run->workers = xmalloc(sizeof(Worker) * (size_t) run->n_workers);
+	for (int i = 0; i < run->n_workers; i++)
+	{
+		Worker	   *w = &run->workers[i];
+
+		w->wl = wl;
+		w->is_wf = i < k_wf;
+		w->queue = w->is_wf ? wl->wf_queue : wl->act_queue;
+		snprintf(w->id, sizeof(w->id), "%s-%d", w->queue, w->is_wf ? i : i - k_wf);
+		worker_connect(w);
+	}
+	PQclear(mon(m, "SELECT pg_stat_statements_reset()"));
+	printf("%s: %d runs, %d workflow + %d activity workers, poll up to %d\n",
+		   name, n_runs, k_wf, k_act, wl->poll_max);
+	fflush(stdout);
+}
+
+static void
+run_start_workers(Run *run)
+{
+	for (int i = 0; i < run->n_workers; i++)
+		if (pthread_create(&run->workers[i].thread, NULL, worker_main, &run->workers[i]) != 0)
+			die("pthread_create failed");
+}
+
+/* Wait until every run completed or the deadline passed; stop and join the workers */
+static bool
+run_finish(Run *run, int64_t deadline)
+{
+	Workload   *wl = &run->wl;
+	bool		ok = true;
+	char		errbuf[256];
+
+	while (!atomic_load(&wl->stop))
+	{
+		if (mono_us() > deadline)
+		{
+			printf("  TIMEOUT: %ld of %d runs completed\n", (long) atomic_load(&wl->completed),
+				   wl->n_runs);
+			atomic_store(&wl->t_end, mono_us());
+			atomic_store(&wl->stop, 1);
+			ok = false;
+			break;
+		}
+		sleep_us(2000);
+	}
+	/* waiters may sit in wait_for_tasks: interrupt them */
+	for (int i = 0; i < run->n_workers; i++)
+		PQcancel(run->workers[i].cancel, errbuf, sizeof(errbuf));
+	for (int i = 0; i < run->n_workers; i++)
+	{
+		Worker	   *w = &run->workers[i];
+
+		pthread_join(w->thread, NULL);
+		PQfreeCancel(w->cancel);
+		PQfinish(w->conn);
+	}
+	return ok;
+}
+
+static void
+print_worker_counters(Run *run)
+{
+	long		polls = 0,
+				empty = 0,
+				waits = 0,
+				tasks = 0,
+				lost = 0;
+
+	for (int i = 0; i < run->n_workers; i++)
+	{
+		Worker	   *w = &run->workers[i];
+
+		polls += w->polls;
+		empty += w->empty_polls;
+		waits += w->waits;
+		tasks += w->tasks;
+		lost += w->lost;
+	}
+	printf("  workers: %ld polls (%ld empty), %ld waits, %ld tasks (%.1f per non-empty poll), "
+		   "%ld lost leases\n", polls, empty, waits, tasks,
+		   polls > empty ? (double) tasks / (double) (polls - empty) : 0.0, lost);
+}
+
+static void
+print_row(const char *name, double items, double secs, const Delta *d, const char *notes)
+{
+	double		it = items > 0 ? items : 1;
+
+	printf("  %s: %.0f items in %.2f s = %.1f items/s; per item: %.2f xact, %.0f WAL bytes, "
+		   "%.2f ins, %.2f upd, %.2f del%s%.0f rollbacks\n",
+		   name, items, secs, items / secs, d->commit / it, d->wal / it, d->ins / it,
+		   d->upd / it, d->del / it, "; ", d->rollback);
+	printf("ROW|%s|%.0f|%.2f|%.1f|%.2f|%.0f|%.2f|%.2f|%.2f|%s\n",
+		   name, items, secs, items / secs, d->commit / it, d->wal / it, d->ins / it,
+		   d->upd / it, d->del / it, notes);
+	fflush(stdout);
+}
+
+/* Check the runs of a queue: all COMPLETED, with the expected result */
+static void
+check_runs(PGconn *m, const char *queue, const char *expected_sql, int n, char *out, size_t outlen)
+{
+	char		sql[1024];
+	PGresult   *r;
+	long		total,
+				completed,
+				correct;
+
+	snprintf(sql, sizeof(sql),
+			 "SELECT count(*), count(*) FILTER (WHERE status = 'COMPLETED'), "
+			 "count(*) FILTER (WHERE status = 'COMPLETED' AND result = %s) "
+			 "FROM dex.runs WHERE queue = '%s'", expected_sql, queue);
+	r = mon(m, sql);
+	total = atol(PQgetvalue(r, 0, 0));
+	completed = atol(PQgetvalue(r, 0, 1));
+	correct = atol(PQgetvalue(r, 0, 2));
+	PQclear(r);
+	if (total == n && completed == n && correct == n)
+		snprintf(out, outlen, "check ok: %ld/%d completed, results right", correct, n);
+	else
+		snprintf(out, outlen, "CHECK FAILED: %ld runs, %ld completed, %ld right, %d expected",
+				 total, completed, correct, n);
+	printf("  %s\n", out);
+}
+
+/* Create n runs of the workload's queue with create_runs, arguments first..first+n-1 */
+static void
+create_runs_batch(PGconn *c, const char *wf_name, const char *queue, long first, int n)
+{
+	char		sql[512];
+
+	snprintf(sql, sizeof(sql),
+			 "SELECT count(*) FROM dex.create_runs('%s', '%s', "
+			 "(SELECT array_agg(to_jsonb(i) ORDER BY i) FROM generate_series(%ld, %ld) i))",
+			 wf_name, queue, first, first + n - 1);
+	exec_void(c, sql);
+}
+
+/* ------------------------------------------------------------------ W1, W2: throughput */
+
+static void
+workload_throughput(PGconn *m, const char *name, WfKind kind, int n_runs)
+{
+	Run			run;
+	int64_t		t_created;
+	const int	create_batch = 1000;
+	char		check[256],
+				notes[512];
+	double		secs;
+	Delta		d;
+
+	run_init(&run, m, name, kind, n_runs, bench_k, kind == WF_ACTIVITY ? bench_k : 0);
+	stats_read(m, &run.before);
+	run.t_start = mono_us();
+	for (long i = 0; i < n_runs; i += create_batch)
+		create_runs_batch(run.client, name, run.wl.wf_queue, i,
+						  (int) (n_runs - i < create_batch ? n_runs - i : create_batch));
+	t_created = mono_us();
+	run_start_workers(&run);
+	atomic_store(&run.wl.go, 1);
+	run_finish(&run, t_created + 300 * 1000000LL);
+	secs = (atomic_load(&run.wl.t_end) - run.t_start) / 1e6;
+	PQfinish(run.client);		/* a backend flushes its statistics when it exits */
+	stats_settle(m, &run.after);
+	d = stats_delta(m, &run.before, &run.after);
+	print_worker_counters(&run);
+	check_runs(m, run.wl.wf_queue,
+			   kind == WF_ACTIVITY ? "to_jsonb((argument #>> '{}')::bigint + 1)" : "argument",
+			   n_runs, check, sizeof(check));
+	snprintf(notes, sizeof(notes), "create %.0f runs/s, then process %.0f runs/s; %s",
+			 n_runs / ((t_created - run.t_start) / 1e6),
+			 n_runs / ((atomic_load(&run.wl.t_end) - t_created) / 1e6), check);
+	print_top_statements(m, 10);
+	print_row(name, n_runs, secs, &d, notes);
+}
+
+/* ------------------------------------------------------------------ W3, W4: paced runs */
+
+static void
+workload_paced(PGconn *m, const char *name, WfKind kind, int n_runs, double rate)
+{
+	Run			run;
+	Workload   *wl;
+	PGresult   *r;
+	char		check[256],
+				notes[768];
+	double		secs;
+	Delta		d;
+	int64_t		t0,
+				interval = (int64_t) (1e6 / rate);
+
+	run_init(&run, m, name, kind, n_runs, bench_k, kind == WF_ACTIVITY ? bench_k : 0);
+	wl = &run.wl;
+	if (kind == WF_TIMER)
+	{
+		wl->late_server_ms = xmalloc(sizeof(double) * (size_t) n_runs);
+		wl->late_client_ms = xmalloc(sizeof(double) * (size_t) n_runs);
+	}
+	else
+		wl->latency_ms = xmalloc(sizeof(double) * (size_t) n_runs);
+	prepare(run.client, "create", "SELECT dex.create_run($1, $2, $3::jsonb)");
+	stats_read(m, &run.before);
+	run_start_workers(&run);
+	atomic_store(&wl->go, 1);
+	sleep_us(200000);			/* let the workers reach their first wait */
+	run.t_start = t0 = mono_us();
+	for (long i = 0; i < n_runs; i++)
+	{
+		char		arg[32];
+		const char *p[3] = {name, wl->wf_queue, arg};
+
+		sleep_us(t0 + i * interval - mono_us());
+		snprintf(arg, sizeof(arg), "%ld", i);
+		atomic_store(&wl->created_us[i], mono_us());
+		r = PQexecPrepared(run.client, "create", 3, p, NULL, NULL, 0);
+		if (PQresultStatus(r) != PGRES_TUPLES_OK)
+			die("create_run: %s", PQerrorMessage(run.client));
+		PQclear(r);
+	}
+	run_finish(&run, mono_us() + 120 * 1000000LL);
+	secs = (atomic_load(&wl->t_end) - run.t_start) / 1e6;
+	PQfinish(run.client);		/* a backend flushes its statistics when it exits */
+	stats_settle(m, &run.after);
+	d = stats_delta(m, &run.before, &run.after);
+	print_worker_counters(&run);
+	check_runs(m, wl->wf_queue,
+			   kind == WF_ACTIVITY ? "to_jsonb((argument #>> '{}')::bigint + 1)" : "argument",
+			   n_runs, check, sizeof(check));
+	if (kind == WF_TIMER)
+	{
+		qsort(wl->late_server_ms, (size_t) n_runs, sizeof(double), cmp_double);
+		qsort(wl->late_client_ms, (size_t) n_runs, sizeof(double), cmp_double);
+		snprintf(notes, sizeof(notes),
+				 "timer lateness (task started - elapseAt) p50 %.1f / p99 %.1f / max %.1f ms; "
+				 "(received - elapseAt) p50 %.1f / p99 %.1f / max %.1f ms; %s",
+				 pct(wl->late_server_ms, n_runs, 0.5), pct(wl->late_server_ms, n_runs, 0.99),
+				 wl->late_server_ms[n_runs - 1],
+				 pct(wl->late_client_ms, n_runs, 0.5), pct(wl->late_client_ms, n_runs, 0.99),
+				 wl->late_client_ms[n_runs - 1], check);
+	}
+	else
+	{
+		qsort(wl->latency_ms, (size_t) n_runs, sizeof(double), cmp_double);
+		snprintf(notes, sizeof(notes),
+				 "end-to-end latency p50 %.1f / p99 %.1f / max %.1f ms at %.0f runs/s; %s",
+				 pct(wl->latency_ms, n_runs, 0.5), pct(wl->latency_ms, n_runs, 0.99),
+				 wl->latency_ms[n_runs - 1], rate, check);
+	}
+	printf("  %s\n", notes);
+	print_top_statements(m, 10);
+	print_row(name, n_runs, secs, &d, notes);
+}
+
+/* ------------------------------------------------------------------ W5: backlog */
+
+static const char *SCHED_FILTER =
+"toplevel AND (query LIKE '%FROM dex.lease%' OR query LIKE '%dex.workflow_inbox%' "
+"OR query LIKE '%dex.activity_task%' OR query LIKE '%dex.workflow_task%')";
+
+static void
+workload_backlog(PGconn *m)
+{
+	const int	base_levels[3] = {1000, 100000, 1000000};
+	int			max_level = (int) env_double("BENCH_W5_MAX", 1000000);
+	int			samples = scaled(2000, 100);
+	Run			run;
+	Worker	   *w;
+	long		pending = 0;
+	double	   *t_poll = xmalloc(sizeof(double) * (size_t) samples);
+	double	   *t_comp = xmalloc(sizeof(double) * (size_t) samples);
+	double	   *t_both = xmalloc(sizeof(double) * (size_t) samples);
+
+	run_init(&run, m, "W5", WF_MINIMAL, samples, 1, 0);
+	w = &run.workers[0];
+	for (int lv = 0; lv < 3; lv++)
+	{
+		int			level = scaled(base_levels[lv], 100);
+		char		name[32],
+					notes[768],
+					nbuf[16];
+		int64_t		t0,
+					t1;
+		double		create_rate = 0,
+					secs,
+					passes,
+					sched_ms;
+		Delta		d;
+		PGresult   *r;
+
+		if (base_levels[lv] > max_level)
+		{
+			printf("W5: backlog %d skipped (BENCH_W5_MAX=%d)\n", level, max_level);
+			continue;
+		}
+		snprintf(name, sizeof(name), "W5 %s", lv == 0 ? "1k" : lv == 1 ? "100k" : "1M");
+		if (level != base_levels[lv])
+			snprintf(name, sizeof(name), "W5 %d", level);
+
+		/* fresh connections each level: closed before the counters are read */
+		if (w->conn == NULL)
+		{
+			run.client = connect_db("dexbench client");
+			worker_connect(w);
+		}
+		prepare(run.client, "more", "SELECT count(*) FROM dex.create_runs('W5', 'w5-wf', "
+				"array_fill('0'::jsonb, ARRAY[$1::int]))");
+
+		/* fill the queue up to the level, 10,000 runs per call */
+		t0 = mono_us();
+		while (pending < level)
+		{
+			int			n = level - pending > 10000 ? 10000 : (int) (level - pending);
+			const char *p[1] = {nbuf};
+
+			snprintf(nbuf, sizeof(nbuf), "%d", n);
+			r = PQexecPrepared(run.client, "more", 1, p, NULL, NULL, 0);
+			if (PQresultStatus(r) != PGRES_TUPLES_OK)
+				die("create_runs: %s", PQerrorMessage(run.client));
+			PQclear(r);
+			pending += n;
+		}
+		t1 = mono_us();
+		/* flush the filling's statistics now: they are not the samples' */
+		exec_void(run.client, "SELECT pg_stat_force_next_flush()");
+		if (t1 - t0 > 1000)
+			create_rate = (double) (level - (lv == 0 ? 0 : scaled(base_levels[lv - 1], 100))) /
+				((t1 - t0) / 1e6);
+		printf("%s: %ld runs pending (created at %.0f runs/s)\n", name, pending, create_rate);
+		fflush(stdout);
+
+		PQclear(mon(m, "SELECT pg_stat_statements_reset()"));
+		stats_read(m, &run.before);
+		run.t_start = mono_us();
+		for (int s = 0; s < samples; s++)
+		{
+			int64_t		a,
+						b,
+						c;
+			PGresult   *poll;
+
+			a = mono_us();
+			send_poll(w, 1);
+			poll = PQgetResult(w->conn);
+			if (PQresultStatus(poll) != PGRES_TUPLES_OK || PQntuples(poll) != 1)
+				die("W5 poll: %s (%d rows)", PQresultErrorMessage(poll), PQntuples(poll));
+			while ((r = PQgetResult(w->conn)) != NULL)
+				PQclear(r);
+			b = mono_us();
+			batch_reset(w);
+			batch_add(w, poll, 0, real_us());
+			PQclear(poll);
+			send_complete(w);
+			r = PQgetResult(w->conn);
+			{
+				PGresult   *x;
+
+				while ((x = PQgetResult(w->conn)) != NULL)
+					PQclear(x);
+			}
+			if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1 ||
+				PQgetvalue(r, 0, 2)[0] == 0)
+				die("W5 complete: %s", PQresultErrorMessage(r));
+			PQclear(r);
+			c = mono_us();
+			t_poll[s] = (b - a) / 1000.0;
+			t_comp[s] = (c - b) / 1000.0;
+			t_both[s] = (c - a) / 1000.0;
+			/* keep the backlog at its level (not timed) */
+			{
+				const char *p[1] = {"1"};
+
+				r = PQexecPrepared(run.client, "more", 1, p, NULL, NULL, 0);
+				if (PQresultStatus(r) != PGRES_TUPLES_OK)
+					die("create_runs: %s", PQerrorMessage(run.client));
+				PQclear(r);
+			}
+		}
+		secs = (mono_us() - run.t_start) / 1e6;
+		PQfinish(run.client);
+		PQfinish(w->conn);
+		PQfreeCancel(w->cancel);
+		w->conn = NULL;
+		stats_settle(m, &run.after);
+		d = stats_delta(m, &run.before, &run.after);
+		print_top_statements(m, 8);
+
+		/* the scheduler's passes: wake it 20 times, time its statements */
+		PQclear(mon(m, "SELECT pg_stat_statements_reset()"));
+		for (int i = 0; i < 20; i++)
+		{
+			PQclear(mon(m, "SELECT dex.wake_scheduler()"));
+			sleep_us(50000);
+		}
+		sleep_us(200000);
+		{
+			char		sql[1024];
+
+			snprintf(sql, sizeof(sql),
+					 "SELECT coalesce(sum(calls) FILTER (WHERE query LIKE '%%FROM dex.lease%%'), 0), "
+					 "coalesce(sum(total_exec_time), 0) FROM pg_stat_statements WHERE %s",
+					 SCHED_FILTER);
+			r = mon(m, sql);
+			passes = atof(PQgetvalue(r, 0, 0));
+			sched_ms = atof(PQgetvalue(r, 0, 1));
+			PQclear(r);
+		}
+
+		qsort(t_poll, (size_t) samples, sizeof(double), cmp_double);
+		qsort(t_comp, (size_t) samples, sizeof(double), cmp_double);
+		qsort(t_both, (size_t) samples, sizeof(double), cmp_double);
+		snprintf(notes, sizeof(notes),
+				 "poll p50 %.2f / p99 %.2f ms, complete p50 %.2f / p99 %.2f ms, "
+				 "both p50 %.2f / p99 %.2f ms; scheduler %.0f passes, %.2f ms/pass; "
+				 "backlog filled at %.0f runs/s",
+				 pct(t_poll, samples, 0.5), pct(t_poll, samples, 0.99),
+				 pct(t_comp, samples, 0.5), pct(t_comp, samples, 0.99),
+				 pct(t_both, samples, 0.5), pct(t_both, samples, 0.99),
+				 passes, passes > 0 ? sched_ms / passes : 0.0, create_rate);
+		printf("  %s\n", notes);
+		print_row(name, samples, secs, &d, notes);
+	}
+}
+
+/* ------------------------------------------------------------------ W6: idle */
+
+/* utime + stime (clock ticks) of the postmaster and its children */
+static long long
+server_cpu_ticks(int postmaster)
+{
+	DIR		   *d = opendir("/proc");
+	struct dirent *de;
+	long long	total = 0;
+
+	if (!d)
+		die("cannot open /proc");
+	while ((de = readdir(d)) != NULL)
+	{
+		char		path[64],
+					buf[1024],
+				   *p;
+		FILE	   *f;
+		size_t		n;
+		int			pid = atoi(de->d_name),
+					ppid;
+		unsigned long long ut,
+					st;
+
+		if (pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+		if (!(f = fopen(path, "r")))
+			continue;
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+		fclose(f);
+		buf[n] = 0;
+		if (!(p = strrchr(buf, ')')))
+			continue;
+		/* fields from 3 on: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+		if (sscanf(p + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ppid, &ut, &st) != 3)
+			continue;
+		if (pid == postmaster || ppid == postmaster)
+			total += (long long) (ut + st);
+	}
+	closedir(d);
+	return total;
+}
+
+static int
+postmaster_pid(PGconn *m)
+{
+	int			backend = (int) mon_double(m, "SELECT pg_backend_pid()");
+	char		path[64],
+				buf[1024],
+			   *p;
+	FILE	   *f;
+	size_t		n;
+	int			ppid = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", backend);
+	if (!(f = fopen(path, "r")))
+		die("cannot read %s (is the server on this machine?)", path);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	if (!(p = strrchr(buf, ')')) || sscanf(p + 2, "%*c %d", &ppid) != 1)
+		die("cannot parse %s", path);
+	return ppid;
+}
+
+static void
+workload_idle(PGconn *m)
+{
+	int			n_workers = 8;
+	int			secs_total = scaled(60, 5);
+	Run			run;
+	int			pm = postmaster_pid(m);
+	long long	cpu0,
+				cpu1;
+	double		top0,
+				top1,
+				nested0,
+				nested1,
+				client0,
+				client1,
+				t0,
+				t1,
+				secs;
+	char		pids[256] = "",
+				sql[1024],
+				notes[768];
+	int			samples = 0,
+				xmin_nonnull = 0,
+				xmin_rows = 0;
+	char		states[256] = "";
+	long		calls_driver0 = 0,
+				calls_driver1 = 0;
+	Delta		d;
+	const char *count_sql =
+		"SELECT coalesce(sum(calls) FILTER (WHERE toplevel AND query NOT LIKE '%%pg_stat%%' "
+		"AND query NOT LIKE '%%pg_backend_pid%%'), 0), "
+		"coalesce(sum(calls) FILTER (WHERE NOT toplevel), 0), "
+		"coalesce(sum(calls) FILTER (WHERE toplevel AND (query LIKE '%%poll_tasks_pb%%' OR "
+		"query LIKE '%%wait_for_tasks%%')), 0), extract(epoch FROM clock_timestamp()) "
+		"FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())";
+
+	run_init(&run, m, "W6", WF_MINIMAL, 1, n_workers / 2, n_workers / 2);
+	for (int i = 0; i < run.n_workers; i++)
+	{
+		size_t		l = strlen(pids);
+
+		snprintf(pids + l, sizeof(pids) - l, "%s%d", i ? "," : "", run.workers[i].backend_pid);
+	}
+	run_start_workers(&run);
+	atomic_store(&run.wl.go, 1);
+	sleep_us(2000000);			/* let them settle into their waits */
+
+	stats_read(m, &run.before);
+	cpu0 = server_cpu_ticks(pm);
+	{
+		PGresult   *r = mon(m, count_sql);
+
+		top0 = atof(PQgetvalue(r, 0, 0));
+		nested0 = atof(PQgetvalue(r, 0, 1));
+		client0 = atof(PQgetvalue(r, 0, 2));
+		t0 = atof(PQgetvalue(r, 0, 3));
+		PQclear(r);
+	}
+	for (int i = 0; i < run.n_workers; i++)
+		calls_driver0 += run.workers[i].polls + run.workers[i].waits;
+	run.t_start = mono_us();
+
+	/* sample the waiting sessions' backend_xmin six times */
+	for (int s = 0; s < 6; s++)
+	{
+		PGresult   *r;
+
+		sleep_us((int64_t) secs_total * 1000000 / 6 - 20000);
+		snprintf(sql, sizeof(sql),
+				 "SELECT count(*), count(backend_xmin), count(backend_xid), "
+				 "string_agg(DISTINCT state || '/' || coalesce(wait_event, '-'), ' ') "
+				 "FROM pg_stat_activity WHERE pid IN (%s)", pids);
+		r = mon(m, sql);
+		xmin_rows += atoi(PQgetvalue(r, 0, 0));
+		xmin_nonnull += atoi(PQgetvalue(r, 0, 1));
+		if (s == 0)
+			snprintf(states, sizeof(states), "%s", PQgetvalue(r, 0, 3));
+		samples++;
+		PQclear(r);
+	}
+	{
+		PGresult   *r = mon(m, count_sql);
+
+		top1 = atof(PQgetvalue(r, 0, 0));
+		nested1 = atof(PQgetvalue(r, 0, 1));
+		client1 = atof(PQgetvalue(r, 0, 2));
+		t1 = atof(PQgetvalue(r, 0, 3));
+		PQclear(r);
+	}
+	cpu1 = server_cpu_ticks(pm);
+	for (int i = 0; i < run.n_workers; i++)
+		calls_driver1 += run.workers[i].polls + run.workers[i].waits;
+	secs = t1 - t0;
+	atomic_store(&run.wl.stop, 1);
+	run_finish(&run, mono_us());	/* cancels the waits: a rollback each */
+	PQfinish(run.client);
+	stats_settle(m, &run.after);
+	d = stats_delta(m, &run.before, &run.after);
+
+	{
+		double		cpu_pct = 100.0 * (double) (cpu1 - cpu0) / (double) sysconf(_SC_CLK_TCK) / secs;
+
+		snprintf(notes, sizeof(notes),
+				 "%d waiting workers: %.2f stmts/s from clients (poll + wait), %.2f other top-level "
+				 "stmts/s, %.2f nested stmts/s, driver counted %.2f calls/s; server CPU %.2f%% of "
+				 "one core; backend_xmin non-null in %d of %d samples (%s)",
+				 n_workers, (client1 - client0) / secs,
+				 (top1 - top0 - (client1 - client0)) / secs,
+				 (nested1 - nested0) / secs,
+				 (double) (calls_driver1 - calls_driver0) / secs, cpu_pct,
+				 xmin_nonnull, xmin_rows, states);
+	}
+	printf("  %s\n", notes);
+	print_top_statements(m, 8);
+	/* per item = per second of idling */
+	print_row("W6", secs, secs, &d, notes);
+}
+
+/* ------------------------------------------------------------------ main */
+
+int
+main(int argc, char **argv)
+{
+	PGconn	   *m;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	bench_scale = env_double("BENCH_SCALE", 1.0);
+	bench_k = (int) env_double("BENCH_K", 2);
+	bench_batch = (int) env_double("BENCH_BATCH", 100);
+	if (bench_k < 1 || bench_batch < 1 || bench_batch > MAX_BATCH || bench_scale <= 0)
+		die("bad BENCH_K, BENCH_BATCH or BENCH_SCALE");
+	if (argc < 2)
+		die("usage: dexbench W1|W2|W3|W4|W5|W6 ...");
+
+	m = connect_db("dexbench monitor");
+	for (int i = 1; i < argc; i++)
+	{
+		const char *w = argv[i];
+
+		if (strcmp(w, "W1") == 0)
+			workload_throughput(m, "W1", WF_ACTIVITY, scaled(10000, 100));
+		else if (strcmp(w, "W2") == 0)
+			workload_throughput(m, "W2", WF_MINIMAL, scaled(50000, 100));
+		else if (strcmp(w, "W3") == 0)
+			workload_paced(m, "W3", WF_TIMER, scaled(2000, 50), 100.0);
+		else if (strcmp(w, "W4") == 0)
+			workload_paced(m, "W4", WF_ACTIVITY, scaled(1000, 50), 50.0);
+		else if (strcmp(w, "W5") == 0)
+			workload_backlog(m);
+		else if (strcmp(w, "W6") == 0)
+			workload_idle(m);
+		else
+			die("unknown workload %s", w);
+	}
+	PQfinish(m);
+	return 0;
+}

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The dex benchmark (`make bench`): builds and installs dex, builds bench/dexbench, starts a
+# throwaway PostgreSQL 15 cluster (test/lib.sh; stopped however this script exits), runs the
+# workloads W1..W6 and prints one markdown table. What each workload does and how each figure is
+# computed: bench/README.md. Takes about six minutes on a 2-core machine.
+#
+# Server settings (on top of test/lib.sh's: Unix socket only, max_worker_processes = 16):
+#   fsync = on, synchronous_commit = on    durable commits: every transaction waits for its WAL
+#                                          flush, as in production
+#   shared_buffers = 1GB                   the whole working set (1M backlog included) fits
+#   max_wal_size = 8GB, checkpoint_timeout = 30min
+#                                          no checkpoint during the run, so WAL per item is not
+#                                          inflated by full-page images at random moments
+#   wal_level = replica                    the usual production level
+#   track_io_timing = off                  no clock calls on every I/O
+#   shared_preload_libraries = 'dex,pg_stat_statements', dex.database = dex_bench
+#   pg_stat_statements.track = all         nested statements too (the SPI statements inside
+#                                          dex's functions), to see where the time goes;
+#                                          toplevel separates what clients send (W6)
+#   pg_stat_statements.max = 10000
+#
+# Environment:
+#   BENCH_ONLY=W1,W3   run only these workloads (W1..W6; default all)
+#   BENCH_SCALE=0.1    multiply every N and duration (quick check; default 1)
+#   BENCH_K=2          workers per kind of queue (default 2)
+#   BENCH_BATCH=100    tasks per poll and per complete_tasks_pb call (default 100)
+#   BENCH_W5_MAX=N     largest W5 backlog (default 1000000: 1k, 100k and 1M are run)
+#   DEX_TEST_PORT      port of the throwaway cluster (default 54450)
+#   DEX_SKIP_DEPS=1    do not check the Debian packages (test/deps.sh)
+#   DEX_SKIP_BUILD=1   do not build nor install dex (use what is installed)
+#
+# Why BENCH_K=2 by default: on 2 cores the server does nearly all the work (the driver's
+# protobuf work is a few percent of a core), and each worker's statement is a batch of up to
+# 100 tasks, so 2 workers per kind (4 busy backends, plus the scheduler) already keep both
+# cores busy while one backend waits for its WAL flush. More workers only add lock and
+# buffer contention between backends competing for the same 2 cores and, with batches that
+# fill up anyway, do not merge more commits per fsync. Measured on this machine (W1/W2,
+# items/s): see bench/README.md, "Choosing K".
+#
+# Output: progress and per-workload details (top statements of pg_stat_statements, worker
+# counters, checks) on stdout, the table at the end; all of it is also written to
+# bench/results/last.log and the table to bench/results/last.md.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+
+export DEX_TEST_PORT=${DEX_TEST_PORT:-54450}
+BENCH_ONLY=${BENCH_ONLY:-W1,W2,W3,W4,W5,W6}
+export BENCH_SCALE=${BENCH_SCALE:-1} BENCH_K=${BENCH_K:-2} BENCH_BATCH=${BENCH_BATCH:-100}
+export BENCH_W5_MAX=${BENCH_W5_MAX:-1000000}
+
+mkdir -p "$here/results"
+exec > >(tee "$here/results/last.log") 2>&1
+started=$(date +%s)
+
+# shellcheck source=test/lib.sh
+source "$root/test/lib.sh"
+
+[[ ${DEX_SKIP_DEPS:-0} == 1 ]] || bash "$root/test/deps.sh"
+dex_build
+make -C "$here" PG_CONFIG="$PG_CONFIG" >/dev/null
+
+DEX_PRELOAD='dex,pg_stat_statements' DEX_DATABASE=dex_bench DEX_EXTRA_CONF="
+# dex benchmark (bench/run.sh)
+fsync = on
+synchronous_commit = on
+shared_buffers = 1GB
+max_wal_size = 8GB
+checkpoint_timeout = 30min
+wal_level = replica
+track_io_timing = off
+pg_stat_statements.track = all
+pg_stat_statements.max = 10000
+" dex_start_cluster
+
+dex_psql -c 'CREATE EXTENSION dex' -c 'CREATE EXTENSION pg_stat_statements'
+
+real_api=$(dex_psql -At -c "SELECT count(*) FROM pg_proc WHERE proname IN ('create_runs', 'complete_tasks_pb', 'wait_for_tasks')")
+[[ $real_api == 3 ]] ||
+  dex_die "this dex lacks dex.create_runs, dex.complete_tasks_pb or dex.wait_for_tasks"
+# statistics for the fresh catalogs now, not by autovacuum during a measurement
+[[ ${BENCH_VACUUM:-1} == 1 ]] && dex_psql -c "VACUUM ANALYZE"
+dex_psql -At -c "SELECT 'run.sh: dex ' || extversion FROM pg_extension WHERE extname = 'dex'" \
+  -c "SELECT 'run.sh: ' || version()"
+
+# W6 first: idle figures are cleanest before the other workloads leave work for autovacuum.
+order=()
+for w in W6 W1 W2 W3 W4 W5; do
+  [[ ,$BENCH_ONLY, == *,$w,* ]] && order+=("$w")
+done
+((${#order[@]} > 0)) || dex_die "BENCH_ONLY=$BENCH_ONLY names no workload (W1..W6)"
+echo "run.sh: workloads ${order[*]}; BENCH_SCALE=$BENCH_SCALE BENCH_K=$BENCH_K BENCH_BATCH=$BENCH_BATCH"
+
+rows=$(mktemp)
+"$here/dexbench" "${order[@]}" | tee >(grep '^ROW|' >"$rows")
+sleep 0.5   # the tee's grep
+
+{
+  echo
+  echo "dex benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores," \
+    "BENCH_SCALE=$BENCH_SCALE BENCH_K=$BENCH_K BENCH_BATCH=$BENCH_BATCH"
+  echo
+  echo "| workload | items | s | items/s | xact/item | WAL B/item | ins/item | upd/item | del/item | notes |"
+  echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"
+  for w in W1 W2 W3 W4 W5 W6; do
+    awk -F'|' -v w="$w" 'substr($2, 1, 2) == w {
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }' "$rows"
+  done
+  echo
+  echo "W6: items are seconds of idling (per item = per second)."
+} | tee "$here/results/last.md"
+rm -f "$rows"
+echo "run.sh: done in $(($(date +%s) - started)) s"
