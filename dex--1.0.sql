@@ -45,15 +45,23 @@ CREATE TABLE dex.workflow_run (
     updated_at          timestamptz,
     started_at          timestamptz,
     completed_at        timestamptz
-) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02);
+) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02);
 COMMENT ON TABLE dex.workflow_run IS
     'Workflow runs: the projection of each run''s event history.';
 
--- at most one non-terminal run per instance id
-CREATE UNIQUE INDEX workflow_run_instance_id_idx ON dex.workflow_run (instance_id)
-    WHERE instance_id IS NOT NULL AND status IN ('CREATED', 'RUNNING', 'SUSPENDED');
-CREATE INDEX workflow_run_completed_at_idx ON dex.workflow_run (completed_at)
-    WHERE completed_at IS NOT NULL;
+-- The primary key is the only index of dex.workflow_run, on purpose: no other
+-- indexed column or index predicate changes when a run advances, so the
+-- projection's updates are HOT and write no index entries.
+
+-- At most one non-terminal run per instance id: a row here while the run is
+-- not terminal (a partial unique index on workflow_run would need the status
+-- in its predicate and make every status change a non-HOT update).
+CREATE TABLE dex.run_instance (
+    instance_id text PRIMARY KEY,
+    run_id      uuid NOT NULL
+);
+COMMENT ON TABLE dex.run_instance IS
+    'Instance ids of the runs that are not terminal: one active run per instance id.';
 
 CREATE TABLE dex.workflow_inbox (
     id              bigint GENERATED ALWAYS AS IDENTITY,

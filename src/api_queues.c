@@ -163,7 +163,7 @@ dex_create_queue(PG_FUNCTION_ARGS)
 	else
 		appendStringInfo(&ddl,
 						 "CREATE TABLE dex.%s PARTITION OF dex.activity_task "
-						 "FOR VALUES IN (%d) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02)",
+						 "FOR VALUES IN (%d) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02)",
 						 quote_identifier(partition), queue_id);
 	if (SPI_execute(ddl.data, false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create partition \"%s\"", partition);

@@ -82,15 +82,20 @@ validate_labels(Jsonb *labels)
 static DexPlan insert_run_plan = {
 	"INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, instance_id, "
 	"priority, labels, concurrency_key, argument, created_at) "
-	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, pg_catalog.now()) "
-	"ON CONFLICT (instance_id) WHERE instance_id IS NOT NULL "
-	"AND status OPERATOR(pg_catalog.=) ANY ('{CREATED,RUNNING,SUSPENDED}'::text[]) DO NOTHING",
+	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, pg_catalog.now())",
 	9, {UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID}
 };
 
+/* claims the instance id; a concurrent claim waits for ours to commit or abort */
+static DexPlan claim_instance_plan = {
+	"INSERT INTO dex.run_instance (instance_id, run_id) VALUES ($1, $2) "
+	"ON CONFLICT (instance_id) DO NOTHING",
+	2, {TEXTOID, UUIDOID}
+};
+
 static DexPlan active_instance_plan = {
-	"SELECT id, status FROM dex.workflow_run WHERE instance_id OPERATOR(pg_catalog.=) $1 "
-	"AND status OPERATOR(pg_catalog.=) ANY ('{CREATED,RUNNING,SUSPENDED}'::text[])",
+	"SELECT r.id, r.status FROM dex.run_instance i JOIN dex.workflow_run r ON r.id = i.run_id "
+	"WHERE i.instance_id = $1",
 	1, {TEXTOID}
 };
 
@@ -154,9 +159,13 @@ dex_create_run(PG_FUNCTION_ARGS)
 	nulls[7] = concurrency_key ? ' ' : 'n';
 	values[8] = payload ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) payload)) : (Datum) 0;
 	nulls[8] = payload ? ' ' : 'n';
-	dex_spi_exec(&insert_run_plan, values, nulls, false, 0);
+	if (instance_id)
+	{
+		Datum		claim[2] = {CStringGetTextDatum(instance_id), UUIDPGetDatum(run_id)};
 
-	if (SPI_processed == 0)
+		dex_spi_exec(&claim_instance_plan, claim, NULL, false, 0);
+	}
+	if (instance_id && SPI_processed == 0)
 	{
 		Datum		v[1] = {CStringGetTextDatum(instance_id)};
 		char	   *other_id = "";
@@ -174,6 +183,7 @@ dex_create_run(PG_FUNCTION_ARGS)
 				 errdetail("Run %s has status %s.", other_id, other_status),
 				 errhint("Wait for that run to end, or cancel it.")));
 	}
+	dex_spi_exec(&insert_run_plan, values, nulls, false, 0);
 
 	values[0] = Int32GetDatum(queue.id);
 	values[1] = UUIDPGetDatum(run_id);

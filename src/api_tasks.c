@@ -282,7 +282,7 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 	{
 		Datum		ids = dex_uuid_array(run_ids, (int) n);
 
-		runs = dex_load_runs(ids, false);
+		runs = dex_load_runs(ids);
 		dex_load_histories(runs, ids);
 		dex_load_inbox(runs, dex_array_result(inbox_runs), dex_array_result(inbox_ids), false);
 	}

@@ -111,6 +111,8 @@ typedef struct BatchRows
 	ArrayBuildState *r_failure;
 	ArrayBuildState *r_started_at;
 	ArrayBuildState *r_completed_at;
+	ArrayBuildState *r_old_history_length;
+	int			n_runs;
 	/* dex.activity_task inserts */
 	ArrayBuildState *a_queue_id;
 	ArrayBuildState *a_run_id;
@@ -146,6 +148,8 @@ init_batch_rows(BatchRows *rows)
 	rows->r_failure = initArrayResult(BYTEAOID, cxt, false);
 	rows->r_started_at = initArrayResult(TIMESTAMPTZOID, cxt, false);
 	rows->r_completed_at = initArrayResult(TIMESTAMPTZOID, cxt, false);
+	rows->r_old_history_length = initArrayResult(INT4OID, cxt, false);
+	rows->n_runs = 0;
 	rows->a_queue_id = initArrayResult(INT4OID, cxt, false);
 	rows->a_run_id = initArrayResult(UUIDOID, cxt, false);
 	rows->a_event_id = initArrayResult(INT4OID, cxt, false);
@@ -255,7 +259,7 @@ apply_schedule_activity(Completion *c, const Dex__V1__Command *cmd)
 	created->name = sa->name;
 	created->queue = sa->queue;
 	created->argument = sa->argument;
-	created->retry_policy = policy;
+	created->retry_policy = sa->retry_policy;	/* as the workflow gave it: replay compares it */
 	created->priority = sa->priority;
 	created->start_to_close_timeout = sa->start_to_close_timeout;
 	created->schedule_to_close_timeout = sa->schedule_to_close_timeout;
@@ -446,6 +450,8 @@ complete_one_workflow_task(DexWorkflowCompletion *item, DexRun *run, BatchRows *
 				  c.failure == NULL);
 	dex_array_add(rows->r_started_at, TimestampTzGetDatum(item->started_at), false);
 	dex_array_add(rows->r_completed_at, TimestampTzGetDatum(c.now), !ended);
+	dex_array_add(rows->r_old_history_length, Int32GetDatum(run->history_length), false);
+	rows->n_runs++;
 
 	if (ended)
 	{
@@ -477,18 +483,23 @@ static DexPlan insert_history_plan = {
 	3, {UUIDARRAYOID, INT4ARRAYOID, BYTEAARRAYOID}
 };
 
+/*
+ * The runs were read without a row lock: the holder of a run's workflow task
+ * is the only writer of its projection, and the fence made us that holder.
+ * The update still checks that the history did not grow meanwhile.
+ */
 static DexPlan update_runs_plan = {
 	"UPDATE dex.workflow_run r SET status = u.status, history_length = u.history_length, "
 	"last_event_id = u.last_event_id, custom_status = u.custom_status, result = u.result, "
 	"failure = u.failure, updated_at = now(), started_at = coalesce(r.started_at, u.started_at), "
 	"completed_at = u.completed_at "
 	"FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::integer[], $5::text[], $6::bytea[], "
-	"            $7::bytea[], $8::timestamptz[], $9::timestamptz[]) "
+	"            $7::bytea[], $8::timestamptz[], $9::timestamptz[], $10::integer[]) "
 	"     AS u(id, status, history_length, last_event_id, custom_status, result, failure, "
-	"          started_at, completed_at) "
-	"WHERE r.id = u.id",
-	9, {UUIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID,
-		BYTEAARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID}
+	"          started_at, completed_at, old_history_length) "
+	"WHERE r.id = u.id AND r.history_length = u.old_history_length",
+	10, {UUIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID,
+		 BYTEAARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID}
 };
 
 static DexPlan insert_activities_plan = {
@@ -500,9 +511,12 @@ static DexPlan insert_activities_plan = {
 	7, {INT4ARRAYOID, UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID}
 };
 
+/* a run that ended leaves no work behind, and frees its instance id */
 static DexPlan end_runs_plan = {
 	"WITH a AS (DELETE FROM dex.activity_task WHERE run_id = ANY ($1)), "
-	"     t AS (DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)) "
+	"     t AS (DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)), "
+	"     n AS (DELETE FROM dex.run_instance i USING dex.workflow_run r "
+	"           WHERE r.id = ANY ($1) AND i.instance_id = r.instance_id AND i.run_id = r.id) "
 	"DELETE FROM dex.workflow_inbox WHERE run_id = ANY ($1)",
 	1, {UUIDARRAYOID}
 };
@@ -530,7 +544,7 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 	ArrayBuildState *fenced = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 	ArrayBuildState *inbox_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 	ArrayBuildState *inbox_ids = initArrayResult(INT8OID, CurrentMemoryContext, false);
-	Datum		values[9];
+	Datum		values[10];
 	HTAB	   *runs;
 	BatchRows	rows;
 	int			n_done = 0;
@@ -595,9 +609,9 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 	if (n_done == 0)
 		return;
 
-	/* the runs, locked; the events the workers were shown, moved out of the inbox */
+	/* the runs; the events the workers were shown, moved out of the inbox */
 	values[0] = dex_array_result(fenced);
-	runs = dex_load_runs(values[0], true);
+	runs = dex_load_runs(values[0]);
 	dex_load_inbox(runs, dex_array_result(inbox_runs), dex_array_result(inbox_ids), true);
 
 	init_batch_rows(&rows);
@@ -628,7 +642,13 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 	values[6] = dex_array_result(rows.r_failure);
 	values[7] = dex_array_result(rows.r_started_at);
 	values[8] = dex_array_result(rows.r_completed_at);
+	values[9] = dex_array_result(rows.r_old_history_length);
 	dex_spi_exec(&update_runs_plan, values, NULL, false, 0);
+	if (SPI_processed != (uint64) rows.n_runs)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("workflow runs changed while their workflow tasks were completed"),
+				 errhint("Retry the completion.")));
 
 	if (rows.n_activities > 0)
 	{

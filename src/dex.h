@@ -151,7 +151,7 @@ typedef struct DexRun
 } DexRun;
 
 extern Datum dex_uuid_array(pg_uuid_t *const *ids, int n);
-extern struct HTAB *dex_load_runs(Datum ids, bool for_update);
+extern struct HTAB *dex_load_runs(Datum ids);
 extern DexRun *dex_find_run(struct HTAB *runs, pg_uuid_t *id);
 extern void dex_load_histories(struct HTAB *runs, Datum ids);
 extern void dex_load_inbox(struct HTAB *runs, Datum run_ids, Datum inbox_ids, bool consume);

@@ -41,20 +41,13 @@ static DexPlan load_runs_plan = {
 	1, {UUIDARRAYOID}
 };
 
-/* locked in id order, so that concurrent batches cannot deadlock on runs */
-static DexPlan lock_runs_plan = {
-	"SELECT id, workflow_name, workflow_version, status, history_length, last_event_id, argument, "
-	"created_at, instance_id, priority, labels, concurrency_key, custom_status, parent_id, queue_id "
-	"FROM dex.workflow_run WHERE id = ANY ($1) ORDER BY id FOR NO KEY UPDATE",
-	1, {UUIDARRAYOID}
-};
-
 /*
- * The runs with the given ids (a uuid[] datum), locked if for_update.  Runs
- * that do not exist are absent from the table.
+ * The runs with the given ids (a uuid[] datum), not locked: the holder of a
+ * run's workflow task is the only writer of its projection.  Runs that do
+ * not exist are absent from the table.
  */
 HTAB *
-dex_load_runs(Datum ids, bool for_update)
+dex_load_runs(Datum ids)
 {
 	HASHCTL		ctl;
 	HTAB	   *runs;
@@ -65,7 +58,7 @@ dex_load_runs(Datum ids, bool for_update)
 	ctl.hcxt = CurrentMemoryContext;
 	runs = hash_create("dex runs", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 
-	dex_spi_exec(for_update ? &lock_runs_plan : &load_runs_plan, values, NULL, !for_update, 0);
+	dex_spi_exec(&load_runs_plan, values, NULL, true, 0);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
