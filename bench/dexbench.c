@@ -514,7 +514,9 @@ typedef struct Worker
 	long		waits;
 	long		tasks;
 	long		lost;
-	long		errors;
+	long		wait_timeouts;	/* waits that returned ready = false */
+	int64_t		wait_max_us;	/* longest wait */
+	int64_t		wait_max_at;	/* when it ended (mono_us) */
 } Worker;
 
 static const char *POLL_SQL =
@@ -533,7 +535,8 @@ worker_connect(Worker *w)
 	prepare(w->conn, "complete", COMPLETE_SQL);
 	prepare(w->conn, "wait", WAIT_SQL);
 	w->cancel = PQgetCancel(w->conn);
-	r = exec_ok(w->conn, "SELECT pg_backend_pid()");
+	/* flush this setup's statistics now, before any measurement starts */
+	r = exec_ok(w->conn, "SELECT pg_backend_pid(), pg_stat_force_next_flush()");
 	w->backend_pid = atoi(PQgetvalue(r, 0, 0));
 	PQclear(r);
 }
@@ -890,15 +893,31 @@ worker_main(void *arg)
 			poll = NULL;
 			if (atomic_load(&wl->stop))
 				break;
-			send_wait(w);
-			PQpipelineSync(c);
-			r = pl_get(c);
-			w->waits++;
-			if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
 			{
-				if (!atomic_load(&wl->stop))
-					die("%s: wait_for_tasks failed: %s", w->id,
-						r ? PQresultErrorMessage(r) : PQerrorMessage(c));
+				int64_t		t0 = mono_us(),
+							t;
+
+				send_wait(w);
+				PQpipelineSync(c);
+				r = pl_get(c);
+				t = mono_us();
+				w->waits++;
+				if (r == NULL || PQresultStatus(r) != PGRES_TUPLES_OK)
+				{
+					if (!atomic_load(&wl->stop))
+						die("%s: wait_for_tasks failed: %s", w->id,
+							r ? PQresultErrorMessage(r) : PQerrorMessage(c));
+				}
+				else
+				{
+					if (strcmp(PQgetvalue(r, 0, 0), "f") == 0)
+						w->wait_timeouts++;
+					if (t - t0 > w->wait_max_us)
+					{
+						w->wait_max_us = t - t0;
+						w->wait_max_at = t;
+					}
+				}
 			}
 			PQclear(r);
 			continue;
@@ -943,8 +962,94 @@ typedef struct Run
 	PGconn	   *client;			/* creates runs */
 	Stats		before;
 	Stats		after;
+	PGresult   *tables_before;
 	int64_t		t_start;
 } Run;
+
+/* per-table row counters, to show where a workload's writes go */
+static PGresult *
+tables_snapshot(PGconn *m)
+{
+	return mon(m, "SELECT relid, schemaname || '.' || relname, n_tup_ins, n_tup_upd, "
+			   "n_tup_hot_upd, n_tup_del FROM pg_stat_all_tables");
+}
+
+typedef struct TabDelta
+{
+	const char *name;
+	double		ins,
+				upd,
+				hot,
+				del;
+} TabDelta;
+
+static int
+cmp_tabdelta(const void *a, const void *b)
+{
+	const TabDelta *x = a,
+			   *y = b;
+	double		tx = x->ins + x->upd + x->del,
+				ty = y->ins + y->upd + y->del;
+
+	return tx < ty ? 1 : tx > ty ? -1 : strcmp(x->name, y->name);
+}
+
+static void
+print_table_changes(PGresult *a, PGresult *b, double items)
+{
+	int			nb = PQntuples(b),
+				n = 0;
+	TabDelta   *t = xmalloc(sizeof(TabDelta) * (size_t) (nb + 1));
+
+	for (int i = 0; i < nb; i++)
+	{
+		double		ins = atof(PQgetvalue(b, i, 2)),
+					upd = atof(PQgetvalue(b, i, 3)),
+					hot = atof(PQgetvalue(b, i, 4)),
+					del = atof(PQgetvalue(b, i, 5));
+
+		for (int j = 0; j < PQntuples(a); j++)
+			if (strcmp(PQgetvalue(a, j, 0), PQgetvalue(b, i, 0)) == 0)
+			{
+				ins -= atof(PQgetvalue(a, j, 2));
+				upd -= atof(PQgetvalue(a, j, 3));
+				hot -= atof(PQgetvalue(a, j, 4));
+				del -= atof(PQgetvalue(a, j, 5));
+				break;
+			}
+		if (ins != 0 || upd != 0 || del != 0)
+			t[n++] = (TabDelta) {PQgetvalue(b, i, 1), ins, upd, hot, del};
+	}
+	qsort(t, (size_t) n, sizeof(TabDelta), cmp_tabdelta);
+	printf("  rows per item, by table (pg_stat_all_tables):\n");
+	for (int i = 0; i < n; i++)
+		printf("    %-40s ins %7.3f  upd %7.3f (hot %7.3f)  del %7.3f\n", t[i].name,
+			   t[i].ins / items, t[i].upd / items, t[i].hot / items, t[i].del / items);
+	free(t);
+}
+
+static void
+measure_begin(PGconn *m, Run *run)
+{
+	stats_read(m, &run->before);
+	run->tables_before = tables_snapshot(m);
+}
+
+/* settle, read the counters and print the per-table changes; the database's deltas */
+static Delta
+measure_end(PGconn *m, Run *run, double items)
+{
+	PGresult   *tables_after;
+	Delta		d;
+
+	stats_settle(m, &run->after);
+	tables_after = tables_snapshot(m);
+	d = stats_delta(m, &run->before, &run->after);
+	print_table_changes(run->tables_before, tables_after, items > 0 ? items : 1);
+	PQclear(run->tables_before);
+	PQclear(tables_after);
+	return d;
+}
 
 static int bench_k;
 static int bench_batch;
@@ -996,6 +1101,7 @@ run_init(Run *run, PGconn *m, const char *name, WfKind kind, int n_runs, int k_w
 	run->mon = m;
 	run->client = connect_db("dexbench client");
 	setup_queues(run->client, wl->wf_queue, k_act > 0 ? wl->act_queue : NULL);
+	exec_void(run->client, "SELECT pg_stat_force_next_flush()");
 
 	run->n_workers = k_wf + k_act;
 	run->workers = xmalloc(sizeof(Worker) * (size_t) run->n_workers);
@@ -1065,7 +1171,10 @@ print_worker_counters(Run *run)
 				empty = 0,
 				waits = 0,
 				tasks = 0,
-				lost = 0;
+				lost = 0,
+				timeouts = 0;
+	int64_t		wait_max = 0,
+				wait_max_at = 0;
 
 	for (int i = 0; i < run->n_workers; i++)
 	{
@@ -1076,9 +1185,17 @@ print_worker_counters(Run *run)
 		waits += w->waits;
 		tasks += w->tasks;
 		lost += w->lost;
+		timeouts += w->wait_timeouts;
+		if (w->wait_max_us > wait_max)
+		{
+			wait_max = w->wait_max_us;
+			wait_max_at = w->wait_max_at;
+		}
 	}
-	printf("  workers: %ld polls (%ld empty), %ld waits, %ld tasks (%.1f per non-empty poll), "
-		   "%ld lost leases\n", polls, empty, waits, tasks,
+	printf("  workers: %ld polls (%ld empty), %ld waits (%ld timed out; longest %.1f ms, ended "
+		   "%.2f s after the start), %ld tasks (%.1f per non-empty poll), %ld lost leases\n",
+		   polls, empty, waits, timeouts, wait_max / 1000.0,
+		   wait_max_at ? (wait_max_at - run->t_start) / 1e6 : 0.0, tasks,
 		   polls > empty ? (double) tasks / (double) (polls - empty) : 0.0, lost);
 }
 
@@ -1151,7 +1268,7 @@ workload_throughput(PGconn *m, const char *name, WfKind kind, int n_runs)
 	Delta		d;
 
 	run_init(&run, m, name, kind, n_runs, bench_k, kind == WF_ACTIVITY ? bench_k : 0);
-	stats_read(m, &run.before);
+	measure_begin(m, &run);
 	run.t_start = mono_us();
 	for (long i = 0; i < n_runs; i += create_batch)
 		create_runs_batch(run.client, name, run.wl.wf_queue, i,
@@ -1162,8 +1279,8 @@ workload_throughput(PGconn *m, const char *name, WfKind kind, int n_runs)
 	run_finish(&run, t_created + 300 * 1000000LL);
 	secs = (atomic_load(&run.wl.t_end) - run.t_start) / 1e6;
 	PQfinish(run.client);		/* a backend flushes its statistics when it exits */
-	stats_settle(m, &run.after);
-	d = stats_delta(m, &run.before, &run.after);
+	d = measure_end(m, &run, n_runs);
+	print_top_statements(m, 10);
 	print_worker_counters(&run);
 	check_runs(m, run.wl.wf_queue,
 			   kind == WF_ACTIVITY ? "to_jsonb((argument #>> '{}')::bigint + 1)" : "argument",
@@ -1171,7 +1288,6 @@ workload_throughput(PGconn *m, const char *name, WfKind kind, int n_runs)
 	snprintf(notes, sizeof(notes), "create %.0f runs/s, then process %.0f runs/s; %s",
 			 n_runs / ((t_created - run.t_start) / 1e6),
 			 n_runs / ((atomic_load(&run.wl.t_end) - t_created) / 1e6), check);
-	print_top_statements(m, 10);
 	print_row(name, n_runs, secs, &d, notes);
 }
 
@@ -1200,7 +1316,7 @@ workload_paced(PGconn *m, const char *name, WfKind kind, int n_runs, double rate
 	else
 		wl->latency_ms = xmalloc(sizeof(double) * (size_t) n_runs);
 	prepare(run.client, "create", "SELECT dex.create_run($1, $2, $3::jsonb)");
-	stats_read(m, &run.before);
+	measure_begin(m, &run);
 	run_start_workers(&run);
 	atomic_store(&wl->go, 1);
 	sleep_us(200000);			/* let the workers reach their first wait */
@@ -1221,8 +1337,8 @@ workload_paced(PGconn *m, const char *name, WfKind kind, int n_runs, double rate
 	run_finish(&run, mono_us() + 120 * 1000000LL);
 	secs = (atomic_load(&wl->t_end) - run.t_start) / 1e6;
 	PQfinish(run.client);		/* a backend flushes its statistics when it exits */
-	stats_settle(m, &run.after);
-	d = stats_delta(m, &run.before, &run.after);
+	d = measure_end(m, &run, n_runs);
+	print_top_statements(m, 10);
 	print_worker_counters(&run);
 	check_runs(m, wl->wf_queue,
 			   kind == WF_ACTIVITY ? "to_jsonb((argument #>> '{}')::bigint + 1)" : "argument",
@@ -1248,7 +1364,6 @@ workload_paced(PGconn *m, const char *name, WfKind kind, int n_runs, double rate
 				 wl->latency_ms[n_runs - 1], rate, check);
 	}
 	printf("  %s\n", notes);
-	print_top_statements(m, 10);
 	print_row(name, n_runs, secs, &d, notes);
 }
 
@@ -1330,7 +1445,7 @@ workload_backlog(PGconn *m)
 		fflush(stdout);
 
 		PQclear(mon(m, "SELECT pg_stat_statements_reset()"));
-		stats_read(m, &run.before);
+		measure_begin(m, &run);
 		run.t_start = mono_us();
 		for (int s = 0; s < samples; s++)
 		{
@@ -1381,8 +1496,7 @@ workload_backlog(PGconn *m)
 		PQfinish(w->conn);
 		PQfreeCancel(w->cancel);
 		w->conn = NULL;
-		stats_settle(m, &run.after);
-		d = stats_delta(m, &run.before, &run.after);
+		d = measure_end(m, &run, samples);
 		print_top_statements(m, 8);
 
 		/* the scheduler's passes: wake it 20 times, time its statements */
@@ -1535,7 +1649,7 @@ workload_idle(PGconn *m)
 	atomic_store(&run.wl.go, 1);
 	sleep_us(2000000);			/* let them settle into their waits */
 
-	stats_read(m, &run.before);
+	measure_begin(m, &run);
 	cpu0 = server_cpu_ticks(pm);
 	{
 		PGresult   *r = mon(m, count_sql);
@@ -1584,8 +1698,7 @@ workload_idle(PGconn *m)
 	atomic_store(&run.wl.stop, 1);
 	run_finish(&run, mono_us());	/* cancels the waits: a rollback each */
 	PQfinish(run.client);
-	stats_settle(m, &run.after);
-	d = stats_delta(m, &run.before, &run.after);
+	d = measure_end(m, &run, secs);
 
 	{
 		double		cpu_pct = 100.0 * (double) (cpu1 - cpu0) / (double) sysconf(_SC_CLK_TCK) / secs;

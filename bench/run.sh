@@ -58,6 +58,16 @@ source "$root/test/lib.sh"
 
 [[ ${DEX_SKIP_DEPS:-0} == 1 ]] || bash "$root/test/deps.sh"
 dex_build
+
+# test/lib.sh's dex_scratch_init with a name of our own: a clean-up of /tmp/dex-test.* by a
+# test run must not pull the cluster from under a benchmark.
+dex_test_user
+DEX_SCRATCH=$(mktemp -d /tmp/dex-bench.XXXXXX)
+chmod 755 "$DEX_SCRATCH" && chown "$DEX_TEST_USER": "$DEX_SCRATCH"
+DEX_PGDATA=$DEX_SCRATCH/data DEX_SOCKDIR=$DEX_SCRATCH/sock DEX_LOG=$DEX_SCRATCH/server.log
+trap 'dex_cleanup $?' EXIT
+trap 'dex_cleanup 130; trap - EXIT; exit 130' INT
+trap 'dex_cleanup 143; trap - EXIT; exit 143' TERM
 make -C "$here" PG_CONFIG="$PG_CONFIG" >/dev/null
 
 DEX_PRELOAD='dex,pg_stat_statements' DEX_DATABASE=dex_bench DEX_EXTRA_CONF="
@@ -78,8 +88,6 @@ dex_psql -c 'CREATE EXTENSION dex' -c 'CREATE EXTENSION pg_stat_statements'
 real_api=$(dex_psql -At -c "SELECT count(*) FROM pg_proc WHERE proname IN ('create_runs', 'complete_tasks_pb', 'wait_for_tasks')")
 [[ $real_api == 3 ]] ||
   dex_die "this dex lacks dex.create_runs, dex.complete_tasks_pb or dex.wait_for_tasks"
-# statistics for the fresh catalogs now, not by autovacuum during a measurement
-[[ ${BENCH_VACUUM:-1} == 1 ]] && dex_psql -c "VACUUM ANALYZE"
 dex_psql -At -c "SELECT 'run.sh: dex ' || extversion FROM pg_extension WHERE extname = 'dex'" \
   -c "SELECT 'run.sh: ' || version()"
 
