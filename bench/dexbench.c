@@ -514,6 +514,10 @@ typedef struct Worker
 	long		waits;
 	long		tasks;
 	long		lost;
+	long		poll_errors;	/* polls and completions that failed (the worker goes on) */
+	long		complete_errors;
+	char		last_error[256];
+	long		blind_tasks;	/* tasks of started runs that showed no new event */
 	long		wait_timeouts;	/* waits that returned ready = false */
 	int64_t		wait_max_us;	/* longest wait */
 	int64_t		wait_max_at;	/* when it ended (mono_us) */
@@ -763,6 +767,12 @@ batch_add(Worker *w, PGresult *poll, int row, int64_t received_real)
 
 		if (!t)
 			die("cannot decode a WorkflowTask");
+		/*
+		 * A task of a run that has started shows the event that made it
+		 * (activity completed, timer elapsed) after workflowTaskStarted.
+		 */
+		if (t->n_history > 0 && t->n_new_events < 2)
+			w->blind_tasks++;
 		workflow_code(w, t, received_real, &w->enc, e);
 		dex__v1__workflow_task__free_unpacked(t, NULL);
 	}
@@ -820,7 +830,12 @@ batch_done(Worker *w, PGresult *r)
 	{
 		if (atomic_load(&w->wl->stop))
 			return;
-		die("%s: complete_tasks_pb failed: %s", w->id, PQresultErrorMessage(r));
+		/* the batch is rolled back: its tasks stay leased until their leases expire */
+		w->complete_errors++;
+		snprintf(w->last_error, sizeof(w->last_error), "complete_tasks_pb: %s",
+				 PQresultErrorMessage(r));
+		fprintf(stderr, "%s: %s", w->id, w->last_error);
+		return;
 	}
 	rows = PQntuples(r);
 	if (rows != w->n)
@@ -876,11 +891,24 @@ worker_main(void *arg)
 			poll = pl_get(c);
 			w->polls++;
 		}
-		if (poll == NULL || PQresultStatus(poll) != PGRES_TUPLES_OK)
+		if (poll == NULL)
 		{
 			if (atomic_load(&wl->stop))
 				break;
-			die("%s: poll failed: %s", w->id, poll ? PQresultErrorMessage(poll) : PQerrorMessage(c));
+			die("%s: connection lost: %s", w->id, PQerrorMessage(c));
+		}
+		if (PQresultStatus(poll) != PGRES_TUPLES_OK)
+		{
+			if (atomic_load(&wl->stop))
+				break;
+			/* as an SDK would: note it, and poll again */
+			w->poll_errors++;
+			snprintf(w->last_error, sizeof(w->last_error), "poll_tasks_pb: %s",
+					 PQresultErrorMessage(poll));
+			fprintf(stderr, "%s: %s", w->id, w->last_error);
+			PQclear(poll);
+			poll = NULL;
+			continue;
 		}
 		received = real_us();
 		n = PQntuples(poll);
@@ -964,6 +992,9 @@ typedef struct Run
 	Stats		after;
 	PGresult   *tables_before;
 	int64_t		t_start;
+	long		errors;			/* failed polls and completions */
+	long		blind;			/* workflow tasks that showed no new event */
+	char		last_error[256];
 } Run;
 
 /* per-table row counters, to show where a workload's writes go */
@@ -1129,6 +1160,62 @@ run_start_workers(Run *run)
 			die("pthread_create failed");
 }
 
+/* What the server is doing when a workload is stuck */
+static void
+print_diagnostics(PGconn *m, const char *wf_queue)
+{
+	char		sql[1024];
+	PGresult   *r;
+
+	r = mon(m, "SELECT pid, coalesce(application_name, ''), coalesce(state, ''), "
+			"coalesce(wait_event_type || '/' || wait_event, '-'), coalesce(backend_xmin::text, '-'), "
+			"round(extract(epoch FROM clock_timestamp() - query_start)::numeric, 1), "
+			"left(regexp_replace(query, '\\s+', ' ', 'g'), 100) "
+			"FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() "
+			"ORDER BY pid");
+	printf("  sessions (pid, application, state, wait, xmin, seconds in query, query):\n");
+	for (int i = 0; i < PQntuples(r); i++)
+		printf("    %s | %s | %s | %s | %s | %s | %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+			   PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4), PQgetvalue(r, i, 5),
+			   PQgetvalue(r, i, 6));
+	PQclear(r);
+	r = mon(m, "SELECT pid, locktype, mode, coalesce(relation::regclass::text, ''), "
+			"coalesce(transactionid::text, ''), pg_blocking_pids(pid)::text FROM pg_locks "
+			"WHERE NOT granted");
+	printf("  lock waits (pid, type, mode, relation, xid, blocked by):\n");
+	for (int i = 0; i < PQntuples(r); i++)
+		printf("    %s | %s | %s | %s | %s | %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+			   PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4), PQgetvalue(r, i, 5));
+	PQclear(r);
+	snprintf(sql, sizeof(sql),
+			 "SELECT r.id, r.status, r.history_length, "
+			 "(SELECT count(*) FROM dex.workflow_task t WHERE t.run_id = r.id), "
+			 "(SELECT string_agg(coalesce(t.locked_by, 'unleased') || ' until ' || "
+			 "coalesce(t.locked_until::text, '-'), ', ') FROM dex.workflow_task t WHERE t.run_id = r.id), "
+			 "(SELECT count(*) FROM dex.activity_task a WHERE a.run_id = r.id), "
+			 "(SELECT count(*) FROM dex.workflow_inbox i WHERE i.run_id = r.id) "
+			 "FROM dex.workflow_run r JOIN dex.queue q ON q.id = r.queue_id "
+			 "WHERE q.name = '%s' AND r.status NOT IN ('COMPLETED', 'FAILED') LIMIT 5", wf_queue);
+	r = mon(m, sql);
+	printf("  unfinished runs (id, status, history length, workflow tasks, lease, activity tasks, inbox rows):\n");
+	for (int i = 0; i < PQntuples(r); i++)
+	{
+		PGresult   *h;
+
+		printf("    %s | %s | %s | %s | %s | %s | %s\n", PQgetvalue(r, i, 0), PQgetvalue(r, i, 1),
+			   PQgetvalue(r, i, 2), PQgetvalue(r, i, 3), PQgetvalue(r, i, 4), PQgetvalue(r, i, 5),
+			   PQgetvalue(r, i, 6));
+		snprintf(sql, sizeof(sql),
+				 "SELECT string_agg(h.sequence || ' ' || k, ', ' ORDER BY h.sequence) "
+				 "FROM dex.run_history('%s') h, "
+				 "LATERAL jsonb_object_keys(h.event - 'id' - 'timestamp') k", PQgetvalue(r, i, 0));
+		h = mon(m, sql);
+		printf("      history: %s\n", PQgetvalue(h, 0, 0));
+		PQclear(h);
+	}
+	PQclear(r);
+}
+
 /* Wait until every run completed or the deadline passed; stop and join the workers */
 static bool
 run_finish(Run *run, int64_t deadline)
@@ -1143,6 +1230,7 @@ run_finish(Run *run, int64_t deadline)
 		{
 			printf("  TIMEOUT: %ld of %d runs completed\n", (long) atomic_load(&wl->completed),
 				   wl->n_runs);
+			print_diagnostics(run->mon, wl->wf_queue);
 			atomic_store(&wl->t_end, mono_us());
 			atomic_store(&wl->stop, 1);
 			ok = false;
@@ -1172,7 +1260,11 @@ print_worker_counters(Run *run)
 				waits = 0,
 				tasks = 0,
 				lost = 0,
-				timeouts = 0;
+				timeouts = 0,
+				poll_errors = 0,
+				complete_errors = 0,
+				blind = 0;
+	const char *last_error = NULL;
 	int64_t		wait_max = 0,
 				wait_max_at = 0;
 
@@ -1186,6 +1278,11 @@ print_worker_counters(Run *run)
 		tasks += w->tasks;
 		lost += w->lost;
 		timeouts += w->wait_timeouts;
+		poll_errors += w->poll_errors;
+		blind += w->blind_tasks;
+		complete_errors += w->complete_errors;
+		if (w->last_error[0])
+			last_error = w->last_error;
 		if (w->wait_max_us > wait_max)
 		{
 			wait_max = w->wait_max_us;
@@ -1197,6 +1294,16 @@ print_worker_counters(Run *run)
 		   polls, empty, waits, timeouts, wait_max / 1000.0,
 		   wait_max_at ? (wait_max_at - run->t_start) / 1e6 : 0.0, tasks,
 		   polls > empty ? (double) tasks / (double) (polls - empty) : 0.0, lost);
+	if (blind)
+		printf("  ANOMALY: %ld workflow tasks of started runs showed no new event but "
+			   "workflowTaskStarted\n", blind);
+	run->blind = blind;
+	if (poll_errors || complete_errors)
+		printf("  ERRORS: %ld polls and %ld completions failed; the last: %s", poll_errors,
+			   complete_errors, last_error);
+	run->errors = poll_errors + complete_errors;
+	if (last_error)
+		snprintf(run->last_error, sizeof(run->last_error), "%s", last_error);
 }
 
 static void
@@ -1212,6 +1319,27 @@ print_row(const char *name, double items, double secs, const Delta *d, const cha
 		   name, items, secs, items / secs, d->commit / it, d->wal / it, d->ins / it,
 		   d->upd / it, d->del / it, notes);
 	fflush(stdout);
+}
+
+/* "; 3 failed calls (last: ...)" at the end of a row's notes */
+static void
+append_errors(const Run *run, char *notes, size_t len)
+{
+	size_t		l = strlen(notes);
+	char		msg[256];
+	char	   *nl;
+
+	if (run->blind)
+	{
+		snprintf(notes + l, len - l, "; %ld TASKS SHOWED NO NEW EVENT", run->blind);
+		l = strlen(notes);
+	}
+	if (run->errors == 0)
+		return;
+	snprintf(msg, sizeof(msg), "%s", run->last_error);
+	while ((nl = strpbrk(msg, "\n|")) != NULL)
+		*nl = ' ';
+	snprintf(notes + l, len - l, "; %ld FAILED CALLS (last: %s)", run->errors, msg);
 }
 
 /* Check the runs of a queue: all COMPLETED, with the expected result */
@@ -1276,7 +1404,7 @@ workload_throughput(PGconn *m, const char *name, WfKind kind, int n_runs)
 	t_created = mono_us();
 	run_start_workers(&run);
 	atomic_store(&run.wl.go, 1);
-	run_finish(&run, t_created + 300 * 1000000LL);
+	run_finish(&run, t_created + 60 * 1000000LL);
 	secs = (atomic_load(&run.wl.t_end) - run.t_start) / 1e6;
 	PQfinish(run.client);		/* a backend flushes its statistics when it exits */
 	d = measure_end(m, &run, n_runs);
@@ -1288,6 +1416,7 @@ workload_throughput(PGconn *m, const char *name, WfKind kind, int n_runs)
 	snprintf(notes, sizeof(notes), "create %.0f runs/s, then process %.0f runs/s; %s",
 			 n_runs / ((t_created - run.t_start) / 1e6),
 			 n_runs / ((atomic_load(&run.wl.t_end) - t_created) / 1e6), check);
+	append_errors(&run, notes, sizeof(notes));
 	print_row(name, n_runs, secs, &d, notes);
 }
 
@@ -1334,7 +1463,7 @@ workload_paced(PGconn *m, const char *name, WfKind kind, int n_runs, double rate
 			die("create_run: %s", PQerrorMessage(run.client));
 		PQclear(r);
 	}
-	run_finish(&run, mono_us() + 120 * 1000000LL);
+	run_finish(&run, mono_us() + 30 * 1000000LL);
 	secs = (atomic_load(&wl->t_end) - run.t_start) / 1e6;
 	PQfinish(run.client);		/* a backend flushes its statistics when it exits */
 	d = measure_end(m, &run, n_runs);
@@ -1363,6 +1492,7 @@ workload_paced(PGconn *m, const char *name, WfKind kind, int n_runs, double rate
 				 pct(wl->latency_ms, n_runs, 0.5), pct(wl->latency_ms, n_runs, 0.99),
 				 wl->latency_ms[n_runs - 1], rate, check);
 	}
+	append_errors(&run, notes, sizeof(notes));
 	printf("  %s\n", notes);
 	print_row(name, n_runs, secs, &d, notes);
 }
