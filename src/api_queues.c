@@ -126,11 +126,11 @@ dex_create_queue(PG_FUNCTION_ARGS)
 	partition = partition_name(name, workflow);
 
 	SPI_connect();
-	dex_spi_exec(&lock_queues_plan, NULL, NULL, false, 0);
+	dex_spi_exec(&lock_queues_plan, NULL, NULL, 0);
 
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(partition);
-	dex_spi_exec(&find_conflict_plan, values, NULL, true, 1);
+	dex_spi_exec(&find_conflict_plan, values, NULL, 1);
 	if (SPI_processed > 0)
 	{
 		char	   *other = dex_spi_gettext_copy(0, 1);
@@ -151,7 +151,7 @@ dex_create_queue(PG_FUNCTION_ARGS)
 	values[1] = CStringGetTextDatum(kind);
 	values[2] = Int32GetDatum(capacity);
 	values[3] = CStringGetTextDatum(partition);
-	dex_spi_exec(&insert_queue_plan, values, NULL, false, 1);
+	dex_spi_exec(&insert_queue_plan, values, NULL, 1);
 	queue_id = (int32) dex_spi_getint64(0, 1);
 
 	initStringInfo(&ddl);

@@ -163,7 +163,7 @@ dex_create_run(PG_FUNCTION_ARGS)
 	{
 		Datum		claim[2] = {CStringGetTextDatum(instance_id), UUIDPGetDatum(run_id)};
 
-		dex_spi_exec(&claim_instance_plan, claim, NULL, false, 0);
+		dex_spi_exec(&claim_instance_plan, claim, NULL, 0);
 	}
 	if (instance_id && SPI_processed == 0)
 	{
@@ -171,7 +171,7 @@ dex_create_run(PG_FUNCTION_ARGS)
 		char	   *other_id = "";
 		char	   *other_status = "";
 
-		dex_spi_exec(&active_instance_plan, v, NULL, true, 1);
+		dex_spi_exec(&active_instance_plan, v, NULL, 1);
 		if (SPI_processed > 0)
 		{
 			other_id = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -183,12 +183,12 @@ dex_create_run(PG_FUNCTION_ARGS)
 				 errdetail("Run %s has status %s.", other_id, other_status),
 				 errhint("Wait for that run to end, or cancel it.")));
 	}
-	dex_spi_exec(&insert_run_plan, values, nulls, false, 0);
+	dex_spi_exec(&insert_run_plan, values, nulls, 0);
 
 	values[0] = Int32GetDatum(queue.id);
 	values[1] = UUIDPGetDatum(run_id);
 	values[2] = Int16GetDatum((int16) priority);
-	dex_spi_exec(&insert_task_plan, values, NULL, false, 0);
+	dex_spi_exec(&insert_task_plan, values, NULL, 0);
 	dex_queue_work_added(queue.id);
 
 	SPI_finish();
@@ -224,13 +224,13 @@ dex_run_history(PG_FUNCTION_ARGS)
 	per_query = rsinfo->econtext->ecxt_per_query_memory;
 
 	SPI_connect();
-	dex_spi_exec(&run_exists_plan, values, NULL, true, 1);
+	dex_spi_exec(&run_exists_plan, values, NULL, 1);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("workflow run %s does not exist", dex_uuid_to_cstring(run_id))));
 
-	dex_spi_exec(&history_plan, values, NULL, true, 0);
+	dex_spi_exec(&history_plan, values, NULL, 0);
 	for (uint64 row = 0; row < SPI_processed; row++)
 	{
 		int32		sequence = (int32) dex_spi_getint64(row, 1);
@@ -358,7 +358,7 @@ dex_create_runs(PG_FUNCTION_ARGS)
 			values[6] = JsonbPGetDatum(labels);
 		else
 			nulls[6] = 'n';
-		dex_spi_exec(&insert_runs_plan, values, nulls, false, 0);
+		dex_spi_exec(&insert_runs_plan, values, nulls, 0);
 		dex_queue_work_added(queue.id);
 	}
 	SPI_finish();

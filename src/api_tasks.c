@@ -47,6 +47,10 @@ PG_FUNCTION_INFO_V1(dex_fail_task_pb);
  */
 
 /*
+ * A task shows the events visible by the clock, not by the transaction's
+ * start: the event that made the task may have been committed by a
+ * transaction that started after ours.
+ *
  * The LIMIT subqueries of the lease statements are MATERIALIZED CTEs: as a
  * plain subquery the planner may rescan it inside a nested loop (it does with
  * statistics taken on an empty partition), and every rescan skips the rows
@@ -59,7 +63,8 @@ static DexPlan lease_workflow_plan = {
 	"UPDATE dex.workflow_task t SET locked_by = $3, locked_until = now() + $4, "
 	"lock_version = nextval('dex.lease_version'), started_at = now(), "
 	"inbox_ids = ARRAY(SELECT i.id FROM dex.workflow_inbox i "
-	"                   WHERE i.run_id = t.run_id AND i.visible_from <= now() ORDER BY i.id) "
+	"                   WHERE i.run_id = t.run_id AND i.visible_from <= clock_timestamp() "
+	"                   ORDER BY i.id) "
 	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id "
 	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids",
 	4, {INT4OID, INT4OID, TEXTOID, INTERVALOID}
@@ -227,7 +232,7 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 	values[2] = CStringGetTextDatum(worker_id);
 	values[3] = IntervalPGetDatum(lease);
 	dex_spi_exec(queue.is_workflow ? &lease_workflow_plan : &lease_activity_plan,
-				 values, NULL, false, 0);
+				 values, NULL, 0);
 
 	/* read the leases back before the next statement replaces SPI_tuptable */
 	n = SPI_processed;
@@ -399,7 +404,7 @@ fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
 				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
 				 errmsg("dex.fail_task applies to activity tasks"),
 				 errhint("A workflow fails its run with the failRun command of dex.complete_task.")));
-	dex_spi_exec(&lock_activity_plan, values, NULL, false, 1);
+	dex_spi_exec(&lock_activity_plan, values, NULL, 1);
 	if (SPI_processed == 0)
 	{
 		if (!raise_lost)
@@ -636,7 +641,7 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 	generation = dex_queue_generation(queue.id);
 	values[0] = Int32GetDatum(queue.id);
 	dex_spi_exec(queue.is_workflow ? &pollable_workflow_plan : &pollable_activity_plan,
-				 values, NULL, true, 1);
+				 values, NULL, 1);
 	ready = dex_spi_getbool(0, 1);
 
 	if (!ready && timeout_usecs > 0)
@@ -905,7 +910,7 @@ heartbeat(Datum run_ids, Datum task_ids, Datum lock_versions, Interval *lease)
 	Datum		values[4] = {run_ids, task_ids, lock_versions, IntervalPGetDatum(lease)};
 
 	check_lease_duration(lease);
-	dex_spi_exec(&heartbeat_plan, values, NULL, false, 0);
+	dex_spi_exec(&heartbeat_plan, values, NULL, 0);
 	for (uint64 i = 0; i < SPI_processed; i++)
 		dex_wake_scheduler_at_commit((TimestampTz) dex_spi_getint64(i, 3));
 }

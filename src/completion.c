@@ -48,7 +48,7 @@ dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version)
 	Datum		values[1] = {UUIDPGetDatum(run_id)};
 	char	   *run = dex_uuid_to_cstring(run_id);
 
-	dex_spi_exec(&run_exists_plan, values, NULL, true, 1);
+	dex_spi_exec(&run_exists_plan, values, NULL, 1);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -562,7 +562,7 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 	/* the fence: each task row is deleted only with its current lock version */
 	values[0] = dex_array_result(run_ids);
 	values[1] = dex_array_result(versions);
-	dex_spi_exec(&fence_workflow_plan, values, NULL, false, 0);
+	dex_spi_exec(&fence_workflow_plan, values, NULL, 0);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		bool		isnull;
@@ -631,7 +631,7 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 	values[0] = dex_array_result(rows.h_run_id);
 	values[1] = dex_array_result(rows.h_sequence);
 	values[2] = dex_array_result(rows.h_events);
-	dex_spi_exec(&insert_history_plan, values, NULL, false, 0);
+	dex_spi_exec(&insert_history_plan, values, NULL, 0);
 
 	values[0] = dex_array_result(rows.r_id);
 	values[1] = dex_array_result(rows.r_status);
@@ -643,7 +643,7 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 	values[7] = dex_array_result(rows.r_started_at);
 	values[8] = dex_array_result(rows.r_completed_at);
 	values[9] = dex_array_result(rows.r_old_history_length);
-	dex_spi_exec(&update_runs_plan, values, NULL, false, 0);
+	dex_spi_exec(&update_runs_plan, values, NULL, 0);
 	if (SPI_processed != (uint64) rows.n_runs)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
@@ -659,7 +659,7 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 		values[4] = dex_array_result(rows.a_priority);
 		values[5] = dex_array_result(rows.a_argument);
 		values[6] = dex_array_result(rows.a_retry_policy);
-		dex_spi_exec(&insert_activities_plan, values, NULL, false, 0);
+		dex_spi_exec(&insert_activities_plan, values, NULL, 0);
 	}
 
 	dex_inbox_batch_flush(&rows.inbox);
@@ -667,12 +667,12 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 	if (rows.n_ended > 0)
 	{
 		values[0] = dex_array_result(rows.ended);
-		dex_spi_exec(&end_runs_plan, values, NULL, false, 0);
+		dex_spi_exec(&end_runs_plan, values, NULL, 0);
 	}
 	if (rows.n_open > 0)
 	{
 		values[0] = dex_array_result(rows.open);
-		dex_spi_exec(&requeue_plan, values, NULL, false, 0);
+		dex_spi_exec(&requeue_plan, values, NULL, 0);
 		dex_queue_work_added_spi(1);
 	}
 }
@@ -716,7 +716,7 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 	values[0] = dex_array_result(run_ids);
 	values[1] = dex_array_result(task_ids);
 	values[2] = dex_array_result(versions);
-	dex_spi_exec(&fence_activities_plan, values, NULL, false, 0);
+	dex_spi_exec(&fence_activities_plan, values, NULL, 0);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		bool		isnull;

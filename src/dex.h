@@ -72,8 +72,7 @@ typedef struct DexPlan
 	SPIPlanPtr	plan;
 } DexPlan;
 
-extern int	dex_spi_exec(DexPlan *plan, Datum *values, const char *nulls,
-						 bool read_only, long count);
+extern int	dex_spi_exec(DexPlan *plan, Datum *values, const char *nulls, long count);
 extern Datum dex_spi_getdatum(int row, int col, bool *isnull);
 extern bool dex_spi_getbool(int row, int col);
 extern int64 dex_spi_getint64(int row, int col);

@@ -94,7 +94,7 @@ dex_lookup_queue(const char *name, DexQueue *queue)
 		}
 
 	values[0] = CStringGetTextDatum(name);
-	dex_spi_exec(&lookup_queue_plan, values, NULL, true, 1);
+	dex_spi_exec(&lookup_queue_plan, values, NULL, 1);
 	if (SPI_processed == 0)
 		return false;
 	queue_cache_add((int32) dex_spi_getint64(0, 1), name, dex_spi_getbool(0, 2));
@@ -147,7 +147,7 @@ dex_queue_name(int32 queue_id)
 		if (queue_cache[i].id == queue_id)
 			return queue_cache[i].name;
 
-	dex_spi_exec(&queue_name_plan, values, NULL, true, 1);
+	dex_spi_exec(&queue_name_plan, values, NULL, 1);
 	if (SPI_processed == 0)
 		return "";
 	name = dex_spi_gettext_copy(0, 1);
@@ -344,7 +344,7 @@ dex_inbox_batch_flush(DexInboxBatch *b)
 	values[1] = dex_array_result(b->visible_from);
 	values[2] = dex_array_result(b->delayed);
 	values[3] = dex_array_result(b->events);
-	dex_spi_exec(&insert_inbox_plan, values, NULL, false, 0);
+	dex_spi_exec(&insert_inbox_plan, values, NULL, 0);
 	if (b->visible_runs->nelems > 0)
 		dex_ensure_workflow_tasks(dex_array_result(b->visible_runs));
 	dex_inbox_batch_init(b);
@@ -381,7 +381,7 @@ dex_ensure_workflow_tasks(Datum run_ids)
 {
 	Datum		values[1] = {run_ids};
 
-	dex_spi_exec(&ensure_tasks_plan, values, NULL, false, 0);
+	dex_spi_exec(&ensure_tasks_plan, values, NULL, 0);
 	dex_queue_work_added_spi(1);
 }
 
@@ -530,7 +530,7 @@ dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id, int32 attempt,
 		values[1] = Int32GetDatum(event_id);
 		values[2] = TimestampTzGetDatum(retry_at);
 		values[3] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure));
-		dex_spi_exec(&retry_activity_plan, values, NULL, false, 0);
+		dex_spi_exec(&retry_activity_plan, values, NULL, 0);
 		dex_wake_scheduler_at_commit(retry_at);
 	}
 	else
@@ -540,7 +540,7 @@ dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id, int32 attempt,
 		Dex__V1__WorkflowEvent *event = dex_new_event(0, now);
 		Dex__V1__ActivityTaskFailed *failed = palloc(sizeof(*failed));
 
-		dex_spi_exec(&delete_activity_plan, values, NULL, false, 0);
+		dex_spi_exec(&delete_activity_plan, values, NULL, 0);
 
 		dex__v1__activity_task_failed__init(failed);
 		failed->activity_task_created_event_id = event_id;

@@ -165,20 +165,20 @@ scheduler_pass(bool *extension_seen)
 	}
 	*extension_seen = true;
 
-	dex_spi_exec(&tasks_valid_plan, NULL, NULL, true, 1);
+	dex_spi_exec(&tasks_valid_plan, NULL, NULL, 1);
 	if (SPI_processed == 0)
 	{
-		dex_spi_exec(&rebuild_tasks_plan, NULL, NULL, false, 0);
+		dex_spi_exec(&rebuild_tasks_plan, NULL, NULL, 0);
 		ereport(LOG, (errmsg("dex scheduler rebuilt the workflow tasks of database \"%s\"",
 							 dex_database)));
 	}
 
-	dex_spi_exec(&due_events_plan, limit, NULL, false, 0);
+	dex_spi_exec(&due_events_plan, limit, NULL, 0);
 	dex_queue_work_added_spi(1);
 	if (SPI_processed > 0 && dex_spi_getint64(0, 2) >= BATCH_SIZE)
 		more = true;
 
-	dex_spi_exec(&due_activities_plan, limit, NULL, false, 0);
+	dex_spi_exec(&due_activities_plan, limit, NULL, 0);
 	dex_queue_work_added_spi(1);
 	if (SPI_processed >= BATCH_SIZE)
 		more = true;
@@ -186,12 +186,12 @@ scheduler_pass(bool *extension_seen)
 	{
 		Datum		horizon[1] = {TimestampTzGetDatum(lease_horizon)};
 
-		dex_spi_exec(&expired_workflow_leases_plan, horizon, NULL, true, 0);
+		dex_spi_exec(&expired_workflow_leases_plan, horizon, NULL, 0);
 		dex_queue_work_added_spi(1);
 		lease_horizon = GetCurrentTransactionStartTimestamp();
 	}
 
-	dex_spi_exec(&expired_leases_plan, limit, NULL, false, 0);
+	dex_spi_exec(&expired_leases_plan, limit, NULL, 0);
 	if (SPI_processed >= BATCH_SIZE)
 		more = true;
 	{
@@ -212,7 +212,7 @@ scheduler_pass(bool *extension_seen)
 		bool		isnull;
 		Datum		d;
 
-		dex_spi_exec(&next_due_plan, NULL, NULL, true, 1);
+		dex_spi_exec(&next_due_plan, NULL, NULL, 1);
 		d = dex_spi_getdatum(0, 1, &isnull);
 		if (!isnull)
 			next = DatumGetTimestampTz(d);

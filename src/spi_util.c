@@ -8,6 +8,12 @@
  * plan cache revalidates kept plans after DDL (for instance DROP and CREATE
  * EXTENSION), so they survive the objects they use being recreated.
  *
+ * Every statement runs with read_only = false, so it takes a fresh snapshot
+ * (READ COMMITTED): a statement must see at least what the statement before
+ * it saw.  With read_only = true SPI would reuse the caller's older snapshot,
+ * and a run created just before a poll would be missing from the run lookup
+ * that follows the poll's lease.
+ *
  * Callers must be connected to SPI.  Values read with the *_copy functions
  * are copied into the caller's memory context (the upper executor context),
  * so they outlive SPI_finish.
@@ -22,8 +28,7 @@
 #include "dex.h"
 
 int
-dex_spi_exec(DexPlan *plan, Datum *values, const char *nulls,
-			 bool read_only, long count)
+dex_spi_exec(DexPlan *plan, Datum *values, const char *nulls, long count)
 {
 	int			rc;
 
@@ -39,7 +44,7 @@ dex_spi_exec(DexPlan *plan, Datum *values, const char *nulls,
 		plan->plan = p;
 	}
 
-	rc = SPI_execute_plan(plan->plan, values, nulls, read_only, count);
+	rc = SPI_execute_plan(plan->plan, values, nulls, false, count);
 	if (rc < 0)
 		elog(ERROR, "SPI_execute_plan failed for \"%s\": %s",
 			 plan->sql, SPI_result_code_string(rc));

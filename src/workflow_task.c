@@ -58,7 +58,7 @@ dex_load_runs(Datum ids)
 	ctl.hcxt = CurrentMemoryContext;
 	runs = hash_create("dex runs", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 
-	dex_spi_exec(&load_runs_plan, values, NULL, true, 0);
+	dex_spi_exec(&load_runs_plan, values, NULL, 0);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
@@ -112,7 +112,7 @@ dex_load_histories(HTAB *runs, Datum ids)
 	Datum		values[1] = {ids};
 	uint64		start = 0;
 
-	dex_spi_exec(&histories_plan, values, NULL, true, 0);
+	dex_spi_exec(&histories_plan, values, NULL, 0);
 	while (start < SPI_processed)
 	{
 		bool		isnull;
@@ -169,7 +169,7 @@ dex_load_inbox(HTAB *runs, Datum run_ids, Datum inbox_ids, bool consume)
 {
 	Datum		values[2] = {run_ids, inbox_ids};
 
-	dex_spi_exec(consume ? &consume_inbox_plan : &inbox_plan, values, NULL, !consume, 0);
+	dex_spi_exec(consume ? &consume_inbox_plan : &inbox_plan, values, NULL, 0);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
