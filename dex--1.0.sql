@@ -123,13 +123,27 @@ CREATE TABLE dex.activity_task (
     PRIMARY KEY (run_id, event_id, queue_id)
 ) PARTITION BY LIST (queue_id);
 COMMENT ON TABLE dex.activity_task IS
-    'Activity tasks: CREATED until due (first attempt or retry backoff), then QUEUED for workers; leased while running.';
+    'Activity tasks: CREATED until due (retry backoff), then QUEUED for workers; leased while running. Partitions are UNLOGGED: rebuilt from history, inbox and dex.activity_retry after a crash.';
 CREATE INDEX activity_task_poll_idx ON dex.activity_task (queue_id, priority DESC, created_at)
     WHERE status = 'QUEUED' AND locked_by IS NULL;
 CREATE INDEX activity_task_due_idx ON dex.activity_task (visible_from)
     WHERE status = 'CREATED';
 CREATE INDEX activity_task_lease_idx ON dex.activity_task (locked_until)
     WHERE locked_by IS NOT NULL;
+
+-- The logged record of an activity's retries, the one piece of activity state
+-- that its history does not hold: a row while an activity that failed an
+-- attempt is retried.
+CREATE TABLE dex.activity_retry (
+    run_id          uuid NOT NULL,
+    event_id        integer NOT NULL,
+    attempt         integer NOT NULL,   -- the attempt to run next
+    visible_from    timestamptz NOT NULL,
+    last_failure    bytea,              -- dex.v1.Failure
+    PRIMARY KEY (run_id, event_id)
+);
+COMMENT ON TABLE dex.activity_retry IS
+    'Attempt counts and backoff of activities being retried; with history and inbox, what rebuilds activity tasks after a crash.';
 
 -- Fencing tokens: every lease takes a new, ever-growing lock version, so a
 -- task recreated after its row was deleted can never match an old token.

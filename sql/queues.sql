@@ -6,7 +6,7 @@ SELECT dex.create_queue('payments.activities', 'activity', 50);
 
 SELECT name, kind, status, capacity, partition FROM dex.queue ORDER BY id;
 
--- each queue has its own partition: unlogged for workflow tasks, logged for activities
+-- each queue has its own partition, UNLOGGED for both kinds of task
 SELECT c.relname, c.relpersistence, pg_get_expr(c.relpartbound, c.oid) IS NOT NULL AS is_partition
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'dex' AND c.relkind = 'r' AND c.relname LIKE '%task_q_%'

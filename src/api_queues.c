@@ -4,9 +4,8 @@
  *	  dex.create_queue: task queues and their partitions.
  *
  * A queue is a row of dex.queue plus one partition of the task table of its
- * kind: UNLOGGED for workflow tasks (rebuilt from runs and inbox after a
- * crash), logged for activity tasks (their attempts and backoff must
- * survive).  The partition name is derived from the queue name, so names that
+ * kind.  Both kinds are UNLOGGED: tasks are derived data, rebuilt after a
+ * crash from runs, history, inbox and dex.activity_retry (rebuild.c).  The partition name is derived from the queue name, so names that
  * normalize to the same partition are refused.  Creation takes a lock on
  * dex.queue that serializes concurrent creators but not readers.
  *
@@ -162,7 +161,7 @@ dex_create_queue(PG_FUNCTION_ARGS)
 						 quote_identifier(partition), queue_id);
 	else
 		appendStringInfo(&ddl,
-						 "CREATE TABLE dex.%s PARTITION OF dex.activity_task "
+						 "CREATE UNLOGGED TABLE dex.%s PARTITION OF dex.activity_task "
 						 "FOR VALUES IN (%d) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02)",
 						 quote_identifier(partition), queue_id);
 	if (SPI_execute(ddl.data, false, 0) != SPI_OK_UTILITY)

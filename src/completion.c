@@ -514,6 +514,7 @@ static DexPlan insert_activities_plan = {
 /* a run that ended leaves no work behind, and frees its instance id */
 static DexPlan end_runs_plan = {
 	"WITH a AS (DELETE FROM dex.activity_task WHERE run_id = ANY ($1)), "
+	"     ar AS (DELETE FROM dex.activity_retry WHERE run_id = ANY ($1)), "
 	"     t AS (DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)), "
 	"     n AS (DELETE FROM dex.run_instance i USING dex.workflow_run r "
 	"           WHERE r.id = ANY ($1) AND i.instance_id = r.instance_id AND i.run_id = r.id) "
@@ -691,9 +692,19 @@ static DexPlan fence_activities_plan = {
 	3, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID}
 };
 
+/* an activity that succeeded after retries no longer needs its retry record */
+static DexPlan forget_retries_plan = {
+	"DELETE FROM dex.activity_retry r USING unnest($1::uuid[], $2::integer[]) AS d(run_id, event_id) "
+	"WHERE r.run_id = d.run_id AND r.event_id = d.event_id",
+	2, {UUIDARRAYOID, INT4ARRAYOID}
+};
+
 void
 dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost)
 {
+	ArrayBuildState *retried_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	ArrayBuildState *retried_ids = initArrayResult(INT4OID, CurrentMemoryContext, false);
+	int			n_retried = 0;
 	ArrayBuildState *run_ids = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 	ArrayBuildState *task_ids = initArrayResult(INT4OID, CurrentMemoryContext, false);
 	ArrayBuildState *versions = initArrayResult(INT8OID, CurrentMemoryContext, false);
@@ -732,6 +743,12 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 				continue;
 			items[i].done = true;
 			attempts[i] = (int32) dex_spi_getint64(r, 4);
+			if (attempts[i] > 1)
+			{
+				dex_array_add(retried_runs, UUIDPGetDatum(items[i].run_id), false);
+				dex_array_add(retried_ids, Int32GetDatum(items[i].task_id), false);
+				n_retried++;
+			}
 			break;
 		}
 	}
@@ -739,6 +756,13 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 		for (int i = 0; i < n; i++)
 			if (!items[i].done)
 				dex_report_lost_lease(items[i].run_id, items[i].task_id, items[i].lock_version);
+
+	if (n_retried > 0)
+	{
+		values[0] = dex_array_result(retried_runs);
+		values[1] = dex_array_result(retried_ids);
+		dex_spi_exec(&forget_retries_plan, values, NULL, 0);
+	}
 
 	dex_inbox_batch_init(&inbox);
 	for (int i = 0; i < n; i++)

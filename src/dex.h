@@ -13,6 +13,9 @@
  *	  api_queues.c	dex.create_queue
  *	  api_runs.c	dex.create_run, dex.get_run helpers, dex.run_history
  *	  api_tasks.c	dex.poll_tasks, dex.complete_task, dex.fail_task
+ *	  workflow_task.c	runs, histories and inbox events of workflow tasks
+ *	  completion.c	applying completions, many tasks per statement
+ *	  rebuild.c		rebuilding the UNLOGGED task tables after a crash
  *	  launcher.c	the static launcher background worker
  *	  scheduler.c	the per-database scheduler background worker
  *
@@ -182,5 +185,8 @@ typedef struct DexActivityCompletion
 extern void dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version);
 extern void dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost);
 extern void dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost);
+
+/* rebuild.c */
+extern bool dex_rebuild_tasks_if_needed(void);
 
 #endif							/* DEX_H */

@@ -500,7 +500,18 @@ static DexPlan retry_activity_plan = {
 	4, {UUIDOID, INT4OID, TIMESTAMPTZOID, BYTEAOID}
 };
 
+/* the logged record of the retry, for the rebuild after a crash */
+static DexPlan record_retry_plan = {
+	"INSERT INTO dex.activity_retry (run_id, event_id, attempt, visible_from, last_failure) "
+	"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id, event_id) DO UPDATE "
+	"SET attempt = EXCLUDED.attempt, visible_from = EXCLUDED.visible_from, "
+	"last_failure = EXCLUDED.last_failure",
+	5, {UUIDOID, INT4OID, INT4OID, TIMESTAMPTZOID, BYTEAOID}
+};
+
 static DexPlan delete_activity_plan = {
+	"WITH r AS (DELETE FROM dex.activity_retry WHERE run_id OPERATOR(pg_catalog.=) $1 "
+	"           AND event_id OPERATOR(pg_catalog.=) $2) "
 	"DELETE FROM dex.activity_task WHERE run_id OPERATOR(pg_catalog.=) $1 AND event_id OPERATOR(pg_catalog.=) $2",
 	2, {UUIDOID, INT4OID}
 };
@@ -531,6 +542,12 @@ dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id, int32 attempt,
 		values[2] = TimestampTzGetDatum(retry_at);
 		values[3] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure));
 		dex_spi_exec(&retry_activity_plan, values, NULL, 0);
+		{
+			Datum		retry[5] = {values[0], values[1], Int32GetDatum(attempt + 1),
+			values[2], values[3]};
+
+			dex_spi_exec(&record_retry_plan, retry, NULL, 0);
+		}
 		dex_wake_scheduler_at_commit(retry_at);
 	}
 	else

@@ -13,9 +13,8 @@
  *		follows the retry policy;
  *	  - workflow-task leases that expired: the task is pollable again as it
  *		is; the scheduler only wakes the workers waiting on its queue;
- *	  - after a crash, the UNLOGGED workflow-task partitions are empty: they
- *		are rebuilt from runs and inbox (a row in the UNLOGGED dex.lease
- *		table marks them valid; a crash truncates it too).
+ *	  - after a crash, the UNLOGGED task partitions are empty: they are
+ *		rebuilt from runs, history and inbox (rebuild.c).
  *
  * Each pass is one short transaction over at most BATCH_SIZE rows per duty;
  * a full batch makes the next pass start at once.  Between passes the
@@ -49,23 +48,6 @@ PGDLLEXPORT void dex_scheduler_main(Datum main_arg);
 
 #define BATCH_SIZE 1000
 #define ERROR_RETRY_MS 1000
-
-static DexPlan tasks_valid_plan = {
-	"SELECT 1 FROM dex.lease WHERE name = 'workflow_tasks_valid'", 0, {0}
-};
-
-static DexPlan rebuild_tasks_plan = {
-	"WITH rebuilt AS ("
-	" INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
-	" SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
-	" WHERE r.status = 'CREATED' OR (r.status = 'RUNNING' AND EXISTS ("
-	"   SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id AND i.visible_from <= now())) "
-	" ON CONFLICT DO NOTHING RETURNING 1) "
-	"INSERT INTO dex.lease (name, holder, acquired_at, expires_at) "
-	"SELECT 'workflow_tasks_valid', 'dex scheduler', now(), 'infinity' "
-	"WHERE (SELECT count(*) FROM rebuilt) >= 0",
-	0, {0}
-};
 
 /* batches are MATERIALIZED CTEs so that a rescan cannot exceed the batch size */
 static DexPlan due_events_plan = {
@@ -165,13 +147,9 @@ scheduler_pass(bool *extension_seen)
 	}
 	*extension_seen = true;
 
-	dex_spi_exec(&tasks_valid_plan, NULL, NULL, 1);
-	if (SPI_processed == 0)
-	{
-		dex_spi_exec(&rebuild_tasks_plan, NULL, NULL, 0);
-		ereport(LOG, (errmsg("dex scheduler rebuilt the workflow tasks of database \"%s\"",
+	if (dex_rebuild_tasks_if_needed())
+		ereport(LOG, (errmsg("dex scheduler rebuilt the task tables of database \"%s\"",
 							 dex_database)));
-	}
 
 	dex_spi_exec(&due_events_plan, limit, NULL, 0);
 	dex_queue_work_added_spi(1);

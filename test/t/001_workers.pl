@@ -70,35 +70,79 @@ is($node->safe_psql('postgres', qq{
 	. 'workflowTaskStarted,timerElapsed,workflowTaskCompleted,runCompleted',
 	'history has every event in order');
 
-# A crash: runs waiting on their first workflow task, on a timer and on a
-# retry survive an immediate shutdown.
+# A crash: runs waiting on their first workflow task, on a timer, and on
+# activities in every state (queued, leased, waiting for a retry, done but not
+# yet seen by the workflow) survive an immediate shutdown, although the task
+# tables are UNLOGGED.
+my %run;
+for my $what (qw(timer queued leased retry done))
+{
+	$run{$what} = $node->safe_psql('postgres', "SELECT dex.create_run('crash-$what', 'wf')");
+}
+my %commands = (
+	timer => '[{"id": 1, "startTimer": {"delay": "4s"}}]',
+	queued => '[{"id": 1, "scheduleActivity": {"name": "queued", "queue": "act"}}]',
+	leased => '[{"id": 1, "scheduleActivity": {"name": "leased", "queue": "act"}}]',
+	retry => '[{"id": 1, "scheduleActivity": {"name": "retry", "queue": "act", "retryPolicy": {"initialDelay": "1s", "maxAttempts": 3}}}]',
+	done => '[{"id": 1, "scheduleActivity": {"name": "done", "queue": "act"}}]');
+# one poll leases every workflow task; each run gets its own commands
+my $mapping = join(', ', map { "('$run{$_}'::uuid, '$commands{$_}'::jsonb)" } sort keys %commands);
+$node->safe_psql('postgres', qq{
+	SELECT count(dex.complete_task(p.run_id, p.task_id, p.lock_version, m.commands))
+	  FROM dex.poll_tasks('wf', 'tap-worker', 100) p
+	  JOIN (VALUES $mapping) AS m(run_id, commands) ON m.run_id = p.run_id;
+});
+# lease all three activities, then: fail "retry" once, complete "done", keep "leased"
+$node->safe_psql('postgres', qq{
+	CREATE TABLE leases AS SELECT * FROM dex.poll_tasks('act', 'tap-worker', 10);
+	SELECT dex.fail_task(run_id, task_id, lock_version, '{"message": "flaky"}')
+	  FROM leases WHERE run_id = '$run{retry}';
+	SELECT dex.complete_task(run_id, task_id, lock_version, '"ok"')
+	  FROM leases WHERE run_id = '$run{done}';
+	-- put "queued" back: it was leased by the poll above
+	SELECT dex.fail_task(run_id, task_id, lock_version, '{"message": "again"}')
+	  FROM leases WHERE run_id = '$run{queued}';
+});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.activity_task}), '3',
+	'three activities are pending before the crash');
 $node->safe_psql('postgres', q{
 	SELECT dex.create_run('crash-fresh', 'wf') FROM generate_series(1, 5);
 });
-my $sleeper = $node->safe_psql('postgres', q{SELECT dex.create_run('crash-timer', 'wf')});
-$node->safe_psql('postgres', qq{
-	SELECT dex.complete_task(run_id, task_id, lock_version, '[{"id": 1, "startTimer": {"delay": "2s"}}]')
-	  FROM dex.poll_tasks('wf', 'tap-worker', 100) WHERE run_id = '$sleeper';
-});
+
 $node->stop('immediate');
 $node->start;
 
-is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.workflow_task}), '5',
-	'workflow tasks of the new runs were rebuilt after the crash');
 ok($node->poll_query_until('postgres',
-	"SELECT count(*) = 1 FROM dex.workflow_task WHERE run_id = '$sleeper'"),
+	"SELECT count(*) = 1 FROM dex.lease WHERE name = 'tasks_valid'"),
+	'the scheduler rebuilt the task tables after the crash');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.workflow_task}), '6',
+	'workflow tasks were rebuilt: five new runs and the run whose activity result is unseen');
+is($node->safe_psql('postgres', qq{
+	SELECT string_agg(name || ':' || attempt || ':' || (locked_by IS NULL), ' ' ORDER BY name)
+	  FROM dex.activity_task}),
+	'leased:1:true queued:2:true retry:2:true',
+	'activity tasks were rebuilt with their attempts; the interrupted lease is void');
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM dex.workflow_task WHERE run_id = '$run{timer}'"),
 	'the timer set before the crash fires after it');
 
-# drain: complete every run that has a task
-for my $i (1 .. 10)
+# drain: run every activity and complete every run that has a task
+for my $i (1 .. 20)
 {
 	$node->safe_psql('postgres', q{
+		SELECT dex.complete_task(run_id, task_id, lock_version, '"ok"')
+		  FROM dex.poll_tasks('act', 'tap-worker', 100);
 		SELECT dex.complete_task(run_id, task_id, lock_version, '[{"completeRun": {}}]')
 		  FROM dex.poll_tasks('wf', 'tap-worker', 100);
 	});
+	last if $node->safe_psql('postgres',
+		q{SELECT count(*) FROM dex.workflow_run WHERE status <> 'COMPLETED'}) eq '0';
+	sleep 1;
 }
 is($node->safe_psql('postgres', q{SELECT string_agg(DISTINCT status, ',') FROM dex.workflow_run}),
 	'COMPLETED', 'every run finished after the crash');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.activity_retry}), '0',
+	'no retry record is left behind');
 
 # kill -9 of the scheduler: the postmaster resets the server, the launcher starts a new scheduler
 my $pid = $node->safe_psql('postgres',
