@@ -161,6 +161,13 @@ COMMENT ON TABLE dex.lease IS
 REVOKE ALL ON ALL TABLES IN SCHEMA dex FROM PUBLIC;
 
 /*
+ * Functions.  Every function pins its search_path.  Those that run statements
+ * also turn off sequential scans, hash and merge joins and JIT: their
+ * statements are planned once, generically, and must keep index plans at any
+ * table size (see src/spi_util.c).
+ */
+
+/*
  * Codec: protobuf <-> canonical proto3 JSON for every dex.v1 message.
  */
 
@@ -196,6 +203,7 @@ CREATE FUNCTION dex.create_queue(name text, kind text, capacity integer DEFAULT 
 RETURNS void
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_create_queue';
 COMMENT ON FUNCTION dex.create_queue(text, text, integer) IS
     'Create a task queue of kind ''workflow'' or ''activity'' with its task partition.';
@@ -216,6 +224,7 @@ CREATE FUNCTION dex.create_run(
 RETURNS uuid
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_create_run';
 COMMENT ON FUNCTION dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text) IS
     'Start a workflow run on a workflow queue; returns its id (a UUIDv7).';
@@ -230,6 +239,7 @@ CREATE FUNCTION dex.create_runs(
 RETURNS SETOF uuid
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_create_runs';
 COMMENT ON FUNCTION dex.create_runs(text, text, jsonb[], integer, integer, jsonb) IS
     'Start many runs of one workflow on one queue in one call: one run per element of arguments; returns their ids in order.';
@@ -282,6 +292,7 @@ CREATE FUNCTION dex.run_history(run_id uuid)
 RETURNS TABLE (sequence integer, event jsonb)
 LANGUAGE C STRICT STABLE
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_run_history';
 COMMENT ON FUNCTION dex.run_history(uuid) IS
     'The event history of a workflow run, in order, each event as canonical dex.v1.WorkflowEvent JSON.';
@@ -299,6 +310,7 @@ RETURNS TABLE (kind text, run_id uuid, task_id integer, lock_version bigint,
                locked_until timestamptz, task jsonb)
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_poll_tasks';
 COMMENT ON FUNCTION dex.poll_tasks(text, text, integer, interval) IS
     'Lease up to max_tasks tasks of a queue to a worker; each row''s task is a dex.v1.WorkflowTask or dex.v1.ActivityTask as JSON.';
@@ -312,6 +324,7 @@ RETURNS TABLE (kind text, run_id uuid, task_id integer, lock_version bigint,
                locked_until timestamptz, task bytea)
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_poll_tasks_pb';
 COMMENT ON FUNCTION dex.poll_tasks_pb(text, text, integer, interval) IS
     'dex.poll_tasks with each task protobuf-encoded, for SDKs.';
@@ -320,6 +333,7 @@ CREATE FUNCTION dex.complete_task(run_id uuid, task_id integer, lock_version big
 RETURNS void
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_complete_task';
 COMMENT ON FUNCTION dex.complete_task(uuid, integer, bigint, jsonb) IS
     'Complete a leased task: for a workflow task (task_id 0) result is its dex.v1.WorkflowTaskCompletion (or its commands array); for an activity task, the activity''s JSON result.';
@@ -328,6 +342,7 @@ CREATE FUNCTION dex.complete_task_pb(run_id uuid, task_id integer, lock_version 
 RETURNS void
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_complete_task_pb';
 COMMENT ON FUNCTION dex.complete_task_pb(uuid, integer, bigint, bytea) IS
     'Complete a leased task with protobuf: a dex.v1.WorkflowTaskCompletion for a workflow task, a dex.v1.Payload for an activity task.';
@@ -336,6 +351,7 @@ CREATE FUNCTION dex.fail_task(run_id uuid, task_id integer, lock_version bigint,
 RETURNS void
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_fail_task';
 COMMENT ON FUNCTION dex.fail_task(uuid, integer, bigint, jsonb) IS
     'Fail a leased activity task with a dex.v1.Failure: retried per its retry policy unless terminal or out of attempts, then reported to the workflow.';
@@ -344,6 +360,7 @@ CREATE FUNCTION dex.fail_task_pb(run_id uuid, task_id integer, lock_version bigi
 RETURNS void
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_fail_task_pb';
 COMMENT ON FUNCTION dex.fail_task_pb(uuid, integer, bigint, bytea) IS
     'dex.fail_task with a protobuf-encoded dex.v1.Failure.';
@@ -365,6 +382,7 @@ CREATE FUNCTION dex.complete_tasks(run_ids uuid[], task_ids integer[], lock_vers
 RETURNS TABLE (run_id uuid, task_id integer, completed boolean)
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_complete_tasks';
 COMMENT ON FUNCTION dex.complete_tasks(uuid[], integer[], bigint[], jsonb[]) IS
     'Complete many leased tasks at once (as dex.complete_task); completed is false for a task whose lease was lost.';
@@ -373,6 +391,7 @@ CREATE FUNCTION dex.complete_tasks_pb(run_ids uuid[], task_ids integer[], lock_v
 RETURNS TABLE (run_id uuid, task_id integer, completed boolean)
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_complete_tasks_pb';
 COMMENT ON FUNCTION dex.complete_tasks_pb(uuid[], integer[], bigint[], bytea[]) IS
     'dex.complete_tasks with protobuf results (dex.v1.WorkflowTaskCompletion or dex.v1.Payload).';
@@ -381,6 +400,7 @@ CREATE FUNCTION dex.fail_tasks(run_ids uuid[], task_ids integer[], lock_versions
 RETURNS TABLE (run_id uuid, task_id integer, failed boolean)
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_fail_tasks';
 COMMENT ON FUNCTION dex.fail_tasks(uuid[], integer[], bigint[], jsonb[]) IS
     'Fail many leased activity attempts at once (as dex.fail_task); failed is false for a task whose lease was lost.';
@@ -389,6 +409,7 @@ CREATE FUNCTION dex.fail_tasks_pb(run_ids uuid[], task_ids integer[], lock_versi
 RETURNS TABLE (run_id uuid, task_id integer, failed boolean)
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_fail_tasks_pb';
 COMMENT ON FUNCTION dex.fail_tasks_pb(uuid[], integer[], bigint[], bytea[]) IS
     'dex.fail_tasks with protobuf failures (dex.v1.Failure).';
@@ -398,6 +419,7 @@ CREATE FUNCTION dex.heartbeat_task(run_id uuid, task_id integer, lock_version bi
 RETURNS timestamptz
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_heartbeat_task';
 COMMENT ON FUNCTION dex.heartbeat_task(uuid, integer, bigint, interval) IS
     'Extend a held lease to now + lease_duration; returns the new expiry; refused (WD001) if the lease is lost.';
@@ -407,6 +429,7 @@ CREATE FUNCTION dex.heartbeat_tasks(run_ids uuid[], task_ids integer[], lock_ver
 RETURNS TABLE (run_id uuid, task_id integer, locked_until timestamptz)
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_heartbeat_tasks';
 COMMENT ON FUNCTION dex.heartbeat_tasks(uuid[], integer[], bigint[], interval) IS
     'Extend many leases at once; one row per lease still held, none for lost ones.';

@@ -610,6 +610,7 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 	Datum		values[1];
 	TupleDesc	tupdesc;
 	bool		nulls[1] = {false};
+	int			guc_level;
 
 	if (fcinfo->context == NULL || !IsA(fcinfo->context, CallContext) ||
 		castNode(CallContext, fcinfo->context)->atomic)
@@ -632,6 +633,7 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 				 errmsg("timeout must be between 0 and 1 day")));
 
 	SPI_connect_ext(SPI_OPT_NONATOMIC);
+	guc_level = dex_push_planner_settings();
 	if (!dex_lookup_queue(queue_name, &queue))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -643,6 +645,7 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 	dex_spi_exec(queue.is_workflow ? &pollable_workflow_plan : &pollable_activity_plan,
 				 values, NULL, 1);
 	ready = dex_spi_getbool(0, 1);
+	dex_pop_planner_settings(guc_level);
 
 	if (!ready && timeout_usecs > 0)
 	{

@@ -81,6 +81,8 @@ extern bool dex_spi_getbool(int row, int col);
 extern int64 dex_spi_getint64(int row, int col);
 extern bytea *dex_spi_getbytea_copy(int row, int col);
 extern char *dex_spi_gettext_copy(int row, int col);
+extern int	dex_push_planner_settings(void);
+extern void dex_pop_planner_settings(int level);
 
 /* history.c */
 typedef struct DexQueue

@@ -220,8 +220,11 @@ dex_scheduler_main(Datum main_arg)
 	dex_scheduler_register();
 	/* every statement below names its schema; nothing resolves through the path */
 	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
-	/* scheduler queries are short: JIT compilation would cost more than it saves */
+	/* the planner settings of the API functions (see spi_util.c) */
 	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_hashjoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_mergejoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
 	pass_context = AllocSetContextCreate(TopMemoryContext, "dex scheduler pass",
 										 ALLOCSET_DEFAULT_SIZES);

@@ -4,9 +4,16 @@
  *	  Prepared SPI plans kept across calls, and typed access to SPI results.
  *
  * Every statement dex runs is a static DexPlan: prepared on first use in a
- * session and kept with SPI_keepplan, so the hot path never parses SQL.  The
- * plan cache revalidates kept plans after DDL (for instance DROP and CREATE
- * EXTENSION), so they survive the objects they use being recreated.
+ * session and kept with SPI_keepplan, so the hot path never parses SQL, and
+ * planned once, generically: custom plans would be planned again at every
+ * call (half the CPU of a single-task poll and completion).  A generic plan
+ * must be good at any table size, so the functions that run these
+ * statements turn off sequential scans, hash and merge joins and JIT (SET
+ * clauses in dex--1.0.sql; the scheduler sets the same): every statement here
+ * is an index lookup or an index-ordered scan, and planned that way it keeps
+ * its plan when a table goes from empty to millions of rows.  The plan cache
+ * revalidates kept plans after DDL (for instance DROP and CREATE EXTENSION),
+ * so they survive the objects they use being recreated.
  *
  * Every statement runs with read_only = false, so it takes a fresh snapshot
  * (READ COMMITTED): a statement must see at least what the statement before
@@ -24,6 +31,7 @@
 
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 
 #include "dex.h"
 
@@ -34,7 +42,8 @@ dex_spi_exec(DexPlan *plan, Datum *values, const char *nulls, long count)
 
 	if (plan->plan == NULL)
 	{
-		SPIPlanPtr	p = SPI_prepare(plan->sql, plan->nargs, plan->argtypes);
+		SPIPlanPtr	p = SPI_prepare_cursor(plan->sql, plan->nargs, plan->argtypes,
+										   CURSOR_OPT_GENERIC_PLAN);
 
 		if (p == NULL)
 			elog(ERROR, "SPI_prepare failed for \"%s\": %s",
@@ -114,4 +123,31 @@ dex_spi_gettext_copy(int row, int col)
 		return NULL;
 	return DatumGetPointer(SPI_datumTransfer(CStringGetDatum(TextDatumGetCString(d)),
 											 false, -2));
+}
+
+/*
+ * The planner settings of the API functions, for code that cannot have SET
+ * clauses (a procedure that controls transactions): set them until
+ * dex_pop_planner_settings(level), which must come before a commit.
+ */
+int
+dex_push_planner_settings(void)
+{
+	int			level = NewGUCNestLevel();
+
+	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_hashjoin", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("enable_mergejoin", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
+	return level;
+}
+
+void
+dex_pop_planner_settings(int level)
+{
+	AtEOXact_GUC(true, level);
 }
