@@ -1127,7 +1127,7 @@ run_init(Run *run, PGconn *m, const char *name, WfKind kind, int n_runs, int k_w
 	snprintf(wl->act_queue, sizeof(wl->act_queue), "%s-act", lower);
 	wl->n_runs = n_runs;
 	wl->poll_max = bench_batch;
-	wl->wait_timeout = "10s";
+	wl->wait_timeout = "5min";	/* longer than W6: an idle worker sends nothing */
 	wl->created_us = xmalloc(sizeof(atomic_llong) * (size_t) (n_runs + 1));
 	run->mon = m;
 	run->client = connect_db("dexbench client");

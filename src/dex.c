@@ -32,7 +32,7 @@ void		_PG_init(void);
 
 /* Settings */
 char	   *dex_database = NULL;
-int			dex_scheduler_naptime_ms = 60000;
+int			dex_scheduler_naptime_ms = 600000;
 int			dex_retry_max_attempts = 6;
 int			dex_retry_initial_delay_ms = 5000;
 double		dex_retry_multiplier = 1.5;
@@ -68,7 +68,7 @@ define_settings(void)
 							"Longest time the scheduler sleeps when nothing is due.",
 							"The scheduler wakes earlier when work falls due or a backend sets its latch.",
 							&dex_scheduler_naptime_ms,
-							60000, 10, INT_MAX / 2,
+							600000, 10, INT_MAX / 2,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("dex.retry_max_attempts",
