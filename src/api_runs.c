@@ -79,6 +79,24 @@ validate_labels(Jsonb *labels)
 	}
 }
 
+/* The options every new run is checked for */
+static void
+validate_run_options(int32 version, int32 priority, Jsonb *labels)
+{
+	if (version < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("workflow version must be positive"),
+				 errdetail("The version was %d.", version)));
+	if (priority < 0 || priority > 100)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("priority must be between 0 and 100"),
+				 errdetail("The priority was %d.", priority)));
+	if (labels)
+		validate_labels(labels);
+}
+
 static DexPlan insert_run_plan = {
 	"INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, instance_id, "
 	"priority, labels, concurrency_key, argument, created_at) "
@@ -126,18 +144,7 @@ dex_create_run(PG_FUNCTION_ARGS)
 	Datum		values[9];
 	char		nulls[9];
 
-	if (version < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("workflow version must be positive"),
-				 errdetail("The version was %d.", version)));
-	if (priority < 0 || priority > 100)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("priority must be between 0 and 100"),
-				 errdetail("The priority was %d.", priority)));
-	if (labels)
-		validate_labels(labels);
+	validate_run_options(version, priority, labels);
 
 	run_id = dex_new_uuid();
 
@@ -317,18 +324,7 @@ dex_create_runs(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("dex.create_runs creates at most %d runs per call", MAX_CREATE_BATCH),
 				 errdetail("This call asked for %d.", n)));
-	if (version < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("workflow version must be positive"),
-				 errdetail("The version was %d.", version)));
-	if (priority < 0 || priority > 100)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("priority must be between 0 and 100"),
-				 errdetail("The priority was %d.", priority)));
-	if (labels)
-		validate_labels(labels);
+	validate_run_options(version, priority, labels);
 
 	/* a set of a scalar type: the tuple descriptor is the expected one */
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);

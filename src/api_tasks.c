@@ -1,8 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * api_tasks.c
- *	  dex.poll_tasks, dex.complete_task and dex.fail_task: leasing tasks to
- *	  workers and applying what they report.
+ *	  The task API: dex.poll_tasks, dex.complete_task(s), dex.fail_task(s),
+ *	  dex.heartbeat_task(s) and the long poll dex.wait_for_tasks: leasing
+ *	  tasks to workers and taking what they report.
  *
  * A task is named by (run id, task id): task id 0 is the run's workflow
  * task, any other the id of the activity's ActivityTaskCreated event.  A

@@ -11,8 +11,9 @@
  *	  wakeup.c		shared memory: scheduler latch, commit-time wake-ups
  *	  history.c		events, history batches, run projection helpers
  *	  api_queues.c	dex.create_queue
- *	  api_runs.c	dex.create_run, dex.get_run helpers, dex.run_history
- *	  api_tasks.c	dex.poll_tasks, dex.complete_task, dex.fail_task
+ *	  api_codec.c	dex.to_json, dex.from_json, dex.payload_value
+ *	  api_runs.c	dex.create_run(s), dex.run_history
+ *	  api_tasks.c	dex.poll_tasks, complete/fail/heartbeat, dex.wait_for_tasks
  *	  workflow_task.c	runs, histories and inbox events of workflow tasks
  *	  completion.c	applying completions, many tasks per statement
  *	  rebuild.c		rebuilding the UNLOGGED task tables after a crash
