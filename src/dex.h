@@ -9,7 +9,7 @@
  *	  codec.c		protobuf <-> bytea / canonical proto3 JSON
  *	  spi_util.c	prepared SPI plans kept across calls
  *	  wakeup.c		shared memory: scheduler latch, commit-time wake-ups
- *	  history.c		events, history batches, run projection helpers
+ *	  history.c		queue lookups, ids and times, events, inbox writes, retries
  *	  api_queues.c	dex.create_queue
  *	  api_codec.c	dex.to_json, dex.from_json, dex.payload_value
  *	  api_runs.c	dex.create_run(s), dex.run_history
