@@ -68,6 +68,7 @@ CREATE TABLE dex.workflow_inbox (
     run_id          uuid NOT NULL,
     visible_from    timestamptz NOT NULL,
     delayed         boolean NOT NULL DEFAULT false,
+    timer_id        integer,            -- for TimerElapsed rows: the timer, so it can be cancelled
     event           bytea NOT NULL,     -- dex.v1.WorkflowEvent
     PRIMARY KEY (run_id, id)
 ) WITH (autovacuum_vacuum_scale_factor = 0.02);
@@ -84,6 +85,17 @@ CREATE TABLE dex.workflow_history (
 );
 COMMENT ON TABLE dex.workflow_history IS
     'Append-only event history: one row per completed workflow task, holding its events as one dex.v1.EventBatch.';
+
+-- External events a run received, by id: a second event with the same id is
+-- dropped (dex.send_external_event returns false).
+CREATE TABLE dex.external_event (
+    run_id      uuid NOT NULL,
+    event_id    text NOT NULL,
+    received_at timestamptz NOT NULL,
+    PRIMARY KEY (run_id, event_id)
+);
+COMMENT ON TABLE dex.external_event IS
+    'Ids of the external events each active run received, to drop duplicates.';
 
 -- Workflow tasks: at most one per run.  The partitions are UNLOGGED: after a
 -- crash the scheduler rebuilds them from runs and inbox.
@@ -243,6 +255,24 @@ SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SE
 AS 'MODULE_PATHNAME', 'dex_create_runs';
 COMMENT ON FUNCTION dex.create_runs(text, text, jsonb[], integer, integer, jsonb) IS
     'Start many runs of one workflow on one queue in one call: one run per element of arguments; returns their ids in order.';
+
+CREATE FUNCTION dex.send_external_event(run_id uuid, event_id text, payload jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_send_external_event';
+COMMENT ON FUNCTION dex.send_external_event(uuid, text, jsonb) IS
+    'Send an external event to a run: true when delivered, false when the run already received an event with this id (dropped).';
+
+CREATE FUNCTION dex.send_external_event_to_instance(instance_id text, event_id text, payload jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_send_external_event_to_instance';
+COMMENT ON FUNCTION dex.send_external_event_to_instance(text, text, jsonb) IS
+    'dex.send_external_event to the active run of a workflow instance.';
 
 CREATE VIEW dex.runs AS
 SELECT r.id,

@@ -367,3 +367,113 @@ dex_create_runs(PG_FUNCTION_ARGS)
 	}
 	return (Datum) 0;
 }
+
+/* ----------------------------------------------------------------
+ * dex.send_external_event(run_id, event_id, payload) returns boolean
+ * dex.send_external_event_to_instance(instance_id, event_id, payload)
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dex_send_external_event);
+PG_FUNCTION_INFO_V1(dex_send_external_event_to_instance);
+
+/*
+ * The run is locked FOR SHARE: a completion that ends it waits for the
+ * event to be in the inbox (and then removes it with the run's other work),
+ * or has ended it already, and the event is refused.
+ */
+static DexPlan lock_run_for_event_plan = {
+	"SELECT status FROM dex.workflow_run WHERE id = $1 FOR SHARE",
+	1, {UUIDOID}
+};
+
+static DexPlan instance_run_plan = {
+	"SELECT run_id FROM dex.run_instance WHERE instance_id = $1",
+	1, {TEXTOID}
+};
+
+static DexPlan record_event_plan = {
+	"INSERT INTO dex.external_event (run_id, event_id, received_at) VALUES ($1, $2, now()) "
+	"ON CONFLICT DO NOTHING",
+	2, {UUIDOID, TEXTOID}
+};
+
+static bool
+send_external_event(pg_uuid_t *run_id, const char *event_id, Jsonb *payload)
+{
+	Datum		values[2] = {UUIDPGetDatum(run_id), CStringGetTextDatum(event_id)};
+	char	   *status;
+	Dex__V1__WorkflowEvent *ev;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	dex_spi_exec(&lock_run_for_event_plan, values, NULL, 1);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("workflow run %s does not exist", dex_uuid_to_cstring(run_id))));
+	status = dex_spi_gettext_copy(0, 1);
+	if (strcmp(status, "COMPLETED") == 0 || strcmp(status, "FAILED") == 0 ||
+		strcmp(status, "CANCELLED") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("workflow run %s has ended", dex_uuid_to_cstring(run_id)),
+				 errdetail("Its status is %s; it takes no more events.", status)));
+
+	dex_spi_exec(&record_event_plan, values, NULL, 0);
+	if (SPI_processed == 0)
+		return false;			/* a duplicate: dropped */
+
+	ev = dex_new_event(0, now);
+	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_EXTERNAL_EVENT_RECEIVED;
+	ev->external_event_received = palloc(sizeof(Dex__V1__ExternalEventReceived));
+	dex__v1__external_event_received__init(ev->external_event_received);
+	ev->external_event_received->event_id = pstrdup(event_id);
+	ev->external_event_received->payload = dex_payload_from_jsonb(payload);
+	dex_insert_inbox(run_id, ev, now);
+	return true;
+}
+
+Datum
+dex_send_external_event(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *run_id;
+	char	   *event_id;
+	bool		sent;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("run id must not be null")));
+	run_id = PG_GETARG_UUID_P(0);
+	event_id = required_name(fcinfo, 1, "event id");
+	SPI_connect();
+	sent = send_external_event(run_id, event_id, PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2));
+	SPI_finish();
+	PG_RETURN_BOOL(sent);
+}
+
+Datum
+dex_send_external_event_to_instance(PG_FUNCTION_ARGS)
+{
+	char	   *instance_id = required_name(fcinfo, 0, "instance id");
+	char	   *event_id = required_name(fcinfo, 1, "event id");
+	Datum		values[1] = {CStringGetTextDatum(instance_id)};
+	pg_uuid_t  *run_id;
+	bool		sent;
+
+	SPI_connect();
+	dex_spi_exec(&instance_run_plan, values, NULL, 1);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("workflow instance \"%s\" has no active run", instance_id)));
+	{
+		bool		isnull;
+
+		run_id = palloc(sizeof(pg_uuid_t));
+		memcpy(run_id, DatumGetUUIDP(dex_spi_getdatum(0, 1, &isnull)), sizeof(pg_uuid_t));
+	}
+	sent = send_external_event(run_id, event_id, PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2));
+	SPI_finish();
+	PG_RETURN_BOOL(sent);
+}

@@ -124,6 +124,10 @@ typedef struct BatchRows
 	int			n_activities;
 	/* timers and other inbox rows */
 	DexInboxBatch inbox;
+	/* timers cancelled: their TimerElapsed rows go */
+	ArrayBuildState *c_run_id;
+	ArrayBuildState *c_timer_id;
+	int			n_cancelled;
 	/* runs that ended, runs that go on */
 	ArrayBuildState *ended;
 	ArrayBuildState *open;
@@ -159,6 +163,9 @@ init_batch_rows(BatchRows *rows)
 	rows->a_retry_policy = initArrayResult(BYTEAOID, cxt, false);
 	rows->n_activities = 0;
 	dex_inbox_batch_init(&rows->inbox);
+	rows->c_run_id = initArrayResult(UUIDOID, cxt, false);
+	rows->c_timer_id = initArrayResult(INT4OID, cxt, false);
+	rows->n_cancelled = 0;
 	rows->ended = initArrayResult(UUIDOID, cxt, false);
 	rows->open = initArrayResult(UUIDOID, cxt, false);
 	rows->n_ended = 0;
@@ -282,6 +289,21 @@ apply_schedule_activity(Completion *c, const Dex__V1__Command *cmd)
 	dex_queue_work_added(queue.id);
 }
 
+/* The TimerElapsed row of timer "id", visible at fire_at */
+static void
+add_timer_elapsed(Completion *c, int32 id, TimestampTz fire_at)
+{
+	Dex__V1__WorkflowEvent *elapsed = dex_new_event(0, fire_at);
+
+	elapsed->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_TIMER_ELAPSED;
+	elapsed->timer_elapsed = palloc(sizeof(Dex__V1__TimerElapsed));
+	dex__v1__timer_elapsed__init(elapsed->timer_elapsed);
+	elapsed->timer_elapsed->timer_created_event_id = id;
+	dex_inbox_batch_add(&c->rows->inbox, c->run_id, elapsed, fire_at);
+}
+
+#define MAX_DELAY_MS ((int64) 100 * 365 * 24 * 3600 * 1000)
+
 static void
 apply_start_timer(Completion *c, const Dex__V1__Command *cmd)
 {
@@ -290,9 +312,8 @@ apply_start_timer(Completion *c, const Dex__V1__Command *cmd)
 	int64		delay_ms = dex_duration_ms(st->delay);
 	TimestampTz fire_at;
 	Dex__V1__WorkflowEvent *ev;
-	Dex__V1__WorkflowEvent *elapsed;
 
-	if (st->delay == NULL || delay_ms < 0 || delay_ms > (int64) 100 * 365 * 24 * 3600 * 1000)
+	if (st->delay == NULL || delay_ms < 0 || delay_ms > MAX_DELAY_MS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("timer %d needs a delay between 0 and 100 years", id)));
@@ -304,13 +325,64 @@ apply_start_timer(Completion *c, const Dex__V1__Command *cmd)
 	dex__v1__timer_created__init(ev->timer_created);
 	ev->timer_created->name = st->name;
 	ev->timer_created->elapse_at = dex_pb_timestamp(fire_at);
+	add_timer_elapsed(c, id, fire_at);
+}
 
-	elapsed = dex_new_event(0, fire_at);
-	elapsed->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_TIMER_ELAPSED;
-	elapsed->timer_elapsed = palloc(sizeof(Dex__V1__TimerElapsed));
-	dex__v1__timer_elapsed__init(elapsed->timer_elapsed);
-	elapsed->timer_elapsed->timer_created_event_id = id;
-	dex_inbox_batch_add(&c->rows->inbox, c->run_id, elapsed, fire_at);
+/*
+ * Waiting for an external event: the wait is recorded; with a timeout, a
+ * timer with the command's id resolves it as timed out if no event came
+ * first (the workflow tells which from the order of its events).
+ */
+static void
+apply_wait_external_event(Completion *c, const Dex__V1__Command *cmd)
+{
+	const Dex__V1__WaitExternalEvent *w = cmd->wait_external_event;
+	int32		id = required_command_id(cmd);
+	Dex__V1__WorkflowEvent *ev;
+
+	if (w->event_id == NULL || w->event_id[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command waitExternalEvent %d needs an event id", id)));
+	ev = add_event(c, id);
+	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_EXTERNAL_EVENT_WAIT_STARTED;
+	ev->external_event_wait_started = palloc(sizeof(Dex__V1__ExternalEventWaitStarted));
+	dex__v1__external_event_wait_started__init(ev->external_event_wait_started);
+	ev->external_event_wait_started->event_id = w->event_id;
+	if (w->timeout)
+	{
+		int64		timeout_ms = dex_duration_ms(w->timeout);
+		TimestampTz timeout_at;
+
+		if (timeout_ms < 0 || timeout_ms > MAX_DELAY_MS)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("the timeout of waitExternalEvent %d must be between 0 and 100 years", id)));
+		timeout_at = c->now + timeout_ms * 1000;
+		ev->external_event_wait_started->timeout_at = dex_pb_timestamp(timeout_at);
+		add_timer_elapsed(c, id, timeout_at);
+	}
+}
+
+/* Cancelling a timer: its TimerElapsed is withdrawn if not delivered yet */
+static void
+apply_cancel_timer(Completion *c, const Dex__V1__Command *cmd)
+{
+	int32		timer = cmd->cancel_timer->timer_created_event_id;
+	Dex__V1__WorkflowEvent *ev;
+
+	if (timer <= 0 || timer > c->last_event_id)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command cancelTimer names timer %d, which the run did not start", timer)));
+	ev = add_event(c, cmd->id);
+	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_TIMER_CANCELLED;
+	ev->timer_cancelled = palloc(sizeof(Dex__V1__TimerCancelled));
+	dex__v1__timer_cancelled__init(ev->timer_cancelled);
+	ev->timer_cancelled->timer_created_event_id = timer;
+	dex_array_add(c->rows->c_run_id, UUIDPGetDatum(c->run_id), false);
+	dex_array_add(c->rows->c_timer_id, Int32GetDatum(timer), false);
+	c->rows->n_cancelled++;
 }
 
 static void
@@ -342,6 +414,12 @@ apply_command(Completion *c, const Dex__V1__Command *cmd)
 			break;
 		case DEX__V1__COMMAND__KIND_START_TIMER:
 			apply_start_timer(c, cmd);
+			break;
+		case DEX__V1__COMMAND__KIND_WAIT_EXTERNAL_EVENT:
+			apply_wait_external_event(c, cmd);
+			break;
+		case DEX__V1__COMMAND__KIND_CANCEL_TIMER:
+			apply_cancel_timer(c, cmd);
 			break;
 		case DEX__V1__COMMAND__KIND_RECORD_SIDE_EFFECT:
 			ev = add_event(c, required_command_id(cmd));
@@ -386,7 +464,7 @@ apply_command(Completion *c, const Dex__V1__Command *cmd)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("command %d has no kind", cmd->id),
-					 errhint("Set exactly one of scheduleActivity, startTimer, recordSideEffect, setCustomStatus, completeRun, failRun.")));
+					 errhint("Set exactly one of scheduleActivity, startTimer, cancelTimer, waitExternalEvent, recordSideEffect, setCustomStatus, completeRun, failRun.")));
 			break;
 		default:
 			ereport(ERROR,
@@ -512,8 +590,15 @@ static DexPlan insert_activities_plan = {
 };
 
 /* a run that ended leaves no work behind, and frees its instance id */
+static DexPlan cancel_timers_plan = {
+	"DELETE FROM dex.workflow_inbox i USING unnest($1::uuid[], $2::integer[]) AS c(run_id, timer_id) "
+	"WHERE i.run_id = c.run_id AND i.timer_id = c.timer_id",
+	2, {UUIDARRAYOID, INT4ARRAYOID}
+};
+
 static DexPlan end_runs_plan = {
 	"WITH a AS (DELETE FROM dex.activity_task WHERE run_id = ANY ($1)), "
+	"     e AS (DELETE FROM dex.external_event WHERE run_id = ANY ($1)), "
 	"     ar AS (DELETE FROM dex.activity_retry WHERE run_id = ANY ($1)), "
 	"     t AS (DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)), "
 	"     n AS (DELETE FROM dex.run_instance i USING dex.workflow_run r "
@@ -664,6 +749,13 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 	}
 
 	dex_inbox_batch_flush(&rows.inbox);
+
+	if (rows.n_cancelled > 0)
+	{
+		values[0] = dex_array_result(rows.c_run_id);
+		values[1] = dex_array_result(rows.c_timer_id);
+		dex_spi_exec(&cancel_timers_plan, values, NULL, 0);
+	}
 
 	if (rows.n_ended > 0)
 	{

@@ -114,6 +114,7 @@ typedef struct DexInboxBatch
 	ArrayBuildState *visible_from;
 	ArrayBuildState *delayed;
 	ArrayBuildState *events;
+	ArrayBuildState *timer_ids;
 	ArrayBuildState *visible_runs;
 	int			n;
 } DexInboxBatch;

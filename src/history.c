@@ -302,6 +302,7 @@ dex_inbox_batch_init(DexInboxBatch *b)
 	b->visible_from = initArrayResult(TIMESTAMPTZOID, CurrentMemoryContext, false);
 	b->delayed = initArrayResult(BOOLOID, CurrentMemoryContext, false);
 	b->events = initArrayResult(BYTEAOID, CurrentMemoryContext, false);
+	b->timer_ids = initArrayResult(INT4OID, CurrentMemoryContext, false);
 	b->visible_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 	b->n = 0;
 }
@@ -311,11 +312,16 @@ dex_inbox_batch_add(DexInboxBatch *b, pg_uuid_t *run_id, Dex__V1__WorkflowEvent 
 					TimestampTz visible_from)
 {
 	bool		delayed = visible_from > GetCurrentTransactionStartTimestamp();
+	int32		timer_id = 0;
+
+	if (event->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_TIMER_ELAPSED)
+		timer_id = event->timer_elapsed->timer_created_event_id;
 
 	dex_array_add(b->run_ids, UUIDPGetDatum(run_id), false);
 	dex_array_add(b->visible_from, TimestampTzGetDatum(visible_from), false);
 	dex_array_add(b->delayed, BoolGetDatum(delayed), false);
 	dex_array_add(b->events, PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) event)), false);
+	dex_array_add(b->timer_ids, Int32GetDatum(timer_id), timer_id == 0);
 	if (delayed)
 		dex_wake_scheduler_at_commit(visible_from);
 	else
@@ -324,9 +330,9 @@ dex_inbox_batch_add(DexInboxBatch *b, pg_uuid_t *run_id, Dex__V1__WorkflowEvent 
 }
 
 static DexPlan insert_inbox_plan = {
-	"INSERT INTO dex.workflow_inbox (run_id, visible_from, delayed, event) "
-	"SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::boolean[], $4::bytea[])",
-	4, {UUIDARRAYOID, TIMESTAMPTZARRAYOID, BOOLARRAYOID, BYTEAARRAYOID}
+	"INSERT INTO dex.workflow_inbox (run_id, visible_from, delayed, event, timer_id) "
+	"SELECT * FROM unnest($1::uuid[], $2::timestamptz[], $3::boolean[], $4::bytea[], $5::integer[])",
+	5, {UUIDARRAYOID, TIMESTAMPTZARRAYOID, BOOLARRAYOID, BYTEAARRAYOID, INT4ARRAYOID}
 };
 
 /*
@@ -336,7 +342,7 @@ static DexPlan insert_inbox_plan = {
 void
 dex_inbox_batch_flush(DexInboxBatch *b)
 {
-	Datum		values[4];
+	Datum		values[5];
 
 	if (b->n == 0)
 		return;
@@ -344,6 +350,7 @@ dex_inbox_batch_flush(DexInboxBatch *b)
 	values[1] = dex_array_result(b->visible_from);
 	values[2] = dex_array_result(b->delayed);
 	values[3] = dex_array_result(b->events);
+	values[4] = dex_array_result(b->timer_ids);
 	dex_spi_exec(&insert_inbox_plan, values, NULL, 0);
 	if (b->visible_runs->nelems > 0)
 		dex_ensure_workflow_tasks(dex_array_result(b->visible_runs));
