@@ -41,6 +41,7 @@ CREATE TABLE dex.workflow_run (
     history_length      integer NOT NULL DEFAULT 0,
     last_event_id       integer NOT NULL DEFAULT 0,
     generation          integer NOT NULL DEFAULT 0,
+    cancel_requested    boolean NOT NULL DEFAULT false,
     created_at          timestamptz NOT NULL,
     updated_at          timestamptz,
     started_at          timestamptz,
@@ -273,6 +274,33 @@ SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SE
 AS 'MODULE_PATHNAME', 'dex_send_external_event_to_instance';
 COMMENT ON FUNCTION dex.send_external_event_to_instance(text, text, jsonb) IS
     'dex.send_external_event to the active run of a workflow instance.';
+
+CREATE FUNCTION dex.cancel_run(run_id uuid, reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_cancel_run';
+COMMENT ON FUNCTION dex.cancel_run(uuid, text) IS
+    'Cancel a run: an executing run gets runCancelRequested and ends CANCELLED after the workflow task that shows it; a run not executing ends CANCELLED at once.';
+
+CREATE FUNCTION dex.suspend_run(run_id uuid)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_suspend_run';
+COMMENT ON FUNCTION dex.suspend_run(uuid) IS
+    'Suspend a running run: it gets no workflow task until dex.resume_run.';
+
+CREATE FUNCTION dex.resume_run(run_id uuid)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_resume_run';
+COMMENT ON FUNCTION dex.resume_run(uuid) IS
+    'Resume a suspended run; the workflow sees runSuspended and runResumed in its next task.';
 
 CREATE VIEW dex.runs AS
 SELECT r.id,

@@ -477,3 +477,226 @@ dex_send_external_event_to_instance(PG_FUNCTION_ARGS)
 	SPI_finish();
 	PG_RETURN_BOOL(sent);
 }
+
+/* ----------------------------------------------------------------
+ * dex.cancel_run, dex.suspend_run, dex.resume_run
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dex_cancel_run);
+PG_FUNCTION_INFO_V1(dex_suspend_run);
+PG_FUNCTION_INFO_V1(dex_resume_run);
+
+static DexPlan lock_run_plan = {
+	"SELECT status, cancel_requested FROM dex.workflow_run WHERE id = $1 FOR NO KEY UPDATE",
+	1, {UUIDOID}
+};
+
+static DexPlan set_status_plan = {
+	"UPDATE dex.workflow_run SET status = $2, updated_at = now() WHERE id = $1",
+	2, {UUIDOID, TEXTOID}
+};
+
+static DexPlan note_cancel_plan = {
+	"UPDATE dex.workflow_run SET cancel_requested = true, updated_at = now() WHERE id = $1",
+	1, {UUIDOID}
+};
+
+static DexPlan end_run_now_plan = {
+	"WITH h AS (INSERT INTO dex.workflow_history (run_id, sequence, events) "
+	"           SELECT id, history_length + 1, $2 FROM dex.workflow_run WHERE id = $1) "
+	"UPDATE dex.workflow_run SET status = 'CANCELLED', history_length = history_length + $3, "
+	"       updated_at = now(), completed_at = now() WHERE id = $1",
+	3, {UUIDOID, BYTEAOID, INT4OID}
+};
+
+static DexPlan withdraw_task_plan = {
+	"DELETE FROM dex.workflow_task WHERE run_id = $1 AND locked_by IS NULL",
+	1, {UUIDOID}
+};
+
+/* The run, locked; its status.  Errors if it does not exist. */
+static char *
+lock_run(pg_uuid_t *run_id, bool *cancel_requested)
+{
+	Datum		values[1] = {UUIDPGetDatum(run_id)};
+
+	dex_spi_exec(&lock_run_plan, values, NULL, 1);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("workflow run %s does not exist", dex_uuid_to_cstring(run_id))));
+	if (cancel_requested)
+		*cancel_requested = dex_spi_getbool(0, 2);
+	return dex_spi_gettext_copy(0, 1);
+}
+
+static void
+illegal_transition(pg_uuid_t *run_id, const char *action, const char *status)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("cannot %s workflow run %s", action, dex_uuid_to_cstring(run_id)),
+			 errdetail("Its status is %s.", status)));
+}
+
+static bool
+status_is_terminal(const char *status)
+{
+	return strcmp(status, "COMPLETED") == 0 || strcmp(status, "FAILED") == 0 ||
+		strcmp(status, "CANCELLED") == 0;
+}
+
+static Dex__V1__WorkflowEvent *
+simple_event(Dex__V1__WorkflowEvent__SubjectCase subject)
+{
+	Dex__V1__WorkflowEvent *ev = dex_new_event(0, GetCurrentTransactionStartTimestamp());
+
+	ev->subject_case = subject;
+	/* the subjects used here have no fields: an initialized empty message of any type fits */
+	switch (subject)
+	{
+		case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_SUSPENDED:
+			ev->run_suspended = palloc(sizeof(Dex__V1__RunSuspended));
+			dex__v1__run_suspended__init(ev->run_suspended);
+			break;
+		case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_RESUMED:
+			ev->run_resumed = palloc(sizeof(Dex__V1__RunResumed));
+			dex__v1__run_resumed__init(ev->run_resumed);
+			break;
+		default:
+			elog(ERROR, "unexpected event subject %d", (int) subject);
+	}
+	return ev;
+}
+
+/*
+ * dex.cancel_run(run_id, reason): a run that is executing receives
+ * runCancelRequested and ends CANCELLED when the workflow task that shows it
+ * completes; a run that is not executing (never started, or suspended) ends
+ * CANCELLED at once.  Either way its pending tasks are withdrawn when it ends.
+ */
+Datum
+dex_cancel_run(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *run_id;
+	char	   *reason = PG_ARGISNULL(1) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(1));
+	char	   *status;
+	bool		cancel_requested;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("run id must not be null")));
+	run_id = PG_GETARG_UUID_P(0);
+
+	SPI_connect();
+	status = lock_run(run_id, &cancel_requested);
+	if (status_is_terminal(status))
+		illegal_transition(run_id, "cancel", status);
+
+	if (strcmp(status, "RUNNING") == 0)
+	{
+		Dex__V1__WorkflowEvent *ev;
+
+		if (!cancel_requested)
+		{
+			Datum		values[1] = {UUIDPGetDatum(run_id)};
+
+			ev = dex_new_event(0, now);
+			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCEL_REQUESTED;
+			ev->run_cancel_requested = palloc(sizeof(Dex__V1__RunCancelRequested));
+			dex__v1__run_cancel_requested__init(ev->run_cancel_requested);
+			ev->run_cancel_requested->reason = reason;
+			dex_spi_exec(&note_cancel_plan, values, NULL, 0);
+			dex_insert_inbox(run_id, ev, now);
+		}
+	}
+	else
+	{
+		/* not executing: record the end, and withdraw everything */
+		Datum		ids = dex_uuid_array(&run_id, 1);
+		HTAB	   *runs = dex_load_runs(ids);
+		DexRun	   *run = dex_find_run(runs, run_id);
+		Dex__V1__EventBatch batch;
+		Dex__V1__WorkflowEvent *events[2];
+		Dex__V1__WorkflowEvent *cancelled = dex_new_event(0, now);
+		Datum		values[3];
+
+		dex__v1__event_batch__init(&batch);
+		batch.events = events;
+		if (strcmp(status, "CREATED") == 0)
+			events[batch.n_events++] = dex_run_created_event(run);
+		cancelled->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCELLED;
+		cancelled->run_cancelled = palloc(sizeof(Dex__V1__RunCancelled));
+		dex__v1__run_cancelled__init(cancelled->run_cancelled);
+		cancelled->run_cancelled->reason = reason;
+		events[batch.n_events++] = cancelled;
+
+		values[0] = UUIDPGetDatum(run_id);
+		values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &batch));
+		values[2] = Int32GetDatum((int32) batch.n_events);
+		dex_spi_exec(&end_run_now_plan, values, NULL, 0);
+		dex_end_runs(ids);
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * dex.suspend_run(run_id): a running run gets no workflow task until it is
+ * resumed; a task already handed out still completes.
+ */
+Datum
+dex_suspend_run(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *run_id;
+	char	   *status;
+	Datum		values[2];
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("run id must not be null")));
+	run_id = PG_GETARG_UUID_P(0);
+	SPI_connect();
+	status = lock_run(run_id, NULL);
+	if (strcmp(status, "RUNNING") != 0)
+		illegal_transition(run_id, "suspend", status);
+	values[0] = UUIDPGetDatum(run_id);
+	values[1] = CStringGetTextDatum("SUSPENDED");
+	dex_spi_exec(&set_status_plan, values, NULL, 0);
+	dex_spi_exec(&withdraw_task_plan, values, NULL, 0);
+	/* delivered with the next task, after the run is resumed */
+	dex_insert_inbox(run_id, simple_event(DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_SUSPENDED),
+					 GetCurrentTransactionStartTimestamp());
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* dex.resume_run(run_id): a suspended run runs again */
+Datum
+dex_resume_run(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *run_id;
+	char	   *status;
+	Datum		values[2];
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("run id must not be null")));
+	run_id = PG_GETARG_UUID_P(0);
+	SPI_connect();
+	status = lock_run(run_id, NULL);
+	if (strcmp(status, "SUSPENDED") != 0)
+		illegal_transition(run_id, "resume", status);
+	values[0] = UUIDPGetDatum(run_id);
+	values[1] = CStringGetTextDatum("RUNNING");
+	dex_spi_exec(&set_status_plan, values, NULL, 0);
+	dex_insert_inbox(run_id, simple_event(DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_RESUMED),
+					 GetCurrentTransactionStartTimestamp());
+	SPI_finish();
+	PG_RETURN_VOID();
+}

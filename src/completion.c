@@ -33,14 +33,16 @@
  * ----------------------------------------------------------------
  */
 
-static DexPlan run_exists_plan = {
-	"SELECT 1 FROM dex.workflow_run WHERE id = $1",
+static DexPlan run_status_plan = {
+	"SELECT status FROM dex.workflow_run WHERE id = $1",
 	1, {UUIDOID}
 };
 
 /*
  * The task is not leased with that lock version: say whether the run is
- * unknown or the lease was lost.  Nothing has been written.
+ * unknown, was cancelled (ERRCODE_DEX_RUN_CANCELLED, so that a heartbeating
+ * activity learns it should stop) or the lease was lost.  Nothing has been
+ * written.
  */
 void
 dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version)
@@ -48,11 +50,17 @@ dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version)
 	Datum		values[1] = {UUIDPGetDatum(run_id)};
 	char	   *run = dex_uuid_to_cstring(run_id);
 
-	dex_spi_exec(&run_exists_plan, values, NULL, 1);
+	dex_spi_exec(&run_status_plan, values, NULL, 1);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("workflow run %s does not exist", run)));
+	if (strcmp(dex_spi_gettext_copy(0, 1), "CANCELLED") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEX_RUN_CANCELLED),
+				 errmsg("workflow run %s was cancelled", run),
+				 errdetail("Its tasks were withdrawn; the task's result is not needed."),
+				 errhint("Stop working on the task.")));
 	if (task_id == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DEX_LEASE_LOST),
@@ -505,6 +513,28 @@ complete_one_workflow_task(DexWorkflowCompletion *item, DexRun *run, BatchRows *
 	for (int i = 0; i < n_commands; i++)
 		apply_command(&c, item->completion->commands[i]);
 
+	/*
+	 * A task that showed a cancellation request ends the run CANCELLED once
+	 * its commands are applied, unless they ended the run themselves.
+	 */
+	if (c.new_status == NULL)
+	{
+		for (size_t i = 0; i < c.n_events; i++)
+		{
+			if (c.events[i]->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCEL_REQUESTED)
+			{
+				Dex__V1__WorkflowEvent *cancelled = add_event(&c, 0);
+
+				cancelled->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCELLED;
+				cancelled->run_cancelled = palloc(sizeof(Dex__V1__RunCancelled));
+				dex__v1__run_cancelled__init(cancelled->run_cancelled);
+				cancelled->run_cancelled->reason = c.events[i]->run_cancel_requested->reason;
+				c.new_status = "CANCELLED";
+				break;
+			}
+		}
+	}
+
 	dex__v1__event_batch__init(&batch);
 	batch.events = c.events;
 	batch.n_events = c.n_events;
@@ -563,11 +593,14 @@ static DexPlan insert_history_plan = {
 
 /*
  * The runs were read without a row lock: the holder of a run's workflow task
- * is the only writer of its projection, and the fence made us that holder.
- * The update still checks that the history did not grow meanwhile.
+ * is the only writer of its history, and the fence made us that holder.  The
+ * update checks that the history did not grow meanwhile, and keeps a
+ * suspension that dex.suspend_run made while the task ran.
  */
 static DexPlan update_runs_plan = {
-	"UPDATE dex.workflow_run r SET status = u.status, history_length = u.history_length, "
+	"UPDATE dex.workflow_run r SET "
+	"status = CASE WHEN r.status = 'SUSPENDED' AND u.status = 'RUNNING' THEN r.status ELSE u.status END, "
+	"history_length = u.history_length, "
 	"last_event_id = u.last_event_id, custom_status = u.custom_status, result = u.result, "
 	"failure = u.failure, updated_at = now(), started_at = coalesce(r.started_at, u.started_at), "
 	"completed_at = u.completed_at "
@@ -607,6 +640,15 @@ static DexPlan end_runs_plan = {
 	1, {UUIDARRAYOID}
 };
 
+/* Remove what ended runs leave behind (see end_runs_plan). */
+void
+dex_end_runs(Datum run_ids)
+{
+	Datum		values[1] = {run_ids};
+
+	dex_spi_exec(&end_runs_plan, values, NULL, 0);
+}
+
 /*
  * A run that goes on gets a new task if unseen events remain.  "Visible" is
  * judged by the clock, not by the transaction's start: the scheduler may have
@@ -616,6 +658,7 @@ static DexPlan end_runs_plan = {
 static DexPlan requeue_plan = {
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
 	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r WHERE r.id = ANY ($1) "
+	"AND r.status = ANY ('{CREATED,RUNNING}'::text[]) "
 	"AND EXISTS (SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id "
 	"            AND i.visible_from <= clock_timestamp()) "
 	"ORDER BY r.id ON CONFLICT DO NOTHING RETURNING queue_id",
@@ -758,10 +801,7 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 	}
 
 	if (rows.n_ended > 0)
-	{
-		values[0] = dex_array_result(rows.ended);
-		dex_spi_exec(&end_runs_plan, values, NULL, 0);
-	}
+		dex_end_runs(dex_array_result(rows.ended));
 	if (rows.n_open > 0)
 	{
 		values[0] = dex_array_result(rows.open);

@@ -39,6 +39,7 @@
  * with I-Z are free for implementations).
  */
 #define ERRCODE_DEX_LEASE_LOST			MAKE_SQLSTATE('W','D','0','0','1')
+#define ERRCODE_DEX_RUN_CANCELLED		MAKE_SQLSTATE('W','D','0','0','2')
 
 /* Settings (see dex.c for their meaning and defaults). */
 extern char *dex_database;
@@ -162,6 +163,7 @@ extern DexRun *dex_find_run(struct HTAB *runs, pg_uuid_t *id);
 extern void dex_load_histories(struct HTAB *runs, Datum ids);
 extern void dex_load_inbox(struct HTAB *runs, Datum run_ids, Datum inbox_ids, bool consume);
 extern Dex__V1__RunStatus dex_run_status_enum(const char *status);
+extern Dex__V1__WorkflowEvent *dex_run_created_event(DexRun *run);
 extern Dex__V1__WorkflowEvent **dex_build_new_events(DexRun *run, const char *worker_id,
 													 TimestampTz started_at, int extra,
 													 size_t *n_events);
@@ -189,6 +191,7 @@ typedef struct DexActivityCompletion
 extern void dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version);
 extern void dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost);
 extern void dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost);
+extern void dex_end_runs(Datum run_ids);
 
 /* rebuild.c */
 extern bool dex_rebuild_tasks_if_needed(void);

@@ -196,6 +196,19 @@ dex_run_status_enum(const char *status)
 	return DEX__V1__RUN_STATUS__RUN_STATUS_UNSPECIFIED;
 }
 
+static Dex__V1__RunCreated *run_created_subject(DexRun *run);
+
+/* The RunCreated event of a run, from its row */
+Dex__V1__WorkflowEvent *
+dex_run_created_event(DexRun *run)
+{
+	Dex__V1__WorkflowEvent *ev = dex_new_event(0, run->created_at);
+
+	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CREATED;
+	ev->run_created = run_created_subject(run);
+	return ev;
+}
+
 static Dex__V1__RunCreated *
 run_created_subject(DexRun *run)
 {
@@ -262,10 +275,7 @@ dex_build_new_events(DexRun *run, const char *worker_id, TimestampTz started_at,
 
 	if (strcmp(run->status, "CREATED") == 0)
 	{
-		ev = dex_new_event(0, run->created_at);
-		ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CREATED;
-		ev->run_created = run_created_subject(run);
-		events[n++] = ev;
+		events[n++] = dex_run_created_event(run);
 
 		ev = dex_new_event(0, started_at);
 		ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_STARTED;

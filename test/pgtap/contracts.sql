@@ -15,7 +15,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(207);
+SELECT plan(222);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -42,7 +42,10 @@ INSERT INTO api VALUES
     ('heartbeat_task',   '{uuid,integer,bigint,interval}',                          'timestamp with time zone'),
     ('heartbeat_tasks',  '{uuid[],integer[],bigint[],interval}',                    'setof record'),
     ('send_external_event', '{uuid,text,jsonb}',                                    'boolean'),
-    ('send_external_event_to_instance', '{text,text,jsonb}',                        'boolean');
+    ('send_external_event_to_instance', '{text,text,jsonb}',                        'boolean'),
+    ('cancel_run',       '{uuid,text}',                                             'void'),
+    ('suspend_run',      '{uuid}',                                                  'void'),
+    ('resume_run',       '{uuid}',                                                  'void');
 
 -- every function exists with exactly these argument types
 SELECT has_function('dex', fname, args,

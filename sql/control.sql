@@ -1,0 +1,71 @@
+--
+-- control: cancel, suspend and resume runs
+--
+SELECT dex.create_queue('ctl-wf', 'workflow'), dex.create_queue('ctl-act', 'activity');
+
+-- 1. a run that is executing: the workflow sees the request, then the run ends CANCELLED
+SELECT dex.create_run('c', 'ctl-wf') AS run \gset
+SELECT lock_version AS v FROM dex.poll_tasks('ctl-wf', 'w') \gset
+SELECT dex.complete_task(:'run', 0, :v,
+    '[{"id": 1, "scheduleActivity": {"name": "slow", "queue": "ctl-act"}},
+      {"id": 2, "scheduleActivity": {"name": "queued", "queue": "ctl-act"}}]');
+SELECT lock_version AS av FROM dex.poll_tasks('ctl-act', 'w') \gset
+SELECT dex.cancel_run(:'run', 'customer asked');
+SELECT dex.cancel_run(:'run', 'asked twice');   -- a second request changes nothing
+SELECT status FROM dex.get_run(:'run');
+SELECT lock_version AS v, jsonb_path_query_array(task, '$.newEvents[*].runCancelRequested') AS requests
+  FROM dex.poll_tasks('ctl-wf', 'w') \gset
+\echo :requests
+-- the workflow cleans up (records what it did) and its task completes: the run ends CANCELLED
+SELECT dex.complete_task(:'run', 0, :v, '[{"id": 3, "recordSideEffect": {"name": "refund", "result": {"json": "true"}}}]');
+SELECT status, completed_at IS NOT NULL AS ended FROM dex.get_run(:'run');
+SELECT count(*) AS activity_tasks FROM dex.activity_task WHERE run_id = :'run';
+SELECT sequence, event - 'timestamp' AS event FROM dex.run_history(:'run') WHERE sequence > 6;
+-- the running activity is told: its heartbeat and completion are refused with WD002
+\set VERBOSITY sqlstate
+SELECT dex.heartbeat_task(:'run', 1, :av);
+SELECT dex.complete_task(:'run', 1, :av, '"too late"');
+SELECT dex.cancel_run(:'run');
+\set VERBOSITY default
+
+-- 2. a run that never started ends CANCELLED at once
+SELECT dex.create_run('c', 'ctl-wf', instance_id => 'ctl-2') AS run2 \gset
+SELECT dex.cancel_run(:'run2');
+SELECT status FROM dex.get_run(:'run2');
+SELECT sequence, event->'runCancelled' AS cancelled, event ? 'runCreated' AS created
+  FROM dex.run_history(:'run2');
+SELECT count(*) AS tasks FROM dex.poll_tasks('ctl-wf', 'w');
+-- its instance id is free again
+SELECT dex.create_run('c', 'ctl-wf', instance_id => 'ctl-2') IS NOT NULL AS recreated;
+SELECT lock_version AS v FROM dex.poll_tasks('ctl-wf', 'w') \gset
+SELECT dex.complete_task(id, 0, :v, '[{"completeRun": {}}]') FROM dex.runs
+ WHERE instance_id = 'ctl-2' AND status = 'CREATED';
+
+-- 3. suspend and resume
+SELECT dex.create_run('s', 'ctl-wf') AS run3 \gset
+SELECT lock_version AS v FROM dex.poll_tasks('ctl-wf', 'w') \gset
+SELECT dex.complete_task(:'run3', 0, :v, '[]');
+SELECT dex.suspend_run(:'run3');
+SELECT status FROM dex.get_run(:'run3');
+-- a suspended run gets no task, even for an event
+SELECT dex.send_external_event(:'run3', 'ping');
+SELECT count(*) AS tasks FROM dex.poll_tasks('ctl-wf', 'w');
+SELECT dex.resume_run(:'run3');
+SELECT lock_version AS v,
+       jsonb_path_query_array(task, '$.newEvents[*].keyvalue() ? (@.key != "timestamp").key') AS seen
+  FROM dex.poll_tasks('ctl-wf', 'w') \gset
+\echo :seen
+SELECT dex.complete_task(:'run3', 0, :v, '[{"completeRun": {}}]');
+SELECT status FROM dex.get_run(:'run3');
+
+-- illegal transitions and bad input
+\set VERBOSITY sqlstate
+SELECT dex.create_run('s', 'ctl-wf') AS run4 \gset
+SELECT dex.suspend_run(:'run4');
+SELECT dex.resume_run(:'run4');
+SELECT dex.suspend_run(:'run3');
+SELECT dex.resume_run(:'run3');
+SELECT dex.cancel_run('00000000-0000-7000-8000-000000000000');
+SELECT dex.suspend_run(NULL);
+\set VERBOSITY default
+SELECT dex.cancel_run(:'run4');
