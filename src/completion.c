@@ -405,15 +405,7 @@ apply_command(Completion *c, const Dex__V1__Command *cmd)
 						command_name(cmd)),
 				 errdetail("completeRun and failRun must be the last command.")));
 	if (cmd->id != 0)
-	{
-		if (cmd->id <= c->last_event_id)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("command %s has id %d, but ids up to %d are already used",
-							command_name(cmd), cmd->id, c->last_event_id),
-					 errdetail("Command ids must grow over the life of a run; reusing one means the workflow did not replay deterministically.")));
 		c->last_event_id = cmd->id;
-	}
 
 	switch (cmd->kind_case)
 	{
@@ -482,6 +474,50 @@ apply_command(Completion *c, const Dex__V1__Command *cmd)
 }
 
 /*
+ * Command ids grow over the life of a run: a workflow that replays
+ * deterministically gives every new command an id above those already in its
+ * history.  A completion that reuses an id, or gives them out of order, did
+ * not replay the recorded history: none of its commands is applied, and the
+ * run fails with a non-determinism failure.  Returns whether all is well.
+ */
+static bool
+check_determinism(Completion *c, Dex__V1__WorkflowTaskCompletion *completion)
+{
+	int32		last = c->last_event_id;
+	Dex__V1__WorkflowEvent *ev;
+	Dex__V1__Failure *failure;
+
+	for (size_t i = 0; i < completion->n_commands; i++)
+	{
+		const Dex__V1__Command *cmd = completion->commands[i];
+
+		if (cmd->id == 0)
+			continue;
+		if (cmd->id > last)
+		{
+			last = cmd->id;
+			continue;
+		}
+		failure = palloc(sizeof(*failure));
+		dex__v1__failure__init(failure);
+		failure->type = "dex.NonDeterminism";
+		failure->terminal = true;
+		failure->message = psprintf("command %s has id %d, but ids up to %d are already used: "
+									"the workflow did not replay its history deterministically",
+									command_name(cmd), cmd->id, last);
+		ev = add_event(c, 0);
+		ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_FAILED;
+		ev->run_failed = palloc(sizeof(Dex__V1__RunFailed));
+		dex__v1__run_failed__init(ev->run_failed);
+		ev->run_failed->failure = failure;
+		c->failure = failure;
+		c->new_status = "FAILED";
+		return false;
+	}
+	return true;
+}
+
+/*
  * One fenced workflow task: record what it was shown and what its commands
  * did, as rows of the batch.
  */
@@ -510,6 +546,8 @@ complete_one_workflow_task(DexWorkflowCompletion *item, DexRun *run, BatchRows *
 	ev->workflow_task_completed = palloc(sizeof(Dex__V1__WorkflowTaskCompleted));
 	dex__v1__workflow_task_completed__init(ev->workflow_task_completed);
 
+	if (!check_determinism(&c, item->completion))
+		n_commands = 0;
 	for (int i = 0; i < n_commands; i++)
 		apply_command(&c, item->completion->commands[i]);
 
