@@ -54,6 +54,12 @@ COMMENT ON TABLE dex.workflow_run IS
 -- indexed column or index predicate changes when a run advances, so the
 -- projection's updates are HOT and write no index entries.
 
+-- Indexes on columns that never change after insert, partial so that runs
+-- without them pay nothing: they keep the projection's updates HOT.
+CREATE INDEX workflow_run_labels_idx ON dex.workflow_run USING gin (labels jsonb_path_ops)
+    WHERE labels IS NOT NULL;
+CREATE INDEX workflow_run_parent_idx ON dex.workflow_run (parent_id) WHERE parent_id IS NOT NULL;
+
 -- At most one non-terminal run per instance id: a row here while the run is
 -- not terminal (a partial unique index on workflow_run would need the status
 -- in its predicate and make every status change a non-HOT update).
@@ -326,6 +332,54 @@ SELECT r.id,
   LEFT JOIN dex.queue q ON q.id OPERATOR(pg_catalog.=) r.queue_id;
 COMMENT ON VIEW dex.runs IS
     'Workflow runs with JSON argument, result and failure.';
+
+CREATE FUNCTION dex.list_runs(
+    workflow_name text DEFAULT NULL,
+    status text DEFAULT NULL,
+    labels jsonb DEFAULT NULL,
+    created_after timestamptz DEFAULT NULL,
+    created_before timestamptz DEFAULT NULL,
+    completed_after timestamptz DEFAULT NULL,
+    completed_before timestamptz DEFAULT NULL,
+    parent_id uuid DEFAULT NULL,
+    before_id uuid DEFAULT NULL,
+    page_size integer DEFAULT 100)
+RETURNS SETOF dex.runs
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF page_size IS NULL OR page_size < 1 OR page_size > 1000 THEN
+        RAISE EXCEPTION 'page size must be between 1 and 1000'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF list_runs.status IS NOT NULL AND list_runs.status OPERATOR(pg_catalog.<>) ALL
+       ('{CREATED,RUNNING,SUSPENDED,CANCELLED,COMPLETED,FAILED}'::text[]) THEN
+        RAISE EXCEPTION 'invalid run status "%"', list_runs.status
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'A status is CREATED, RUNNING, SUSPENDED, CANCELLED, COMPLETED or FAILED.';
+    END IF;
+    IF list_runs.labels IS NOT NULL AND pg_catalog.jsonb_typeof(list_runs.labels) OPERATOR(pg_catalog.<>) 'object' THEN
+        RAISE EXCEPTION 'labels must be a JSON object'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY
+    SELECT v.* FROM dex.runs v
+     WHERE (list_runs.workflow_name IS NULL OR v.workflow_name OPERATOR(pg_catalog.=) list_runs.workflow_name)
+       AND (list_runs.status IS NULL OR v.status OPERATOR(pg_catalog.=) list_runs.status)
+       AND (list_runs.labels IS NULL OR v.labels OPERATOR(pg_catalog.@>) list_runs.labels)
+       AND (created_after IS NULL OR v.created_at OPERATOR(pg_catalog.>=) created_after)
+       AND (created_before IS NULL OR v.created_at OPERATOR(pg_catalog.<) created_before)
+       AND (completed_after IS NULL OR v.completed_at OPERATOR(pg_catalog.>=) completed_after)
+       AND (completed_before IS NULL OR v.completed_at OPERATOR(pg_catalog.<) completed_before)
+       AND (list_runs.parent_id IS NULL OR v.parent_id OPERATOR(pg_catalog.=) list_runs.parent_id)
+       AND (before_id IS NULL OR v.id OPERATOR(pg_catalog.<) before_id)
+     ORDER BY v.id DESC
+     LIMIT page_size;
+END
+$$;
+COMMENT ON FUNCTION dex.list_runs(text, text, jsonb, timestamptz, timestamptz, timestamptz, timestamptz, uuid, uuid, integer) IS
+    'Runs matching the filters, newest first, a page at a time: pass the last id of a page as before_id to get the next.';
 
 CREATE FUNCTION dex.get_run(run_id uuid)
 RETURNS dex.runs

@@ -15,7 +15,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(222);
+SELECT plan(227);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -45,7 +45,8 @@ INSERT INTO api VALUES
     ('send_external_event_to_instance', '{text,text,jsonb}',                        'boolean'),
     ('cancel_run',       '{uuid,text}',                                             'void'),
     ('suspend_run',      '{uuid}',                                                  'void'),
-    ('resume_run',       '{uuid}',                                                  'void');
+    ('resume_run',       '{uuid}',                                                  'void'),
+    ('list_runs',        '{text,text,jsonb,"timestamp with time zone","timestamp with time zone","timestamp with time zone","timestamp with time zone",uuid,uuid,integer}', 'setof dex.runs');
 
 -- every function exists with exactly these argument types
 SELECT has_function('dex', fname, args,
