@@ -69,3 +69,33 @@ SELECT dex.cancel_run('00000000-0000-7000-8000-000000000000');
 SELECT dex.suspend_run(NULL);
 \set VERBOSITY default
 SELECT dex.cancel_run(:'run4');
+
+-- 4. continue as new: refused while work is pending; then the run starts over
+SELECT dex.create_run('loop', 'ctl-wf', '{"n": 1}') AS run5 \gset
+SELECT lock_version AS v FROM dex.poll_tasks('ctl-wf', 'w') \gset
+SELECT dex.complete_task(:'run5', 0, :v, '[{"id": 1, "scheduleActivity": {"name": "step", "queue": "ctl-act"}}]');
+SELECT lock_version AS av FROM dex.poll_tasks('ctl-act', 'w') \gset
+SELECT dex.send_external_event(:'run5', 'tick');
+SELECT lock_version AS v FROM dex.poll_tasks('ctl-wf', 'w') \gset
+\set VERBOSITY sqlstate
+SELECT dex.complete_task(:'run5', 0, :v, '[{"continueAsNew": {"argument": {"json": "{\"n\": 2}"}}}]');
+SELECT dex.complete_task(:'run5', 0, :v, '[{"id": 2, "startTimer": {"delay": "60s"}}, {"continueAsNew": {}}]');
+SELECT dex.complete_task(:'run5', 0, :v, '[{"continueAsNew": {}}, {"id": 2, "startTimer": {"delay": "60s"}}]');
+\set VERBOSITY default
+SELECT dex.complete_task(:'run5', 1, :av, '"done"');
+SELECT dex.complete_task(:'run5', 0, :v, '[]');
+SELECT dex.send_external_event(:'run5', 'seen');
+SELECT lock_version AS v FROM dex.poll_tasks('ctl-wf', 'w') \gset
+-- an event that comes while the task runs is carried over to the new generation
+SELECT dex.send_external_event(:'run5', 'carried over');
+SELECT dex.complete_task(:'run5', 0, :v, '[{"continueAsNew": {"argument": {"json": "{\"n\": 2}"}}}]');
+SELECT status, argument, history_length FROM dex.get_run(:'run5');
+SELECT sequence, event - 'timestamp' AS event FROM dex.run_history(:'run5');
+-- the next task starts the new generation: runCreated with the new argument; ids start over
+SELECT lock_version AS v,
+       jsonb_path_query_array(task, '$.newEvents[*].keyvalue() ? (@.key != "timestamp").key') AS seen,
+       task->'newEvents'->1->'runCreated'->'argument' AS argument
+  FROM dex.poll_tasks('ctl-wf', 'w') \gset
+\echo :seen :argument
+SELECT dex.complete_task(:'run5', 0, :v, '[{"id": 1, "recordSideEffect": {"name": "again"}}, {"completeRun": {}}]');
+SELECT status, history_length FROM dex.get_run(:'run5');

@@ -136,9 +136,14 @@ typedef struct BatchRows
 	ArrayBuildState *c_run_id;
 	ArrayBuildState *c_timer_id;
 	int			n_cancelled;
+	/* runs that continue as new: their old history goes, their argument changes */
+	ArrayBuildState *n_run_id;
+	ArrayBuildState *n_argument;
+	int			n_continued;
 	/* runs that ended, runs that go on */
 	ArrayBuildState *ended;
 	ArrayBuildState *open;
+	ArrayBuildState *needs_task;
 	int			n_ended;
 	int			n_open;
 } BatchRows;
@@ -171,11 +176,15 @@ init_batch_rows(BatchRows *rows)
 	rows->a_retry_policy = initArrayResult(BYTEAOID, cxt, false);
 	rows->n_activities = 0;
 	dex_inbox_batch_init(&rows->inbox);
+	rows->n_run_id = initArrayResult(UUIDOID, cxt, false);
+	rows->n_argument = initArrayResult(BYTEAOID, cxt, false);
+	rows->n_continued = 0;
 	rows->c_run_id = initArrayResult(UUIDOID, cxt, false);
 	rows->c_timer_id = initArrayResult(INT4OID, cxt, false);
 	rows->n_cancelled = 0;
 	rows->ended = initArrayResult(UUIDOID, cxt, false);
 	rows->open = initArrayResult(UUIDOID, cxt, false);
+	rows->needs_task = initArrayResult(UUIDOID, cxt, false);
 	rows->n_ended = 0;
 	rows->n_open = 0;
 }
@@ -190,6 +199,9 @@ typedef struct Completion
 	size_t		n_events;
 	size_t		max_events;
 	const char *new_status;		/* NULL: the run goes on */
+	bool		continued;		/* continueAsNew: the run starts over */
+	Dex__V1__Payload *continue_argument;
+	int			started_work;	/* activities and timers this task started */
 	Dex__V1__Payload *result;
 	Dex__V1__Failure *failure;
 	char	   *custom_status;
@@ -294,6 +306,7 @@ apply_schedule_activity(Completion *c, const Dex__V1__Command *cmd)
 	dex_array_add(rows->a_retry_policy,
 				  PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) policy)), false);
 	rows->n_activities++;
+	c->started_work++;
 	dex_queue_work_added(queue.id);
 }
 
@@ -334,6 +347,7 @@ apply_start_timer(Completion *c, const Dex__V1__Command *cmd)
 	ev->timer_created->name = st->name;
 	ev->timer_created->elapse_at = dex_pb_timestamp(fire_at);
 	add_timer_elapsed(c, id, fire_at);
+	c->started_work++;
 }
 
 /*
@@ -372,6 +386,39 @@ apply_wait_external_event(Completion *c, const Dex__V1__Command *cmd)
 	}
 }
 
+static DexPlan pending_work_plan = {
+	"SELECT (SELECT count(*) FROM dex.activity_task WHERE run_id = $1), "
+	"       (SELECT count(*) FROM dex.workflow_inbox WHERE run_id = $1 AND timer_id IS NOT NULL)",
+	1, {UUIDOID}
+};
+
+/*
+ * Continuing as new: refused while activities or timers are pending, as
+ * their results would reach a run that no longer waits for them.
+ */
+static void
+apply_continue_as_new(Completion *c, const Dex__V1__Command *cmd)
+{
+	Datum		values[1] = {UUIDPGetDatum(c->run_id)};
+	int64		activities;
+	int64		timers;
+
+	dex_spi_exec(&pending_work_plan, values, NULL, 1);
+	activities = dex_spi_getint64(0, 1);
+	timers = dex_spi_getint64(0, 2);
+	if (activities > 0 || timers > 0 || c->started_work > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("workflow run %s cannot continue as new while work is pending",
+						dex_uuid_to_cstring(c->run_id)),
+				 errdetail("It has %lld pending activities and %lld pending timers, and this task started %d more.",
+						   (long long) activities, (long long) timers, c->started_work),
+				 errhint("Wait for the activities and timers, or cancel the timers, before continueAsNew.")));
+	c->continued = true;
+	c->continue_argument = cmd->continue_as_new->argument;
+	c->new_status = "CREATED";
+}
+
 /* Cancelling a timer: its TimerElapsed is withdrawn if not delivered yet */
 static void
 apply_cancel_timer(Completion *c, const Dex__V1__Command *cmd)
@@ -403,7 +450,7 @@ apply_command(Completion *c, const Dex__V1__Command *cmd)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("command %s follows the command that ended the run",
 						command_name(cmd)),
-				 errdetail("completeRun and failRun must be the last command.")));
+				 errdetail("completeRun, failRun and continueAsNew must be the last command.")));
 	if (cmd->id != 0)
 		c->last_event_id = cmd->id;
 
@@ -420,6 +467,9 @@ apply_command(Completion *c, const Dex__V1__Command *cmd)
 			break;
 		case DEX__V1__COMMAND__KIND_CANCEL_TIMER:
 			apply_cancel_timer(c, cmd);
+			break;
+		case DEX__V1__COMMAND__KIND_CONTINUE_AS_NEW:
+			apply_continue_as_new(c, cmd);
 			break;
 		case DEX__V1__COMMAND__KIND_RECORD_SIDE_EFFECT:
 			ev = add_event(c, required_command_id(cmd));
@@ -553,9 +603,10 @@ complete_one_workflow_task(DexWorkflowCompletion *item, DexRun *run, BatchRows *
 
 	/*
 	 * A task that showed a cancellation request ends the run CANCELLED once
-	 * its commands are applied, unless they ended the run themselves.
+	 * its commands are applied, unless they ended the run themselves
+	 * (continuing as new does not end it).
 	 */
-	if (c.new_status == NULL)
+	if (c.new_status == NULL || c.continued)
 	{
 		for (size_t i = 0; i < c.n_events; i++)
 		{
@@ -568,22 +619,46 @@ complete_one_workflow_task(DexWorkflowCompletion *item, DexRun *run, BatchRows *
 				dex__v1__run_cancelled__init(cancelled->run_cancelled);
 				cancelled->run_cancelled->reason = c.events[i]->run_cancel_requested->reason;
 				c.new_status = "CANCELLED";
+				c.continued = false;	/* a cancellation is not continued */
 				break;
 			}
 		}
 	}
 
 	dex__v1__event_batch__init(&batch);
+	if (c.continued)
+	{
+		/*
+		 * The run starts over: its history is replaced by one event, and its
+		 * next task shows RunCreated with the new argument.
+		 */
+		Dex__V1__WorkflowEvent *ev2 = dex_new_event(0, c.now);
+
+		ev2->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CONTINUED_AS_NEW;
+		ev2->run_continued_as_new = palloc(sizeof(Dex__V1__RunContinuedAsNew));
+		dex__v1__run_continued_as_new__init(ev2->run_continued_as_new);
+		ev2->run_continued_as_new->argument = c.continue_argument;
+		ev2->run_continued_as_new->generation = run->generation + 1;
+		c.events[0] = ev2;
+		c.n_events = 1;
+		c.last_event_id = 0;
+		dex_array_add(rows->n_run_id, UUIDPGetDatum(item->run_id), false);
+		dex_array_add(rows->n_argument,
+					  c.continue_argument ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) c.continue_argument)) : (Datum) 0,
+					  c.continue_argument == NULL);
+		rows->n_continued++;
+	}
 	batch.events = c.events;
 	batch.n_events = c.n_events;
 	dex_array_add(rows->h_run_id, UUIDPGetDatum(item->run_id), false);
-	dex_array_add(rows->h_sequence, Int32GetDatum(run->history_length + 1), false);
+	dex_array_add(rows->h_sequence, Int32GetDatum(c.continued ? 1 : run->history_length + 1), false);
 	dex_array_add(rows->h_events, PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &batch)), false);
 
-	ended = c.new_status != NULL;
+	ended = c.new_status != NULL && !c.continued;
 	dex_array_add(rows->r_id, UUIDPGetDatum(item->run_id), false);
-	dex_array_add(rows->r_status, CStringGetTextDatum(ended ? c.new_status : "RUNNING"), false);
-	dex_array_add(rows->r_history_length, Int32GetDatum(run->history_length + (int32) c.n_events), false);
+	dex_array_add(rows->r_status, CStringGetTextDatum(c.new_status ? c.new_status : "RUNNING"), false);
+	dex_array_add(rows->r_history_length,
+				  Int32GetDatum(c.continued ? 1 : run->history_length + (int32) c.n_events), false);
 	dex_array_add(rows->r_last_event_id, Int32GetDatum(c.last_event_id), false);
 	dex_array_add(rows->r_custom_status,
 				  c.custom_status ? CStringGetTextDatum(c.custom_status) : (Datum) 0,
@@ -599,7 +674,9 @@ complete_one_workflow_task(DexWorkflowCompletion *item, DexRun *run, BatchRows *
 	dex_array_add(rows->r_old_history_length, Int32GetDatum(run->history_length), false);
 	rows->n_runs++;
 
-	if (ended)
+	if (c.continued)
+		dex_array_add(rows->needs_task, UUIDPGetDatum(item->run_id), false);
+	else if (ended)
 	{
 		dex_array_add(rows->ended, UUIDPGetDatum(item->run_id), false);
 		rows->n_ended++;
@@ -621,6 +698,14 @@ static DexPlan fence_workflow_plan = {
 	"WHERE t.run_id = b.run_id AND t.lock_version = b.lock_version AND t.locked_by IS NOT NULL "
 	"RETURNING t.run_id, t.lock_version, t.started_at, t.inbox_ids, t.locked_by",
 	2, {UUIDARRAYOID, INT8ARRAYOID}
+};
+
+static DexPlan continue_as_new_plan = {
+	"WITH h AS (DELETE FROM dex.workflow_history WHERE run_id = ANY ($1)) "
+	"UPDATE dex.workflow_run r SET argument = u.argument, generation = r.generation + 1, "
+	"       started_at = NULL, result = NULL, failure = NULL "
+	"FROM unnest($1::uuid[], $2::bytea[]) AS u(id, argument) WHERE r.id = u.id",
+	2, {UUIDARRAYOID, BYTEAARRAYOID}
 };
 
 static DexPlan insert_history_plan = {
@@ -795,6 +880,13 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 		complete_one_workflow_task(&items[i], run, &rows);
 	}
 
+	if (rows.n_continued > 0)
+	{
+		values[0] = dex_array_result(rows.n_run_id);
+		values[1] = dex_array_result(rows.n_argument);
+		dex_spi_exec(&continue_as_new_plan, values, NULL, 0);
+	}
+
 	values[0] = dex_array_result(rows.h_run_id);
 	values[1] = dex_array_result(rows.h_sequence);
 	values[2] = dex_array_result(rows.h_events);
@@ -840,6 +932,8 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 
 	if (rows.n_ended > 0)
 		dex_end_runs(dex_array_result(rows.ended));
+	if (rows.n_continued > 0)
+		dex_ensure_workflow_tasks(dex_array_result(rows.needs_task));
 	if (rows.n_open > 0)
 	{
 		values[0] = dex_array_result(rows.open);

@@ -152,6 +152,7 @@ typedef struct DexRun
 	bool		has_parent;
 	pg_uuid_t	parent_id;
 	int32		queue_id;
+	int32		generation;		/* continue-as-new count */
 	bytea	   *history;		/* dex_load_histories: one encoded EventBatch */
 	int			n_inbox;		/* dex_load_inbox: encoded WorkflowEvents */
 	bytea	  **inbox;

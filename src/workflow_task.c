@@ -36,8 +36,8 @@ dex_uuid_array(pg_uuid_t *const *ids, int n)
 
 static DexPlan load_runs_plan = {
 	"SELECT id, workflow_name, workflow_version, status, history_length, last_event_id, argument, "
-	"created_at, instance_id, priority, labels, concurrency_key, custom_status, parent_id, queue_id "
-	"FROM dex.workflow_run WHERE id = ANY ($1)",
+	"created_at, instance_id, priority, labels, concurrency_key, custom_status, parent_id, queue_id, "
+	"generation FROM dex.workflow_run WHERE id = ANY ($1)",
 	1, {UUIDARRAYOID}
 };
 
@@ -83,6 +83,7 @@ dex_load_runs(Datum ids)
 		if (!isnull)
 			run->parent_id = *DatumGetUUIDP(d);
 		run->queue_id = (int32) dex_spi_getint64(i, 15);
+		run->generation = (int32) dex_spi_getint64(i, 16);
 		run->history = NULL;
 		run->n_inbox = 0;
 		run->inbox = NULL;
