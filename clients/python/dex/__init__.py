@@ -1,0 +1,38 @@
+"""dex: the reference Python SDK of the dex durable execution engine (PostgreSQL).
+
+    import dex
+
+    @dex.activity("charge")
+    def charge(order):
+        return {"receipt": "R-" + str(order["id"])}
+
+    @dex.workflow("checkout", version=1, activity_queue="payments")
+    async def checkout(ctx, order):
+        receipt = await ctx.activity(charge, order)
+        await ctx.sleep(60)
+        return receipt
+
+    dex.Worker("", workflow_queues=["orders"], activity_queues=["payments"]).run()
+
+See clients/python/README.md.
+"""
+
+from ._convert import RetryPolicy, decode, encode
+from .client import Client, Run, format_history
+from .errors import (ActivityError, ApplicationError, CancelledError, ChildRunError, DexError,
+                     FailureError, LeaseLost, NonDeterminismError, NonRetryableError,
+                     NotSupported, RunCancelledError, RunFailedError, WaitTimeout)
+from .registry import activity, workflow
+from .worker import ActivityContext, ActivityInfo, Worker, activity_context
+from ._runtime import (ActivityHandle, ChildRun, EventWait, Future, Task, Timer,
+                       WorkflowContext, replay)
+
+__all__ = [
+    "ActivityContext", "ActivityError", "ActivityHandle", "ActivityInfo", "ApplicationError",
+    "CancelledError", "ChildRun", "ChildRunError", "Client", "DexError", "EventWait",
+    "FailureError", "Future", "LeaseLost", "NonDeterminismError", "NonRetryableError",
+    "NotSupported", "RetryPolicy", "Run", "RunCancelledError", "RunFailedError", "Task", "Timer",
+    "WaitTimeout", "Worker", "WorkflowContext", "activity", "activity_context", "decode",
+    "encode", "format_history", "replay", "workflow",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,44 @@
+"""python3 -m dex worker|history ...: run a worker, or print a run's history."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from . import Client, Worker
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m dex")
+    p.add_argument("--conninfo", default="", help="libpq connection string (default: PG* variables)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("worker", help="run a worker until SIGTERM / Ctrl-C")
+    w.add_argument("modules", nargs="+", help="modules that define the workflows and activities")
+    w.add_argument("-w", "--workflow-queue", action="append", default=[])
+    w.add_argument("-a", "--activity-queue", action="append", default=[])
+    w.add_argument("-c", "--concurrency", type=int, default=10)
+    w.add_argument("--activity-lease", type=float, default=60.0)
+    w.add_argument("--workflow-lease", type=float, default=30.0)
+    w.add_argument("--shutdown-timeout", type=float, default=30.0)
+    w.add_argument("--worker-id")
+    h = sub.add_parser("history", help="print a run's history as a table")
+    h.add_argument("run_id")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if args.cmd == "worker":
+        sys.path.insert(0, ".")
+        for m in args.modules:
+            importlib.import_module(m)
+        Worker(args.conninfo, args.workflow_queue, args.activity_queue, args.concurrency,
+               activity_lease=args.activity_lease, workflow_lease=args.workflow_lease,
+               shutdown_timeout=args.shutdown_timeout, worker_id=args.worker_id).run()
+    else:
+        with Client(args.conninfo) as c:
+            print(c.format_history(args.run_id))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Payloads, durations, timestamps and retry policies in canonical proto3 JSON."""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence, Union
+
+Duration = Union[_dt.timedelta, int, float, str]
+
+
+def encode(value: Any) -> dict:
+    """A dex.v1.Payload for ``value``: JSON text, or opaque bytes for ``bytes``."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"binary": base64.b64encode(bytes(value)).decode("ascii")}
+    return {"json": json.dumps(value, separators=(",", ":"), ensure_ascii=False)}
+
+
+def decode(payload: Optional[dict]) -> Any:
+    """The value of a dex.v1.Payload (``None`` for a missing or empty payload)."""
+    if not payload:
+        return None
+    if "json" in payload:
+        return json.loads(payload["json"])
+    if "binary" in payload:
+        return base64.b64decode(payload["binary"])
+    return None
+
+
+def roundtrip(value: Any) -> Any:
+    """``value`` as the workflow will see it when replayed (JSON turns tuples into lists...)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    return json.loads(json.dumps(value))
+
+
+def seconds(d: Duration) -> float:
+    if isinstance(d, _dt.timedelta):
+        return d.total_seconds()
+    if isinstance(d, str):
+        return parse_duration(d)
+    return float(d)
+
+
+def duration(d: Duration) -> str:
+    """A google.protobuf.Duration in JSON form: ``"1.5s"``."""
+    s = seconds(d)
+    if s < 0:
+        raise ValueError(f"negative duration {d!r}")
+    text = f"{s:.9f}".rstrip("0").rstrip(".")
+    return text + "s"
+
+
+_DURATION_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
+
+
+def parse_duration(text: str) -> float:
+    m = _DURATION_RE.match(text)
+    if not m:
+        raise ValueError(f"not a duration: {text!r}")
+    unit = {"ms": 0.001, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[m.group(2)]
+    return float(m.group(1)) * unit
+
+
+def parse_timestamp(text: Optional[str]) -> Optional[_dt.datetime]:
+    """A google.protobuf.Timestamp in JSON form (RFC 3339, up to nanoseconds) as an aware datetime."""
+    if not text:
+        return None
+    m = re.match(r"^(.*?)(\.\d+)?(Z|[+-]\d\d:\d\d)$", text)
+    if m:
+        frac = (m.group(2) or "")[:7]
+        text = m.group(1) + frac + ("+00:00" if m.group(3) == "Z" else m.group(3))
+    return _dt.datetime.fromisoformat(text)
+
+
+@dataclass
+class RetryPolicy:
+    """How an activity is retried (dex.v1.RetryPolicy). Unset fields take the engine's defaults.
+
+    The delay before attempt n+1 is ``initial_delay * multiplier**(n-1)``, spread by
+    ``± randomization_factor`` and capped at ``max_delay``."""
+
+    max_attempts: Optional[int] = None
+    initial_delay: Optional[Duration] = None
+    multiplier: Optional[float] = None
+    randomization_factor: Optional[float] = None
+    max_delay: Optional[Duration] = None
+    non_retryable_types: Sequence[str] = field(default_factory=tuple)
+
+    def to_json(self) -> dict:
+        out: dict = {}
+        if self.max_attempts is not None:
+            out["maxAttempts"] = int(self.max_attempts)
+        if self.initial_delay is not None:
+            out["initialDelay"] = duration(self.initial_delay)
+        if self.multiplier is not None:
+            out["multiplier"] = float(self.multiplier)
+        if self.randomization_factor is not None:
+            out["randomizationFactor"] = float(self.randomization_factor)
+        if self.max_delay is not None:
+            out["maxDelay"] = duration(self.max_delay)
+        if self.non_retryable_types:
+            out["nonRetryableTypes"] = list(self.non_retryable_types)
+        return out
+
+
+def retry_policy_json(policy: Union[None, RetryPolicy, dict]) -> Optional[dict]:
+    if policy is None:
+        return None
+    if isinstance(policy, RetryPolicy):
+        return policy.to_json()
+    if isinstance(policy, dict):
+        return dict(policy)
+    raise TypeError(f"retry policy must be a dex.RetryPolicy or a dict, not {type(policy).__name__}")
+
+
+def event_kind(event: dict) -> str:
+    """The subject of a dex.v1.WorkflowEvent in JSON form: ``"activityTaskCreated"``, ..."""
+    for k in event:
+        if k != "id" and k != "timestamp":
+            return k
+    return "empty"
+
+
+def command_kind(command: dict) -> str:
+    for k in command:
+        if k != "id":
+            return k
+    return "empty"

@@ -1,0 +1,808 @@
+"""Running workflow code by replay.
+
+A workflow task (dex.v1.WorkflowTask, JSON form) carries the run's whole history
+and the events the workflow has not seen yet.  :func:`replay` re-runs the
+workflow function from its start, feeding it the recorded events task by task,
+and returns the commands of the new workflow task:
+
+* the history is cut into workflow tasks: ``workflowTaskStarted``, the events the
+  task was shown (its *inputs*: run started, activity results, timers fired,
+  external events, ...), ``workflowTaskCompleted``, then the events of the
+  commands the task returned (``activityTaskCreated``, ``timerCreated``, ...);
+* for each task: apply its inputs (they resolve the futures workflow code awaits),
+  run workflow code until every coroutine waits, then compare what it asked for
+  with what the task recorded.  Every command carries an id, 1, 2, 3, ... in the
+  order workflow code issues them over the run's life; a command whose id is in
+  the history is matched against the recorded event (same kind and name, same
+  task) and not sent again; anything else during replay is non-determinism and
+  fails the run with a ``dex.NonDeterminism`` failure naming both sides;
+* the last task is the new one: its commands go to the engine.
+
+Workflow code is an ``async def`` run by a small deterministic event loop of our
+own (not asyncio): ready callbacks run in FIFO order, and nothing but dex
+awaitables may be awaited.  ``ctx.now()`` is the timestamp of the current task's
+``workflowTaskStarted``.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as _dt
+import hashlib
+import logging
+import random as _random
+import uuid as _uuid
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
+
+from . import errors
+from ._convert import (Duration, decode, duration, encode, event_kind, command_kind,
+                       parse_timestamp, retry_policy_json, roundtrip)
+from .registry import ACTIVITIES, WorkflowDefinition, activity_definition
+
+log = logging.getLogger("dex.runtime")
+
+# The event each command records (command kind -> event kind), and the field
+# that must match on replay (besides the kind and the id).
+COMMAND_EVENT = {
+    "scheduleActivity": "activityTaskCreated",
+    "startTimer": "timerCreated",
+    "cancelTimer": "timerCancelled",
+    "waitExternalEvent": "externalEventWaitStarted",
+    "recordSideEffect": "sideEffectExecuted",
+    "setCustomStatus": "customStatusSet",
+    "startChildRun": "childRunCreated",
+    "completeRun": "runCompleted",
+    "failRun": "runFailed",
+    "continueAsNew": "runContinuedAsNew",
+}
+EVENT_COMMAND = {v: k for k, v in COMMAND_EVENT.items()}
+KEY_FIELD = {
+    "scheduleActivity": "name", "activityTaskCreated": "name",
+    "startTimer": "name", "timerCreated": "name",
+    "cancelTimer": "timerCreatedEventId", "timerCancelled": "timerCreatedEventId",
+    "waitExternalEvent": "eventId", "externalEventWaitStarted": "eventId",
+    "recordSideEffect": "name", "sideEffectExecuted": "name",
+    "startChildRun": "workflowName", "childRunCreated": "workflowName",
+}
+
+NON_DETERMINISM = "dex.NonDeterminism"
+
+
+# ---------------------------------------------------------------------------
+# Futures, tasks and the loop
+# ---------------------------------------------------------------------------
+
+class _Loop:
+    def __init__(self) -> None:
+        self._ready: collections.deque = collections.deque()
+        self.fatal: Optional[BaseException] = None
+
+    def call_soon(self, fn: Callable, *args: Any) -> None:
+        self._ready.append((fn, args))
+
+    def run(self) -> None:
+        """Run callbacks until every coroutine waits for something."""
+        while self._ready:
+            fn, args = self._ready.popleft()
+            fn(*args)
+            if self.fatal is not None:
+                raise self.fatal
+
+
+class Future:
+    """Something workflow code can await: an activity's result, a timer, an event, ..."""
+
+    def __init__(self, loop: _Loop) -> None:
+        self._loop = loop
+        self._done = False
+        self._result: Any = None
+        self._exc: Optional[BaseException] = None
+        self._callbacks: List[Callable] = []
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self) -> Any:
+        """The result (raises the failure) of a done future."""
+        if not self._done:
+            raise RuntimeError(f"{self!r} is not done")
+        if self._exc is not None:
+            raise self._exc
+        return self._result
+
+    def exception(self) -> Optional[BaseException]:
+        if not self._done:
+            raise RuntimeError(f"{self!r} is not done")
+        return self._exc
+
+    def _set_result(self, value: Any) -> None:
+        if self._done:
+            return
+        self._done, self._result = True, value
+        self._schedule_callbacks()
+
+    def _set_exception(self, exc: BaseException) -> None:
+        if self._done:
+            return
+        self._done, self._exc = True, exc
+        self._schedule_callbacks()
+
+    def _schedule_callbacks(self) -> None:
+        cbs, self._callbacks = self._callbacks, []
+        for cb in cbs:
+            self._loop.call_soon(cb, self)
+
+    def add_done_callback(self, cb: Callable[["Future"], Any]) -> None:
+        if self._done:
+            self._loop.call_soon(cb, self)
+        else:
+            self._callbacks.append(cb)
+
+    def remove_done_callback(self, cb: Callable) -> None:
+        try:
+            self._callbacks.remove(cb)
+        except ValueError:
+            pass
+
+    def __await__(self):
+        if not self._done:
+            yield self
+        return self.result()
+
+    __iter__ = __await__
+
+
+class Task(Future):
+    """A coroutine run by the workflow loop (``ctx.start(coro)``); awaitable like any future."""
+
+    def __init__(self, loop: _Loop, coro: Any, name: str = "task") -> None:
+        super().__init__(loop)
+        self._coro = coro
+        self._name = name
+        self._waiting: Optional[Future] = None
+        loop.call_soon(self._step, None)
+
+    def __repr__(self) -> str:
+        return f"<dex Task {self._name}{' done' if self._done else ''}>"
+
+    def _step(self, exc: Optional[BaseException] = None) -> None:
+        if self._done:
+            return
+        try:
+            yielded = self._coro.send(None) if exc is None else self._coro.throw(exc)
+        except StopIteration as stop:
+            self._set_result(stop.value)
+        except (Exception, _ContinueAsNew) as e:
+            self._set_exception(e)
+        else:
+            if isinstance(yielded, Future):
+                self._waiting = yielded
+                yielded.add_done_callback(self._wakeup)
+            elif yielded is None:       # a bare yield (asyncio.sleep(0)): just let others run
+                self._loop.call_soon(self._step, None)
+            else:
+                self._loop.call_soon(self._step, TypeError(
+                    f"workflow code awaited {yielded!r}, which is not a dex awaitable: workflows "
+                    "await only ctx.activity(), ctx.sleep(), ctx.wait_event(), ctx.child(), "
+                    "ctx.all_of(), ctx.any_of() and their own coroutines, never asyncio"))
+
+    def _wakeup(self, fut: Future) -> None:
+        self._waiting = None
+        self._step(None)
+
+    def _cancel(self, exc: BaseException) -> None:
+        """Raise ``exc`` at the coroutine's current await."""
+        if self._done:
+            return
+        if self._waiting is not None:
+            self._waiting.remove_done_callback(self._wakeup)
+            self._waiting = None
+        self._loop.call_soon(self._step, exc)
+
+    def _close(self) -> None:
+        try:
+            self._coro.close()
+        except BaseException:       # workflow code misbehaving in finally: blocks
+            pass
+
+
+class ActivityHandle(Future):
+    """An activity the workflow scheduled: await it for its result (or :class:`ActivityError`)."""
+
+    def __init__(self, loop: _Loop, id: int, name: str) -> None:
+        super().__init__(loop)
+        self.id, self.name = id, name
+
+    def __repr__(self) -> str:
+        return f"<dex Activity {self.name!r} id={self.id}{' done' if self._done else ''}>"
+
+
+class Timer(Future):
+    """A durable timer; await it, or :meth:`cancel` it."""
+
+    def __init__(self, loop: _Loop, id: int, name: str, ctx: "WorkflowContext") -> None:
+        super().__init__(loop)
+        self.id, self.name, self._ctx = id, name, ctx
+
+    def __repr__(self) -> str:
+        return f"<dex Timer {self.name!r} id={self.id}{' done' if self._done else ''}>"
+
+    def cancel(self) -> bool:
+        """Cancel the timer (a cancelTimer command); awaiting it then raises CancelledError."""
+        if self._done:
+            return False
+        self._ctx._cancel_timer(self)
+        return True
+
+
+class EventWait(Future):
+    """Waiting for an external event: resolves to its payload, or raises :class:`WaitTimeout`."""
+
+    def __init__(self, loop: _Loop, id: int, event_id: str, has_timeout: bool) -> None:
+        super().__init__(loop)
+        self.id, self.event_id, self.has_timeout = id, event_id, has_timeout
+
+    def __repr__(self) -> str:
+        return f"<dex EventWait {self.event_id!r} id={self.id}{' done' if self._done else ''}>"
+
+
+class ChildRun(Future):
+    """A child run: resolves to its result, or raises :class:`ChildRunError`.
+
+    ``run_id`` is known from the workflow task after the one that started it."""
+
+    def __init__(self, loop: _Loop, id: int, workflow_name: str) -> None:
+        super().__init__(loop)
+        self.id, self.workflow_name = id, workflow_name
+        self.run_id: Optional[str] = None
+
+    def __repr__(self) -> str:
+        return f"<dex ChildRun {self.workflow_name!r} id={self.id}{' done' if self._done else ''}>"
+
+
+class _ContinueAsNew(BaseException):
+    """Raised by ctx.continue_as_new(); a BaseException so that ``except Exception`` lets it by."""
+
+    def __init__(self, argument: Any) -> None:
+        super().__init__("continue as new")
+        self.argument = argument
+
+
+# ---------------------------------------------------------------------------
+# The context
+# ---------------------------------------------------------------------------
+
+class _ReplaySilentLogger(logging.LoggerAdapter):
+    """A logger that says nothing while the workflow replays what it already did."""
+
+    def __init__(self, logger: logging.Logger, ctx: "WorkflowContext") -> None:
+        super().__init__(logger, {})
+        self._ctx = ctx
+
+    def isEnabledFor(self, level: int) -> bool:
+        return not self._ctx._silent() and self.logger.isEnabledFor(level)
+
+    def process(self, msg, kwargs):
+        return f"[{self._ctx.workflow_name} {self._ctx.run_id}] {msg}", kwargs
+
+
+class WorkflowContext:
+    """What workflow code gets as its first parameter.
+
+    Workflow code must be deterministic: given the same history it must issue the
+    same commands in the same order.  Use ``ctx.now()`` rather than the clock,
+    ``ctx.random()`` / ``ctx.uuid4()`` / ``ctx.side_effect()`` rather than
+    randomness, activities for any I/O, and ``ctx.logger`` for logs."""
+
+    def __init__(self, replayer: "_Replayer") -> None:
+        self._r = replayer
+        self._rng: Optional[_random.Random] = None
+        self.logger = _ReplaySilentLogger(logging.getLogger("dex.workflow.user"), self)
+
+    # -- what the run is -------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self._r.task.get("runId", "")
+
+    @property
+    def workflow_name(self) -> str:
+        return self._r.task.get("workflowName", "")
+
+    @property
+    def workflow_version(self) -> int:
+        return int(self._r.task.get("workflowVersion", 1))
+
+    @property
+    def queue(self) -> str:
+        return self._r.task.get("queue", "")
+
+    @property
+    def argument(self) -> Any:
+        """The run's argument (also passed to the workflow function)."""
+        return self._r.argument
+
+    @property
+    def instance_id(self) -> Optional[str]:
+        return self._r.run_info.get("instanceId")
+
+    @property
+    def labels(self) -> Dict[str, str]:
+        return dict(self._r.run_info.get("labels") or {})
+
+    @property
+    def parent_run_id(self) -> Optional[str]:
+        return (self._r.run_info.get("parent") or {}).get("runId")
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while workflow code re-runs a workflow task whose commands are recorded."""
+        return self._r.replaying
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once the run's cancellation was requested (dex.cancel_run)."""
+        return self._r.cancel_reason is not None
+
+    @property
+    def cancel_reason(self) -> Optional[str]:
+        return self._r.cancel_reason
+
+    def now(self) -> _dt.datetime:
+        """The deterministic clock: when the current workflow task started (UTC, aware)."""
+        return self._r.now
+
+    def random(self) -> _random.Random:
+        """A random generator seeded by the run id: the same numbers on every replay."""
+        if self._rng is None:
+            seed = hashlib.sha256(self.run_id.encode()).digest()
+            self._rng = _random.Random(int.from_bytes(seed[:16], "big"))
+        return self._rng
+
+    def uuid4(self) -> _uuid.UUID:
+        """A random UUID that stays the same on replay."""
+        return _uuid.UUID(int=self.random().getrandbits(128), version=4)
+
+    def _silent(self) -> bool:
+        return self._r.replaying or self._r.closed
+
+    # -- commands ----------------------------------------------------------
+    def activity(self, activity: Any, arg: Any = None, *, queue: Optional[str] = None,
+                 retry: Any = None, priority: Optional[int] = None,
+                 start_to_close_timeout: Optional[Duration] = None,
+                 schedule_to_close_timeout: Optional[Duration] = None,
+                 heartbeat_timeout: Optional[Duration] = None) -> ActivityHandle:
+        """Schedule an activity (a ``@dex.activity`` function or its name) with one JSON argument.
+
+        Returns at once; await the handle for the result.  ``retry`` is a
+        :class:`dex.RetryPolicy` (or its JSON); options left out come from the
+        activity's declaration, then from the engine's defaults."""
+        if isinstance(activity, str):
+            name, d = activity, ACTIVITIES.get(activity)
+        else:
+            d = activity_definition(activity)
+            name = d.name
+        queue = (queue or (d.queue if d else None) or self._r.definition.activity_queue
+                 or self._r.default_activity_queue)
+        if not queue:
+            raise ValueError(f"activity {name!r}: no queue (give queue=, or declare one with "
+                             "@activity(queue=...) or @workflow(activity_queue=...))")
+        body: Dict[str, Any] = {"name": name, "queue": queue}
+        if arg is not None:
+            body["argument"] = encode(arg)
+        policy = retry_policy_json(retry if retry is not None else (d.retry if d else None))
+        if policy:
+            body["retryPolicy"] = policy
+        if priority:
+            body["priority"] = int(priority)
+        for field, given, default in (
+                ("startToCloseTimeout", start_to_close_timeout, d and d.start_to_close_timeout),
+                ("scheduleToCloseTimeout", schedule_to_close_timeout, d and d.schedule_to_close_timeout),
+                ("heartbeatTimeout", heartbeat_timeout, d and d.heartbeat_timeout)):
+            value = given if given is not None else default
+            if value is not None:
+                body[field] = duration(value)
+        cid, _ = self._r.command("scheduleActivity", body)
+        handle = ActivityHandle(self._r.loop, cid, name)
+        self._r.activities[cid] = handle
+        return handle
+
+    def sleep(self, delay: Duration, name: str = "sleep") -> Timer:
+        """A durable timer of ``delay`` (seconds, a timedelta or "30s"); await it to sleep."""
+        cid, _ = self._r.command("startTimer", {"name": name, "delay": duration(delay)})
+        timer = Timer(self._r.loop, cid, name, self)
+        self._r.timers[cid] = timer
+        return timer
+
+    timer = sleep
+
+    def _cancel_timer(self, timer: Timer) -> None:
+        self._r.command("cancelTimer", {"timerCreatedEventId": timer.id})
+        self._r.timers.pop(timer.id, None)
+        timer._set_exception(errors.CancelledError("timer cancelled"))
+
+    def wait_event(self, event_id: str, timeout: Optional[Duration] = None) -> EventWait:
+        """Wait for the external event ``event_id`` (dex.send_external_event); its payload.
+
+        With ``timeout``, awaiting raises :class:`dex.WaitTimeout` if no event came in
+        time.  An event that came before the wait is returned at once."""
+        if event_id in self._r.received:
+            w = EventWait(self._r.loop, 0, event_id, False)
+            w._set_result(self._r.received[event_id])
+            return w
+        body: Dict[str, Any] = {"eventId": event_id}
+        if timeout is not None:
+            body["timeout"] = duration(timeout)
+        cid, _ = self._r.command("waitExternalEvent", body)
+        w = EventWait(self._r.loop, cid, event_id, timeout is not None)
+        self._r.waiters.setdefault(event_id, []).append(w)
+        if timeout is not None:
+            self._r.timers[cid] = w
+        return w
+
+    def side_effect(self, fn: Callable[[], Any], name: Optional[str] = None) -> Any:
+        """Run ``fn()`` once and record its (JSON) result; replays return the recorded value."""
+        name = name or getattr(fn, "__name__", "side_effect")
+        if self._r.peek_recorded() is not None or self._r.replaying:
+            # recorded: command() checks kind and name, and the recorded value is returned
+            _, ev = self._r.command("recordSideEffect", {"name": name})
+            return decode((ev or {}).get("sideEffectExecuted", {}).get("result"))
+        value = roundtrip(fn())
+        self._r.command("recordSideEffect", {"name": name, "result": encode(value)})
+        return value
+
+    def set_custom_status(self, status: str) -> None:
+        """Set the run's custom status (shown by dex.get_run); '' clears it."""
+        self._r.command("setCustomStatus", {"customStatus": str(status)})
+
+    def child(self, workflow: Any, arg: Any = None, *, version: Optional[int] = None,
+              queue: Optional[str] = None, instance_id: Optional[str] = None,
+              priority: Optional[int] = None, labels: Optional[Dict[str, str]] = None,
+              concurrency_key: Optional[str] = None) -> ChildRun:
+        """Start a child run (a ``@dex.workflow`` function or a name); await it for its result."""
+        if isinstance(workflow, str):
+            name, wversion = workflow, version or 1
+        else:
+            d = getattr(workflow, "__dex_workflow__")
+            name, wversion = d.name, version or d.version
+        body: Dict[str, Any] = {"workflowName": name, "workflowVersion": int(wversion)}
+        if queue:
+            body["queue"] = queue
+        if arg is not None:
+            body["argument"] = encode(arg)
+        if instance_id:
+            body["instanceId"] = instance_id
+        if priority:
+            body["priority"] = int(priority)
+        if labels:
+            body["labels"] = dict(labels)
+        if concurrency_key:
+            body["concurrencyKey"] = concurrency_key
+        cid, recorded = self._r.command("startChildRun", body)
+        handle = ChildRun(self._r.loop, cid, name)
+        if recorded is not None:
+            handle.run_id = recorded.get("childRunCreated", {}).get("runId")
+        self._r.children[cid] = handle
+        return handle
+
+    def continue_as_new(self, arg: Any = None) -> None:
+        """End this run's history and start over with ``arg`` (never returns)."""
+        raise _ContinueAsNew(arg)
+
+    # -- combining awaitables ----------------------------------------------
+    def start(self, coro: Any, name: str = "task") -> Task:
+        """Run a coroutine of workflow code concurrently; returns an awaitable Task."""
+        task = Task(self._r.loop, coro, name)
+        self._r.tasks.append(task)
+        return task
+
+    def _future(self, aw: Any) -> Future:
+        if isinstance(aw, Future):
+            return aw
+        if hasattr(aw, "send") and hasattr(aw, "throw"):
+            return self.start(aw)
+        raise TypeError(f"{aw!r} is not awaitable in a workflow")
+
+    def _many(self, aws: Sequence[Any]) -> List[Future]:
+        if len(aws) == 1 and isinstance(aws[0], (list, tuple)):
+            aws = aws[0]
+        return [self._future(a) for a in aws]
+
+    def all_of(self, *aws: Any) -> Future:
+        """Await all: their results in order; the first failure (in completion order) is raised."""
+        futs = self._many(aws)
+        out = Future(self._r.loop)
+        remaining = [len(futs)]
+        if not futs:
+            out._set_result([])
+
+        def one(f: Future) -> None:
+            if out.done():
+                return
+            if f._exc is not None:
+                out._set_exception(f._exc)
+                return
+            remaining[0] -= 1
+            if remaining[0] == 0:
+                out._set_result([g._result for g in futs])
+
+        for f in futs:
+            f.add_done_callback(one)
+        return out
+
+    def any_of(self, *aws: Any) -> Future:
+        """Await the first to finish: resolves to that awaitable (not its result); check
+        ``winner is a``, then ``a.result()``."""
+        futs = self._many(aws)
+        out = Future(self._r.loop)
+        for f in futs:
+            if f.done():
+                out._set_result(f)
+                return out
+
+        def one(f: Future) -> None:
+            out._set_result(f)
+
+        for f in futs:
+            f.add_done_callback(one)
+        return out
+
+
+# ---------------------------------------------------------------------------
+# Replay
+# ---------------------------------------------------------------------------
+
+class _Segment:
+    """One workflow task of the history."""
+
+    def __init__(self, index: int, started: dict) -> None:
+        self.index = index
+        self.started = started
+        self.inputs: List[dict] = []
+        self.recorded: List[dict] = []
+        self.completed = False
+
+
+def _describe(kind: str, body: dict, id: int) -> str:
+    key = KEY_FIELD.get(kind)
+    name = f" {body.get(key)!r}" if key and body.get(key) not in (None, "") else ""
+    return f"{kind}{name} (id {id})"
+
+
+class _Replayer:
+    def __init__(self, task: dict, definition: Optional[WorkflowDefinition],
+                 default_activity_queue: Optional[str]) -> None:
+        self.task = task
+        self.definition = definition
+        self.default_activity_queue = default_activity_queue
+        self.loop = _Loop()
+        self.ctx = WorkflowContext(self)
+        self.argument: Any = None
+        self.run_info: dict = {}
+        self.main: Optional[Task] = None
+        self.tasks: List[Task] = []
+        self.now = _dt.datetime.now(_dt.timezone.utc)
+        self.replaying = False
+        self.closed = False
+        self.cancel_reason: Optional[str] = None
+        self.activities: Dict[int, ActivityHandle] = {}
+        self.timers: Dict[int, Future] = {}
+        self.children: Dict[int, ChildRun] = {}
+        self.waiters: Dict[str, List[EventWait]] = {}
+        self.received: Dict[str, Any] = {}
+        self.next_id = 0
+        self.segment: Optional[_Segment] = None
+        self.recorded: Dict[int, Tuple[_Segment, dict]] = {}
+        self.matched: set = set()
+        self.out: List[dict] = []
+
+    # -- the history ---------------------------------------------------------
+    def _segments(self) -> List[_Segment]:
+        segments: List[_Segment] = []
+        carry: List[dict] = []
+        cur: Optional[_Segment] = None
+        for ev in list(self.task.get("history") or []) + list(self.task.get("newEvents") or []):
+            k = event_kind(ev)
+            if k == "workflowTaskStarted":
+                cur = _Segment(len(segments) + 1, ev)
+                cur.inputs, carry = carry, []
+                segments.append(cur)
+            elif k == "workflowTaskCompleted" and cur is not None:
+                cur.completed = True
+            elif cur is not None and cur.completed and k in EVENT_COMMAND:
+                cur.recorded.append(ev)
+                if ev.get("id"):
+                    self.recorded[int(ev["id"])] = (cur, ev)
+            elif cur is not None and not cur.completed:
+                cur.inputs.append(ev)
+            else:
+                carry.append(ev)
+        return segments
+
+    # -- commands ------------------------------------------------------------
+    def peek_recorded(self) -> Optional[dict]:
+        rec = self.recorded.get(self.next_id + 1)
+        return rec[1] if rec else None
+
+    def nondeterminism(self, message: str) -> errors.NonDeterminismError:
+        err = errors.NonDeterminismError(message)
+        self.loop.fatal = err
+        return err
+
+    def command(self, kind: str, body: dict) -> Tuple[int, Optional[dict]]:
+        """Issue a command: a new one is sent, a recorded one is matched; returns (id, event)."""
+        if self.closed:
+            raise RuntimeError("the workflow task is over: workflow code cannot issue commands now")
+        self.next_id += 1
+        cid = self.next_id
+        seg = self.segment
+        rec = self.recorded.get(cid)
+        if rec is not None:
+            rseg, ev = rec
+            ek = event_kind(ev)
+            eb = ev.get(ek) or {}
+            key = KEY_FIELD.get(kind)
+            same = (ek == COMMAND_EVENT[kind] and
+                    (key is None or (eb.get(key) or None) == (body.get(key) or None)))
+            if not same or rseg is not seg:
+                raise self.nondeterminism(
+                    f"non-determinism: the history has {_describe(ek, eb, cid)}, recorded by "
+                    f"workflow task {rseg.index}, but on replay the workflow issues "
+                    f"{_describe(kind, body, cid)} in workflow task {seg.index}")
+            self.matched.add(cid)
+            return cid, ev
+        if self.replaying:
+            raise self.nondeterminism(
+                f"non-determinism: on replay of workflow task {seg.index} the workflow issues "
+                f"{_describe(kind, body, cid)}, which the history does not have (that task "
+                f"recorded {self._recorded_list(seg)})")
+        self.out.append({"id": cid, kind: body})
+        return cid, None
+
+    @staticmethod
+    def _recorded_list(seg: _Segment) -> str:
+        items = [_describe(event_kind(e), e.get(event_kind(e)) or {}, e.get("id", 0))
+                 for e in seg.recorded]
+        return ", ".join(items) if items else "no command"
+
+    # -- events --------------------------------------------------------------
+    def _start_main(self) -> None:
+        if self.main is not None or self.definition is None:
+            return
+        fn = self.definition.fn
+        coro = fn(self.ctx, self.argument) if self.definition.takes_arg else fn(self.ctx)
+        self.main = Task(self.loop, coro, self.definition.name)
+
+    def apply(self, ev: dict) -> None:
+        k = event_kind(ev)
+        b = ev.get(k) or {}
+        if k == "runCreated":
+            self.run_info = b
+            self.argument = decode(b.get("argument"))
+        elif k == "runStarted":
+            self._start_main()
+        elif k == "runContinuedAsNew":
+            self.argument = decode(b.get("argument"))
+            self._start_main()
+        elif k == "activityTaskCompleted":
+            h = self.activities.pop(int(b.get("activityTaskCreatedEventId", 0)), None)
+            if h is not None:
+                h._set_result(decode(b.get("result")))
+        elif k == "activityTaskFailed":
+            h = self.activities.pop(int(b.get("activityTaskCreatedEventId", 0)), None)
+            if h is not None:
+                h._set_exception(errors.ActivityError(h.name, h.id, b.get("failure") or {},
+                                                      int(b.get("attempts", 0))))
+        elif k == "timerElapsed":
+            t = self.timers.pop(int(b.get("timerCreatedEventId", 0)), None)
+            if isinstance(t, EventWait):
+                ws = self.waiters.get(t.event_id, [])
+                if t in ws:
+                    ws.remove(t)
+                t._set_exception(errors.WaitTimeout(t.event_id))
+            elif t is not None:
+                t._set_result(None)
+        elif k == "externalEventReceived":
+            eid = b.get("eventId", "")
+            if eid in self.received:
+                return
+            value = decode(b.get("payload"))
+            self.received[eid] = value
+            for w in self.waiters.pop(eid, []):
+                w._set_result(value)
+                if w.has_timeout and self.timers.pop(w.id, None) is not None:
+                    # the timeout's timer is no longer wanted
+                    self.command("cancelTimer", {"timerCreatedEventId": w.id})
+        elif k == "runCancelRequested":
+            if self.cancel_reason is None:
+                self.cancel_reason = b.get("reason", "")
+                if self.main is not None:
+                    self.main._cancel(errors.CancelledError(self.cancel_reason))
+        elif k == "childRunCompleted":
+            h = self.children.pop(int(b.get("childRunCreatedEventId", 0)), None)
+            if h is not None:
+                h._set_result(decode(b.get("result")))
+        elif k == "childRunFailed":
+            h = self.children.pop(int(b.get("childRunCreatedEventId", 0)), None)
+            if h is not None:
+                h._set_exception(errors.ChildRunError(h.workflow_name, h.run_id,
+                                                      b.get("failure") or {}))
+        # runSuspended, runResumed and anything unknown: nothing for workflow code
+
+    # -- the whole task --------------------------------------------------------
+    def run(self) -> List[dict]:
+        try:
+            if self.definition is None:
+                return [fail_run_command(
+                    f"no workflow {self.task.get('workflowName')!r} version "
+                    f"{self.task.get('workflowVersion', 1)} is registered on this worker",
+                    "dex.UnknownWorkflow")]
+            try:
+                return self._run()
+            except errors.NonDeterminismError as e:
+                log.error("run %s: %s", self.task.get("runId"), e)
+                return [fail_run_command(str(e), NON_DETERMINISM)]
+        finally:
+            self.closed = True
+            for f in ([self.main] if self.main is not None else []) + self.tasks:
+                if not f.done():
+                    f._close()
+
+    def _run(self) -> List[dict]:
+        segments = self._segments()
+        if not segments or segments[-1].completed:
+            raise errors.NonDeterminismError("the task has no new workflow task to run")
+        for seg in segments:
+            self.segment = seg
+            self.replaying = seg.completed
+            self.now = parse_timestamp(seg.started.get("timestamp")) or self.now
+            for ev in seg.inputs:
+                self.apply(ev)
+            self.loop.run()
+            if seg.completed:
+                missing = [e for e in seg.recorded if e.get("id") and int(e["id"]) not in self.matched]
+                if missing:
+                    e = missing[0]
+                    k = event_kind(e)
+                    raise self.nondeterminism(
+                        f"non-determinism: the history has {_describe(k, e.get(k) or {}, e['id'])}, "
+                        f"recorded by workflow task {seg.index}, but on replay the workflow "
+                        f"did not issue it (it issued nothing more in that task)")
+                if self.main is not None and self.main.done():
+                    raise self.nondeterminism(
+                        f"non-determinism: on replay the workflow ended in workflow task "
+                        f"{seg.index}, but the history goes on")
+        out = self.out
+        if self.main is not None and self.main.done():
+            final = self._final_command()
+            if final is not None:
+                out.append(final)
+        return out
+
+    def _final_command(self) -> Optional[dict]:
+        exc = self.main._exc
+        if exc is None:
+            return {"completeRun": {"result": encode(self.main._result)}}
+        if isinstance(exc, _ContinueAsNew):
+            body = {} if exc.argument is None else {"argument": encode(exc.argument)}
+            return {"continueAsNew": body}
+        if isinstance(exc, errors.CancelledError) and self.cancel_reason is not None:
+            return cancelled_command(self.cancel_reason)
+        failure = errors.failure_from_exception(exc)
+        return {"failRun": {"failure": failure}}
+
+
+def fail_run_command(message: str, type: str) -> dict:
+    return {"failRun": {"failure": {"message": message, "type": type, "terminal": True}}}
+
+
+def cancelled_command(reason: str) -> Optional[dict]:
+    """What a workflow returns when it lets a cancellation end the run: nothing, since the
+    engine ends the run CANCELLED when the task that showed runCancelRequested completes
+    without ending the run itself."""
+    return None
+
+
+def replay(task: dict, definition: Optional[WorkflowDefinition],
+           default_activity_queue: Optional[str] = None) -> List[dict]:
+    """The commands of a workflow task (dex.v1.WorkflowTask as JSON) for ``definition``."""
+    return _Replayer(task, definition, default_activity_queue).run()

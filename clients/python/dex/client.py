@@ -1,0 +1,285 @@
+"""The client: start runs, look at them, wait for their results, signal them."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterator, List, Optional, Sequence
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from . import errors
+from ._convert import decode, event_kind, parse_timestamp, seconds
+from .registry import workflow_definition
+
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
+
+
+@dataclass
+class Run:
+    """A workflow run as dex.get_run shows it."""
+
+    id: str
+    workflow_name: str
+    workflow_version: int
+    queue: Optional[str]
+    status: str
+    instance_id: Optional[str] = None
+    priority: int = 0
+    labels: Dict[str, str] = field(default_factory=dict)
+    custom_status: Optional[str] = None
+    parent_id: Optional[str] = None
+    argument: Any = None
+    result: Any = None
+    failure: Optional[dict] = None
+    history_length: int = 0
+    created_at: Optional[_dt.datetime] = None
+    updated_at: Optional[_dt.datetime] = None
+    started_at: Optional[_dt.datetime] = None
+    completed_at: Optional[_dt.datetime] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.status in TERMINAL
+
+    @classmethod
+    def from_row(cls, row: Dict[str, Any]) -> "Run":
+        known = {f for f in cls.__dataclass_fields__ if f != "extra"}
+        kw = {k: v for k, v in row.items() if k in known}
+        kw["id"] = str(row["id"])
+        if kw.get("parent_id") is not None:
+            kw["parent_id"] = str(kw["parent_id"])
+        kw["labels"] = row.get("labels") or {}
+        return cls(**kw, extra={k: v for k, v in row.items() if k not in known})
+
+
+class Client:
+    """A connection to a database with dex.  ``conninfo`` is a libpq connection string
+    ('' takes PGHOST, PGDATABASE, ...); or pass an open psycopg ``connection``."""
+
+    def __init__(self, conninfo: str = "", *, connection: Optional[psycopg.Connection] = None):
+        self._own = connection is None
+        self.conn = connection or psycopg.connect(conninfo, autocommit=True)
+
+    def close(self) -> None:
+        if self._own:
+            self.conn.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _exec(self, sql: str, params: Sequence[Any] = (), row_factory: Any = None):
+        cur = self.conn.cursor(row_factory=row_factory) if row_factory else self.conn.cursor()
+        return cur.execute(sql, params)
+
+    def _has_function(self, name: str) -> bool:
+        """Whether the installed dex has dex.<name> (asked once per client)."""
+        cache = self.__dict__.setdefault("_functions", {})
+        if name not in cache:
+            cache[name] = self._exec(
+                "SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n "
+                "ON n.oid = p.pronamespace WHERE n.nspname = 'dex' AND p.proname = %s)",
+                (name,)).fetchone()[0]
+        return cache[name]
+
+    # -- queues --------------------------------------------------------------
+    def create_queue(self, name: str, kind: str, capacity: Optional[int] = None,
+                     exist_ok: bool = True) -> bool:
+        """Create a 'workflow' or 'activity' queue; False if it existed (and ``exist_ok``)."""
+        try:
+            if capacity is None:
+                self._exec("SELECT dex.create_queue(%s, %s)", (name, kind))
+            else:
+                self._exec("SELECT dex.create_queue(%s, %s, %s)", (name, kind, capacity))
+            return True
+        except psycopg.errors.DuplicateObject:
+            if not exist_ok:
+                raise
+            return False
+
+    # -- runs ----------------------------------------------------------------
+    @staticmethod
+    def _workflow(workflow: Any, version: Optional[int]) -> tuple:
+        if isinstance(workflow, str):
+            return workflow, version or 1
+        d = workflow_definition(workflow)
+        return d.name, version or d.version
+
+    def start(self, workflow: Any, arg: Any = None, *, queue: str,
+              version: Optional[int] = None, instance_id: Optional[str] = None,
+              priority: int = 0, labels: Optional[Dict[str, str]] = None,
+              concurrency_key: Optional[str] = None) -> str:
+        """Start a run of ``workflow`` (a ``@dex.workflow`` function or a name); its id."""
+        name, version = self._workflow(workflow, version)
+        row = self._exec(
+            "SELECT dex.create_run(%s, %s, %s, workflow_version => %s, instance_id => %s, "
+            "priority => %s, labels => %s, concurrency_key => %s)",
+            (name, queue, Jsonb(arg) if arg is not None else None, version, instance_id,
+             priority, Jsonb(labels) if labels else None, concurrency_key)).fetchone()
+        return str(row[0])
+
+    def start_many(self, workflow: Any, args: Sequence[Any], *, queue: str,
+                   version: Optional[int] = None, priority: int = 0,
+                   labels: Optional[Dict[str, str]] = None) -> List[str]:
+        """Start one run per argument in one call (dex.create_runs); their ids, in order."""
+        name, version = self._workflow(workflow, version)
+        rows = self._exec(
+            "SELECT * FROM dex.create_runs(%s, %s, %s::jsonb[], %s, %s, %s)",
+            (name, queue, [Jsonb(a) if a is not None else None for a in args], version,
+             priority, Jsonb(labels) if labels else None)).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def get(self, run_id: str) -> Run:
+        """The run (raises psycopg.errors.UndefinedObject if there is none)."""
+        row = self._exec("SELECT * FROM dex.get_run(%s)", (run_id,), dict_row).fetchone()
+        return Run.from_row(row)
+
+    def result(self, run_id: str, timeout: Optional[float] = None) -> Any:
+        """Wait for the run to end; its result.  Raises :class:`dex.RunFailedError`,
+        :class:`dex.RunCancelledError`, or TimeoutError after ``timeout`` seconds."""
+        run = self.wait(run_id, timeout)
+        if run.status == "COMPLETED":
+            return run.result
+        if run.status == "CANCELLED":
+            raise errors.RunCancelledError(f"run {run_id} was cancelled")
+        failure = run.failure or {}
+        raise errors.RunFailedError(f"run {run_id} failed: {failure.get('message', '')}", failure)
+
+    def wait(self, run_id: str, timeout: Optional[float] = None,
+             statuses: Sequence[str] = TERMINAL) -> Run:
+        """Poll dex.get_run, with backoff (20 ms growing to 1 s), until the run's status is
+        one of ``statuses`` (default: ended)."""
+        deadline = None if timeout is None else time.monotonic() + seconds(timeout)
+        delay = 0.02
+        while True:
+            run = self.get(run_id)
+            if run.status in statuses:
+                return run
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s")
+            time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 1.0)
+
+    def history(self, run_id: str) -> List[dict]:
+        """The run's events (canonical dex.v1.WorkflowEvent JSON), in order."""
+        return [r[0] for r in self._exec("SELECT event FROM dex.run_history(%s) ORDER BY sequence",
+                                          (run_id,)).fetchall()]
+
+    def list(self, *, workflow_name: Optional[str] = None, status: Optional[str] = None,
+             labels: Optional[Dict[str, str]] = None,
+             created_after: Optional[_dt.datetime] = None,
+             created_before: Optional[_dt.datetime] = None,
+             completed_after: Optional[_dt.datetime] = None,
+             completed_before: Optional[_dt.datetime] = None,
+             parent_id: Optional[str] = None, before: Optional[str] = None,
+             page_size: int = 100) -> List[Run]:
+        """One page of runs matching every filter given, newest first (dex.list_runs).
+
+        ``labels`` matches runs whose labels contain it; for the next page pass the
+        last run's id as ``before``.  :meth:`iter_runs` walks every page."""
+        if not self._has_function("list_runs"):
+            raise errors.NotSupported("the installed dex has no dex.list_runs")
+        rows = self._exec(
+            "SELECT * FROM dex.list_runs(workflow_name => %s, status => %s, labels => %s, "
+            "created_after => %s, created_before => %s, completed_after => %s, "
+            "completed_before => %s, parent_id => %s::uuid, before_id => %s::uuid, "
+            "page_size => %s::integer)",
+            (workflow_name, status, Jsonb(labels) if labels else None, created_after,
+             created_before, completed_after, completed_before, parent_id, before, page_size),
+            dict_row).fetchall()
+        return [Run.from_row(r) for r in rows]
+
+    def iter_runs(self, **filters: Any) -> Iterator[Run]:
+        """Every run matching the filters of :meth:`list`, newest first, page by page."""
+        before = filters.pop("before", None)
+        while True:
+            page = self.list(before=before, **filters)
+            yield from page
+            if len(page) < filters.get("page_size", 100):
+                return
+            before = page[-1].id
+
+    # -- acting on runs ---------------------------------------------------------
+    def _call(self, fn: str, *args: Any) -> Any:
+        if not self._has_function(fn):
+            raise errors.NotSupported(f"the installed dex has no dex.{fn}")
+        placeholders = ", ".join(["%s"] * len(args))
+        return self._exec(f"SELECT dex.{fn}({placeholders})", args).fetchone()[0]
+
+    def cancel(self, run_id: str, reason: Optional[str] = None) -> Any:
+        """Request the run's cancellation: the workflow sees it (dex.CancelledError) and may
+        clean up; the run then ends CANCELLED."""
+        return self._call("cancel_run", run_id, reason) if reason is not None else \
+            self._call("cancel_run", run_id)
+
+    def suspend(self, run_id: str) -> Any:
+        """Suspend the run: no workflow task until it is resumed."""
+        return self._call("suspend_run", run_id)
+
+    def resume(self, run_id: str) -> Any:
+        return self._call("resume_run", run_id)
+
+    def send_event(self, run_id: str, event_id: str, payload: Any = None) -> bool:
+        """Send an external event; False if the run already had one with that id."""
+        return self._exec("SELECT dex.send_external_event(%s, %s, %s)",
+                          (run_id, event_id, Jsonb(payload) if payload is not None else None)
+                          ).fetchone()[0]
+
+    def send_event_to_instance(self, instance_id: str, event_id: str, payload: Any = None) -> bool:
+        """Send an external event to the active run of a workflow instance."""
+        return self._exec("SELECT dex.send_external_event_to_instance(%s, %s, %s)",
+                          (instance_id, event_id, Jsonb(payload) if payload is not None else None)
+                          ).fetchone()[0]
+
+    def format_history(self, run_id: str, width: int = 64) -> str:
+        """The run's history as a table, one event per line."""
+        return format_history(self.history(run_id), width)
+
+
+def _brief(kind: str, body: dict) -> str:
+    """A readable one-line summary of an event's details."""
+    parts = []
+    for k, v in body.items():
+        if isinstance(v, dict) and set(v) <= {"json", "metadata"} and "json" in v:
+            v = decode(v)
+            text = json.dumps(v, separators=(",", ":"))
+        elif isinstance(v, dict) and k in ("failure", "lastFailure", "cause"):
+            text = repr(v.get("message", ""))
+            if v.get("type"):
+                text += f" ({v['type']})"
+        elif isinstance(v, (dict, list)):
+            text = json.dumps(v, separators=(",", ":"))
+        elif isinstance(v, str) and k.endswith(("At", "Timestamp")):
+            ts = parse_timestamp(v)
+            text = ts.strftime("%H:%M:%S.%f")[:-3] if ts else v
+        else:
+            text = str(v)
+        parts.append(f"{k}={text}")
+    return " ".join(parts)
+
+
+def format_history(events: List[dict], width: int = 64) -> str:
+    rows = []
+    for i, ev in enumerate(events, 1):
+        k = event_kind(ev)
+        ts = parse_timestamp(ev.get("timestamp"))
+        details = _brief(k, ev.get(k) or {})
+        if len(details) > width:
+            details = details[:width - 1] + "…"
+        rows.append((str(i), ts.strftime("%H:%M:%S.%f")[:-3] if ts else "",
+                     k, str(ev.get("id", "")), details))
+    head = ("seq", "at", "event", "id", "details")
+    widths = [max(len(h), *(len(r[c]) for r in rows)) if rows else len(h)
+              for c, h in enumerate(head)]
+    line = lambda r: " | ".join(v.rjust(widths[c]) if c in (0, 3) else v.ljust(widths[c])
+                                for c, v in enumerate(r)).rstrip()
+    sep = "-+-".join("-" * w for w in widths)
+    return "\n".join([line(head), sep] + [line(r) for r in rows])

@@ -1,0 +1,112 @@
+"""The ``@workflow`` and ``@activity`` decorators and the registry they fill."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Tuple, Union
+
+from ._convert import Duration, RetryPolicy
+
+
+@dataclass
+class WorkflowDefinition:
+    name: str
+    version: int
+    fn: Callable
+    activity_queue: Optional[str]   # default queue of the activities it calls
+    takes_arg: bool
+
+
+@dataclass
+class ActivityDefinition:
+    name: str
+    fn: Callable
+    queue: Optional[str]
+    retry: Union[None, RetryPolicy, dict]
+    start_to_close_timeout: Optional[Duration]
+    schedule_to_close_timeout: Optional[Duration]
+    heartbeat_timeout: Optional[Duration]
+    takes_arg: bool
+    is_async: bool
+
+
+# Every decorated function, as a worker takes them by default.
+WORKFLOWS: Dict[Tuple[str, int], WorkflowDefinition] = {}
+ACTIVITIES: Dict[str, ActivityDefinition] = {}
+
+
+def _positional_params(fn: Callable) -> int:
+    n = 0
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            n += 1
+        elif p.kind == p.VAR_POSITIONAL:
+            return 99
+    return n
+
+
+def workflow(name: Union[str, Callable, None] = None, version: int = 1, *,
+             activity_queue: Optional[str] = None):
+    """Declare a workflow: ``async def fn(ctx, arg)`` (or ``fn(ctx)``).
+
+    ``name`` defaults to the function's name; runs are started with that name and
+    version.  ``activity_queue`` is the queue its activities go to when neither the
+    call nor the activity's declaration names one."""
+
+    def deco(fn: Callable) -> Callable:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"workflow {fn.__qualname__} must be an 'async def' function")
+        d = WorkflowDefinition(name=wname or fn.__name__, version=int(version), fn=fn,
+                               activity_queue=activity_queue,
+                               takes_arg=_positional_params(fn) >= 2)
+        WORKFLOWS[(d.name, d.version)] = d
+        fn.__dex_workflow__ = d
+        return fn
+
+    if callable(name):          # bare @workflow
+        wname = None
+        return deco(name)
+    wname = name
+    return deco
+
+
+def activity(name: Union[str, Callable, None] = None, *, queue: Optional[str] = None,
+             retry: Union[None, RetryPolicy, dict] = None,
+             start_to_close_timeout: Optional[Duration] = None,
+             schedule_to_close_timeout: Optional[Duration] = None,
+             heartbeat_timeout: Optional[Duration] = None):
+    """Declare an activity: ``def fn(arg)`` or ``async def fn(arg)`` (or without argument).
+
+    The options are defaults for workflows that call it; a call may override them."""
+
+    def deco(fn: Callable) -> Callable:
+        d = ActivityDefinition(name=aname or fn.__name__, fn=fn, queue=queue, retry=retry,
+                               start_to_close_timeout=start_to_close_timeout,
+                               schedule_to_close_timeout=schedule_to_close_timeout,
+                               heartbeat_timeout=heartbeat_timeout,
+                               takes_arg=_positional_params(fn) >= 1,
+                               is_async=inspect.iscoroutinefunction(fn))
+        ACTIVITIES[d.name] = d
+        fn.__dex_activity__ = d
+        return fn
+
+    if callable(name):          # bare @activity
+        aname = None
+        return deco(name)
+    aname = name
+    return deco
+
+
+def workflow_definition(obj: Any) -> WorkflowDefinition:
+    d = getattr(obj, "__dex_workflow__", None)
+    if d is None:
+        raise TypeError(f"{obj!r} is not a @dex.workflow")
+    return d
+
+
+def activity_definition(obj: Any) -> ActivityDefinition:
+    d = getattr(obj, "__dex_activity__", None)
+    if d is None:
+        raise TypeError(f"{obj!r} is not a @dex.activity")
+    return d

@@ -1,0 +1,606 @@
+"""The worker: polls workflow and activity queues, replays workflows, runs activities.
+
+Threads, each with its own connection (autocommit):
+
+* one poller per workflow queue: ``dex.poll_tasks`` (a batch), replay each task,
+  ``dex.complete_tasks`` (one call for the batch); when a poll comes back empty,
+  ``CALL dex.wait_for_tasks`` (the long poll: no statement while idle);
+* one poller per activity queue: leases as many tasks as there are free slots
+  (``concurrency`` activities run at once, in a thread pool), long-polls when idle;
+* one reporter: sends activity results and failures in batches
+  (``dex.complete_tasks`` / ``dex.fail_tasks``) and extends the leases of running
+  activities (``dex.heartbeat_tasks``) every third of the lease.
+
+On SIGTERM (or :meth:`Worker.shutdown`) the pollers stop leasing, workflow tasks
+in hand are completed, running activities get ``shutdown_timeout`` seconds to
+finish and report; those still running then are failed as retryable
+(``dex.WorkerShutdown``), so their retry does not wait for the lease to expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import queue as _queue
+import signal
+import socket
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from . import errors
+from ._convert import decode
+from .registry import (ACTIVITIES, WORKFLOWS, ActivityDefinition, WorkflowDefinition,
+                       activity_definition, workflow_definition)
+from ._runtime import fail_run_command, replay
+
+log = logging.getLogger("dex.worker")
+
+LEASE_LOST = "WD001"
+
+
+class ActivityInfo:
+    """What an activity attempt is: its run, id, name, attempt number, previous failure."""
+
+    def __init__(self, task: dict, lock_version: int) -> None:
+        self.run_id: str = task.get("runId", "")
+        self.task_id: int = int(task.get("taskId", 0))
+        self.name: str = task.get("name", "")
+        self.queue: str = task.get("queue", "")
+        self.attempt: int = int(task.get("attempt", 1))
+        self.lock_version = lock_version
+        self.retry_policy: dict = task.get("retryPolicy") or {}
+        self.last_failure: Optional[dict] = task.get("lastFailure")
+
+    def __repr__(self) -> str:
+        return f"<ActivityInfo {self.name} run={self.run_id} id={self.task_id} attempt={self.attempt}>"
+
+
+class ActivityContext:
+    """Available to activity code through :func:`dex.activity_context`."""
+
+    def __init__(self, info: ActivityInfo, worker: "Worker") -> None:
+        self.info = info
+        self._worker = worker
+        self.lease_lost = False
+
+    @property
+    def shutting_down(self) -> bool:
+        """True once the worker was asked to stop: long activities may wind up early."""
+        return self._worker._stopping.is_set()
+
+    def heartbeat(self) -> None:
+        """The worker extends leases by itself while the activity runs; this raises
+        :class:`dex.LeaseLost` if the lease was lost (the result would be discarded)."""
+        if self.lease_lost:
+            raise errors.LeaseLost(f"the lease of activity {self.info.name} (id "
+                                   f"{self.info.task_id}) of run {self.info.run_id} was lost")
+
+
+_local = threading.local()
+
+
+def activity_context() -> ActivityContext:
+    """The context of the activity running in this thread."""
+    ctx = getattr(_local, "ctx", None)
+    if ctx is None:
+        raise RuntimeError("not in an activity")
+    return ctx
+
+
+class _Running:
+    """An activity task this worker holds."""
+
+    def __init__(self, row: Tuple, worker: "Worker") -> None:
+        run_id, task_id, lock_version, task = row
+        self.run_id = run_id
+        self.task_id = task_id
+        self.lock_version = lock_version
+        self.task = task
+        self.ctx = ActivityContext(ActivityInfo(task, lock_version), worker)
+        self.outcome: Optional[Tuple[str, Any]] = None   # ("complete", value) | ("fail", failure)
+        self.reported = False
+        self.finished = False
+
+    @property
+    def key(self) -> Tuple[Any, int]:
+        return (self.run_id, self.task_id)
+
+
+def _sqlstate(e: BaseException) -> Optional[str]:
+    return getattr(e, "sqlstate", None)
+
+
+class Worker:
+    """Runs the registered workflows and activities of some queues.
+
+    ``conninfo`` is a libpq connection string ('' takes PGHOST, PGDATABASE, ...).
+    Workflows and activities default to every ``@dex.workflow`` / ``@dex.activity``
+    imported so far; pass ``workflows=`` / ``activities=`` to choose.
+    """
+
+    def __init__(self, conninfo: str = "", workflow_queues: Sequence[str] = (),
+                 activity_queues: Sequence[str] = (), concurrency: int = 10, *,
+                 workflows: Optional[Iterable[Any]] = None,
+                 activities: Optional[Iterable[Any]] = None,
+                 worker_id: Optional[str] = None, max_batch: int = 100,
+                 workflow_lease: float = 30.0, activity_lease: float = 60.0,
+                 poll_timeout: float = 30.0, shutdown_timeout: float = 30.0,
+                 default_activity_queue: Optional[str] = None) -> None:
+        if isinstance(workflow_queues, str):
+            workflow_queues = [workflow_queues]
+        if isinstance(activity_queues, str):
+            activity_queues = [activity_queues]
+        if not workflow_queues and not activity_queues:
+            raise ValueError("a worker needs at least one workflow or activity queue")
+        self.conninfo = conninfo
+        self.workflow_queues = list(workflow_queues)
+        self.activity_queues = list(activity_queues)
+        self.concurrency = max(1, int(concurrency))
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.max_batch = max(1, min(int(max_batch), 1000))
+        self.workflow_lease = float(workflow_lease)
+        self.activity_lease = float(activity_lease)
+        self.poll_timeout = float(poll_timeout)
+        self.shutdown_timeout = float(shutdown_timeout)
+        self.default_activity_queue = default_activity_queue or (
+            self.activity_queues[0] if self.activity_queues else None)
+        if workflows is None:
+            self._workflows: Dict[Tuple[str, int], WorkflowDefinition] = WORKFLOWS
+        else:
+            self._workflows = {}
+            for w in workflows:
+                d = workflow_definition(w)
+                self._workflows[(d.name, d.version)] = d
+        if activities is None:
+            self._activities: Dict[str, ActivityDefinition] = ACTIVITIES
+        else:
+            self._activities = {activity_definition(a).name: activity_definition(a)
+                                for a in activities}
+
+        self._stopping = threading.Event()       # no more leasing
+        self._stop_requested = threading.Event()  # SIGTERM / SIGINT seen
+        self._threads: List[threading.Thread] = []
+        self._reporter: Optional[threading.Thread] = None
+        self._executor: Optional[ThreadPoolExecutor] = None
+        self._lock = threading.Lock()
+        self._slots = threading.Condition(self._lock)
+        self._free = self.concurrency
+        self._inflight: Dict[Tuple[Any, int], _Running] = {}
+        self._results: "_queue.Queue[Optional[_Running]]" = _queue.Queue()
+        self._waiting: set = set()               # connections inside wait_for_tasks
+        self._started = False
+        # counters, for tests and curious people
+        self.stats = {"workflow_tasks": 0, "activities_completed": 0, "activities_failed": 0,
+                      "leases_lost": 0}
+
+    # -- lifecycle ---------------------------------------------------------
+    def __enter__(self) -> "Worker":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def start(self) -> "Worker":
+        """Start polling in background threads; returns at once."""
+        if self._started:
+            return self
+        self._started = True
+        if self.activity_queues:
+            self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="dex-activity")
+            self._reporter = threading.Thread(target=self._guard, args=(self._reporter_loop,),
+                                              name="dex-reporter", daemon=True)
+            self._reporter.start()
+        for q in self.workflow_queues:
+            self._spawn(self._workflow_loop, q, f"dex-wf-{q}")
+        for q in self.activity_queues:
+            self._spawn(self._activity_loop, q, f"dex-act-{q}")
+        log.info("worker %s started: workflow queues %s, activity queues %s, concurrency %d",
+                 self.worker_id, self.workflow_queues, self.activity_queues, self.concurrency)
+        return self
+
+    def run(self) -> None:
+        """Run until SIGTERM or SIGINT, then shut down gracefully."""
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self._stop_requested.set())
+        self.start()
+        try:
+            while not self._stop_requested.wait(0.5):
+                pass
+        finally:
+            log.info("worker %s: shutting down", self.worker_id)
+            self.shutdown()
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return (thread-safe, signal-safe)."""
+        self._stop_requested.set()
+
+    def shutdown(self, timeout: Optional[float] = None) -> None:
+        """Stop leasing, finish what is in hand, wait for running activities (up to
+        ``timeout``, default ``shutdown_timeout``), fail the rest as retryable."""
+        if not self._started:
+            return
+        self._stopping.set()
+        with self._slots:
+            self._slots.notify_all()
+        # wake the long polls; again and again, in case one was just entering its CALL
+        while any(t.is_alive() for t in self._threads):
+            self._cancel_waits()
+            for t in self._threads:
+                t.join(0.2)
+        deadline = time.monotonic() + (self.shutdown_timeout if timeout is None else timeout)
+        while time.monotonic() < deadline:
+            with self._lock:
+                busy = [r for r in self._inflight.values() if not r.reported]
+            if not busy:
+                break
+            time.sleep(0.05)
+        with self._lock:
+            abandoned = [r for r in self._inflight.values() if not r.finished and not r.reported]
+        for r in abandoned:
+            log.warning("activity %s (id %s) of run %s still running at shutdown: failing it as "
+                        "retryable", r.ctx.info.name, r.task_id, r.run_id)
+            self._report(r, ("fail", {"message": "the worker shut down before the activity "
+                                      "finished", "type": "dex.WorkerShutdown"}))
+        if self._reporter is not None:
+            self._results.put(None)
+            self._reporter.join(30)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._started = False
+        log.info("worker %s stopped", self.worker_id)
+
+    def _spawn(self, fn: Any, q: str, name: str) -> None:
+        t = threading.Thread(target=self._guard, args=(fn, q), name=name, daemon=True)
+        self._threads.append(t)
+        t.start()
+
+    def _guard(self, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except BaseException:
+            log.exception("worker thread %s died", threading.current_thread().name)
+
+    # -- connections -------------------------------------------------------
+    def _connect(self) -> psycopg.Connection:
+        while True:
+            try:
+                conn = psycopg.connect(self.conninfo, autocommit=True,
+                                       application_name=f"dex worker {self.worker_id}"[:63])
+                return conn
+            except psycopg.OperationalError as e:
+                if self._stopping.is_set():
+                    raise
+                log.warning("cannot connect (%s); retrying in 1 s", e)
+                time.sleep(1)
+
+    def _cancel_waits(self) -> None:
+        with self._lock:
+            conns = list(self._waiting)
+        for c in conns:
+            try:
+                c.cancel()
+            except Exception:
+                pass
+
+    def _long_poll(self, conn: psycopg.Connection, queue: str) -> None:
+        with self._lock:
+            self._waiting.add(conn)
+        try:
+            if self._stopping.is_set():
+                return
+            conn.execute("CALL dex.wait_for_tasks(%s, %s::interval)",
+                         (queue, f"{self.poll_timeout} seconds"))
+        except psycopg.errors.QueryCanceled:
+            if not self._stopping.is_set():
+                raise
+        finally:
+            with self._lock:
+                self._waiting.discard(conn)
+
+    def _poll(self, conn: psycopg.Connection, queue: str, n: int, lease: float) -> List[Tuple]:
+        return conn.execute(
+            "SELECT run_id, task_id, lock_version, task "
+            "FROM dex.poll_tasks(%s, %s, %s, %s::interval)",
+            (queue, self.worker_id, n, f"{lease} seconds")).fetchall()
+
+    def _polling(self, body: Any, queue: str) -> None:
+        """Run ``body(conn)`` until stopping; reconnect after connection errors."""
+        conn: Optional[psycopg.Connection] = None
+        while not self._stopping.is_set():
+            try:
+                if conn is None or conn.closed:
+                    conn = self._connect()
+                body(conn)
+            except psycopg.OperationalError as e:
+                if self._stopping.is_set():
+                    break
+                log.warning("queue %s: connection problem (%s); reconnecting", queue, e)
+                if conn is not None:
+                    conn.close()
+                conn = None
+                time.sleep(0.5)
+            except Exception:
+                if self._stopping.is_set():
+                    break
+                log.exception("queue %s: unexpected error; going on in 1 s", queue)
+                time.sleep(1)
+        if conn is not None:
+            conn.close()
+
+    # -- workflow tasks ------------------------------------------------------
+    def _workflow_loop(self, queue: str) -> None:
+        def body(conn: psycopg.Connection) -> None:
+            rows = self._poll(conn, queue, self.max_batch, self.workflow_lease)
+            if not rows:
+                self._long_poll(conn, queue)
+                return
+            results = [self.run_workflow_task(task) for _, _, _, task in rows]
+            self._complete_workflow_tasks(conn, rows, results)
+        self._polling(body, queue)
+
+    def run_workflow_task(self, task: dict) -> List[dict]:
+        """The commands for one workflow task (dex.v1.WorkflowTask as JSON)."""
+        d = self._workflows.get((task.get("workflowName", ""), int(task.get("workflowVersion", 1))))
+        return replay(task, d, self.default_activity_queue)
+
+    def _complete_workflow_tasks(self, conn: psycopg.Connection, rows: List[Tuple],
+                                 results: List[List[dict]]) -> None:
+        try:
+            done = conn.execute(
+                "SELECT run_id, task_id, completed FROM dex.complete_tasks("
+                "%s::uuid[], %s::integer[], %s::bigint[], %s::jsonb[])",
+                ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+                 [Jsonb(c) for c in results])).fetchall()
+        except psycopg.errors.Error as e:
+            if isinstance(e, psycopg.OperationalError) and not _sqlstate(e):
+                raise
+            # a completion was refused (invalid commands): one by one, to find it
+            log.warning("batch completion refused (%s); completing one by one", e)
+            for row, cmds in zip(rows, results):
+                self._complete_one_workflow_task(conn, row, cmds)
+            return
+        self.stats["workflow_tasks"] += sum(1 for d in done if d[2])
+        for run_id, _, completed in done:
+            if not completed:
+                self.stats["leases_lost"] += 1
+                log.warning("workflow task of run %s: lease lost, result discarded", run_id)
+
+    def _complete_one_workflow_task(self, conn: psycopg.Connection, row: Tuple,
+                                    cmds: List[dict]) -> None:
+        run_id, task_id, lv, _ = row
+        for attempt in (cmds, None):
+            if attempt is None:
+                attempt = [fail_run_command(f"the engine refused the workflow's commands: {msg}",
+                                            "dex.InvalidCommands")]
+            try:
+                conn.execute("SELECT dex.complete_task(%s, %s, %s, %s)",
+                             (run_id, task_id, lv, Jsonb(attempt)))
+                self.stats["workflow_tasks"] += 1
+                return
+            except psycopg.errors.Error as e:
+                if _sqlstate(e) == LEASE_LOST:
+                    self.stats["leases_lost"] += 1
+                    log.warning("workflow task of run %s: lease lost, result discarded", run_id)
+                    return
+                if isinstance(e, psycopg.OperationalError) and not _sqlstate(e):
+                    raise
+                msg = f"{e.sqlstate}: {e.diag.message_primary}"
+                log.error("run %s: completion refused: %s", run_id, msg)
+        log.error("run %s: could not complete its workflow task", run_id)
+
+    # -- activity tasks ------------------------------------------------------
+    def _reserve(self) -> int:
+        with self._slots:
+            while self._free == 0 and not self._stopping.is_set():
+                self._slots.wait(1)
+            if self._stopping.is_set():
+                return 0
+            n = min(self._free, self.max_batch)
+            self._free -= n
+            return n
+
+    def _release(self, n: int) -> None:
+        if n:
+            with self._slots:
+                self._free += n
+                self._slots.notify_all()
+
+    def _activity_loop(self, queue: str) -> None:
+        def body(conn: psycopg.Connection) -> None:
+            n = self._reserve()
+            if n == 0:
+                return
+            try:
+                rows = self._poll(conn, queue, n, self.activity_lease)
+            except BaseException:
+                self._release(n)
+                raise
+            self._release(n - len(rows))
+            for row in rows:
+                r = _Running(row, self)
+                with self._lock:
+                    self._inflight[r.key] = r
+                self._executor.submit(self._execute, r)
+            if not rows:
+                self._long_poll(conn, queue)
+        self._polling(body, queue)
+
+    def _execute(self, r: _Running) -> None:
+        info = r.ctx.info
+        _local.ctx = r.ctx
+        try:
+            d = self._activities.get(info.name)
+            if d is None:
+                raise errors.ApplicationError(f"no activity {info.name!r} is registered on worker "
+                                              f"{self.worker_id}", type="dex.UnknownActivity")
+            arg = decode(r.task.get("argument"))
+            if d.is_async:
+                result = asyncio.run(d.fn(arg) if d.takes_arg else d.fn())
+            else:
+                result = d.fn(arg) if d.takes_arg else d.fn()
+            try:
+                json.dumps(result)
+            except (TypeError, ValueError) as e:
+                raise errors.NonRetryableError(f"activity {info.name!r} returned a value that is "
+                                               f"not JSON: {e}", type="TypeError") from None
+            outcome: Tuple[str, Any] = ("complete", result)
+        except BaseException as e:        # activity code may raise anything
+            outcome = ("fail", errors.failure_from_exception(e))
+            log.info("activity %s (id %s) of run %s, attempt %s failed: %s",
+                     info.name, info.task_id, info.run_id, info.attempt, e)
+        finally:
+            _local.ctx = None
+        r.finished = True
+        self._release(1)
+        self._report(r, outcome)
+
+    def _report(self, r: _Running, outcome: Tuple[str, Any]) -> None:
+        """Queue the outcome for the reporter; only the first outcome of a task counts (an
+        activity abandoned at shutdown that finishes later is dropped)."""
+        with self._lock:
+            if r.outcome is not None:
+                return
+            r.outcome = outcome
+        self._results.put(r)
+
+    def _reporter_loop(self) -> None:
+        conn: Optional[psycopg.Connection] = None
+        interval = max(0.2, self.activity_lease / 3)
+        next_beat = time.monotonic() + interval
+        stop = False
+        while True:
+            batch: List[_Running] = []
+            try:
+                item = self._results.get(timeout=max(0.0, next_beat - time.monotonic()))
+                while True:
+                    if item is None:
+                        stop = True
+                    else:
+                        batch.append(item)
+                    if len(batch) >= 1000:
+                        break
+                    item = self._results.get_nowait()
+            except _queue.Empty:
+                pass
+            try:
+                if conn is None or conn.closed:
+                    conn = self._connect()
+                if batch:
+                    self._send_results(conn, batch)
+                if time.monotonic() >= next_beat:
+                    self._heartbeat(conn)
+                    next_beat = time.monotonic() + interval
+            except psycopg.OperationalError as e:
+                log.warning("reporter: connection problem (%s); retrying", e)
+                if conn is not None:
+                    conn.close()
+                conn = None
+                for r in batch:         # send them again
+                    self._results.put(r)
+                time.sleep(0.5)
+                if stop and self._results.qsize() and time.monotonic() > next_beat + 30:
+                    log.error("reporter: giving up on %d results", self._results.qsize())
+                    break
+                if stop:
+                    self._results.put(None)
+                    stop = False
+                continue
+            if stop and self._results.empty():
+                break
+        if conn is not None:
+            conn.close()
+
+    def _send_results(self, conn: psycopg.Connection, batch: List[_Running]) -> None:
+        done = [r for r in batch if r.outcome[0] == "complete"]
+        failed = [r for r in batch if r.outcome[0] == "fail"]
+        for rs, fn, col in ((done, "complete_tasks", "completed"), (failed, "fail_tasks", "failed")):
+            if not rs:
+                continue
+            values = [Jsonb(r.outcome[1]) if r.outcome[1] is not None else None for r in rs]
+            try:
+                out = conn.execute(
+                    f"SELECT run_id, task_id, {col} FROM dex.{fn}("
+                    "%s::uuid[], %s::integer[], %s::bigint[], %s::jsonb[])",
+                    ([r.run_id for r in rs], [r.task_id for r in rs],
+                     [r.lock_version for r in rs], values)).fetchall()
+            except psycopg.errors.Error as e:
+                if isinstance(e, psycopg.OperationalError) and not _sqlstate(e):
+                    raise
+                log.warning("reporter: %s refused (%s); one by one", fn, e)
+                for r in rs:
+                    self._send_one(conn, r)
+                continue
+            ok = {(row[0], row[1]) for row in out if row[2]}
+            for r in rs:
+                self._settle(r, r.key in ok)
+
+    def _send_one(self, conn: psycopg.Connection, r: _Running) -> None:
+        kind, value = r.outcome
+        try:
+            if kind == "complete":
+                conn.execute("SELECT dex.complete_task(%s, %s, %s, %s)",
+                             (r.run_id, r.task_id, r.lock_version,
+                              Jsonb(value) if value is not None else None))
+            else:
+                conn.execute("SELECT dex.fail_task(%s, %s, %s, %s)",
+                             (r.run_id, r.task_id, r.lock_version, Jsonb(value)))
+            self._settle(r, True)
+        except psycopg.errors.Error as e:
+            if isinstance(e, psycopg.OperationalError) and not _sqlstate(e):
+                raise
+            if _sqlstate(e) == LEASE_LOST:
+                self._settle(r, False)
+                return
+            # the result itself is refused (too large, ...): that is the activity's failure
+            log.error("activity %s (id %s) of run %s: result refused: %s", r.ctx.info.name,
+                      r.task_id, r.run_id, e)
+            try:
+                conn.execute("SELECT dex.fail_task(%s, %s, %s, %s)",
+                             (r.run_id, r.task_id, r.lock_version, Jsonb({
+                                 "message": f"the engine refused the activity's result: {e}",
+                                 "type": "dex.ResultRefused", "terminal": True})))
+                self._settle(r, True)
+            except psycopg.errors.Error as e2:
+                if isinstance(e2, psycopg.OperationalError) and not _sqlstate(e2):
+                    raise
+                log.error("could not fail activity %s of run %s: %s", r.task_id, r.run_id, e2)
+                self._settle(r, False)
+
+    def _settle(self, r: _Running, ok: bool) -> None:
+        with self._lock:
+            r.reported = True
+            self._inflight.pop(r.key, None)
+        if not ok:
+            self.stats["leases_lost"] += 1
+            log.warning("activity %s (id %s) of run %s: lease lost, outcome discarded",
+                        r.ctx.info.name, r.task_id, r.run_id)
+        elif r.outcome[0] == "complete":
+            self.stats["activities_completed"] += 1
+        else:
+            self.stats["activities_failed"] += 1
+
+    def _heartbeat(self, conn: psycopg.Connection) -> None:
+        with self._lock:
+            held = [r for r in self._inflight.values() if not r.reported]
+        if not held:
+            return
+        out = conn.execute(
+            "SELECT run_id, task_id FROM dex.heartbeat_tasks("
+            "%s::uuid[], %s::integer[], %s::bigint[], %s::interval)",
+            ([r.run_id for r in held], [r.task_id for r in held],
+             [r.lock_version for r in held], f"{self.activity_lease} seconds")).fetchall()
+        kept = {(row[0], row[1]) for row in out}
+        for r in held:
+            if r.key not in kept and not r.ctx.lease_lost:
+                r.ctx.lease_lost = True
+                log.warning("activity %s (id %s) of run %s: lease lost while running",
+                            r.ctx.info.name, r.task_id, r.run_id)

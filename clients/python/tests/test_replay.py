@@ -1,0 +1,174 @@
+"""Replay without a database: hand-made histories fed to dex.replay."""
+
+import json
+
+import pytest
+
+import dex
+from dex.registry import workflow_definition
+
+TS = "2026-01-01T00:00:0{}Z"
+
+
+def started(n=0):
+    return {"timestamp": TS.format(n), "workflowTaskStarted": {"workerId": "w"}}
+
+
+def completed():
+    return {"workflowTaskCompleted": {}}
+
+
+def first_task(argument=None):
+    created = {"workflowName": "x", "queue": "q"}
+    if argument is not None:
+        created["argument"] = {"json": json.dumps(argument)}
+    return [started(0), {"runCreated": created}, {"runStarted": {}}]
+
+
+def task(history, new):
+    return {"runId": "01a2", "workflowName": "x", "workflowVersion": 1,
+            "history": history, "newEvents": new}
+
+
+def run(fn, history, new):
+    return dex.replay(task(history, new), workflow_definition(fn), "acts")
+
+
+@dex.workflow("replay-two-steps")
+async def two_steps(ctx, arg):
+    a = await ctx.activity("a", arg)
+    b = await ctx.activity("b", a)
+    return b
+
+
+def test_first_task_schedules_first_activity():
+    cmds = run(two_steps, [], first_task(5))
+    assert cmds == [{"id": 1, "scheduleActivity": {"name": "a", "queue": "acts",
+                                                   "argument": {"json": "5"}}}]
+
+
+def test_replay_matches_recorded_commands_and_sends_only_new_ones():
+    history = first_task(5) + [
+        completed(), {"id": 1, "activityTaskCreated": {"name": "a", "queue": "acts"}}]
+    new = [started(1), {"activityTaskCompleted": {"activityTaskCreatedEventId": 1,
+                                                  "result": {"json": "6"}}}]
+    cmds = run(two_steps, history, new)
+    assert cmds == [{"id": 2, "scheduleActivity": {"name": "b", "queue": "acts",
+                                                   "argument": {"json": "6"}}}]
+    history += new + [completed(), {"id": 2, "activityTaskCreated": {"name": "b", "queue": "acts"}}]
+    new = [started(2), {"activityTaskCompleted": {"activityTaskCreatedEventId": 2,
+                                                  "result": {"json": "\"done\""}}}]
+    assert run(two_steps, history, new) == [{"completeRun": {"result": {"json": "\"done\""}}}]
+
+
+def test_mismatch_fails_the_run_naming_both():
+    history = first_task(5) + [
+        completed(), {"id": 1, "timerCreated": {"name": "nap"}}]
+    new = [started(1), {"timerElapsed": {"timerCreatedEventId": 1}}]
+    (cmd,) = run(two_steps, history, new)
+    failure = cmd["failRun"]["failure"]
+    assert failure["type"] == "dex.NonDeterminism"
+    assert "timerCreated 'nap' (id 1)" in failure["message"]
+    assert "scheduleActivity 'a' (id 1)" in failure["message"]
+
+
+def test_other_activity_name_is_a_mismatch():
+    history = first_task(5) + [
+        completed(), {"id": 1, "activityTaskCreated": {"name": "charge", "queue": "acts"}}]
+    new = [started(1)]
+    (cmd,) = run(two_steps, history, new)
+    assert cmd["failRun"]["failure"]["type"] == "dex.NonDeterminism"
+    assert "'charge'" in cmd["failRun"]["failure"]["message"]
+    assert "'a'" in cmd["failRun"]["failure"]["message"]
+
+
+def test_missing_and_extra_commands_are_mismatches():
+    # the history recorded two activities in the first task; the code issues one
+    history = first_task(5) + [
+        completed(), {"id": 1, "activityTaskCreated": {"name": "a", "queue": "acts"}},
+        {"id": 2, "activityTaskCreated": {"name": "a2", "queue": "acts"}}]
+    (cmd,) = run(two_steps, history, [started(1)])
+    msg = cmd["failRun"]["failure"]["message"]
+    assert "activityTaskCreated 'a2' (id 2)" in msg and "did not issue it" in msg
+    # the history recorded nothing in the first task; the code issues an activity
+    history = first_task(5) + [completed()]
+    (cmd,) = run(two_steps, history, [started(1)])
+    msg = cmd["failRun"]["failure"]["message"]
+    assert "scheduleActivity 'a' (id 1)" in msg and "does not have" in msg
+
+
+@dex.workflow("replay-race")
+async def race(ctx):
+    act = ctx.activity("slow")
+    timer = ctx.sleep(10)
+    winner = await ctx.any_of(act, timer)
+    if winner is timer:
+        return "timer"
+    timer.cancel()
+    return act.result()
+
+
+def test_any_of_follows_the_order_of_recorded_events():
+    history = first_task() + [
+        completed(), {"id": 1, "activityTaskCreated": {"name": "slow", "queue": "acts"}},
+        {"id": 2, "timerCreated": {"name": "sleep"}}]
+    both_timer_first = [started(1), {"timerElapsed": {"timerCreatedEventId": 2}},
+                        {"activityTaskCompleted": {"activityTaskCreatedEventId": 1,
+                                                   "result": {"json": "1"}}}]
+    assert run(race, history, both_timer_first) == [
+        {"completeRun": {"result": {"json": "\"timer\""}}}]
+    # both came: the activity won, the timer has fired already: nothing to cancel
+    both_activity_first = list(reversed(both_timer_first[1:]))
+    assert run(race, history, [started(1)] + both_activity_first) == [
+        {"completeRun": {"result": {"json": "1"}}}]
+    # only the activity came: the workflow cancels its timer
+    assert run(race, history, [started(1), both_timer_first[2]]) == [
+        {"id": 3, "cancelTimer": {"timerCreatedEventId": 2}},
+        {"completeRun": {"result": {"json": "1"}}}]
+
+
+@dex.workflow("replay-clock")
+async def clock(ctx):
+    seen = [(ctx.now().second, ctx.is_replaying)]
+    await ctx.sleep(1)
+    seen.append((ctx.now().second, ctx.is_replaying))
+    await ctx.sleep(1)
+    seen.append((ctx.now().second, ctx.is_replaying))
+    return seen
+
+
+def test_now_and_is_replaying_follow_the_task_being_replayed():
+    history = first_task() + [completed(), {"id": 1, "timerCreated": {"name": "sleep"}},
+                              started(4), {"timerElapsed": {"timerCreatedEventId": 1}},
+                              completed(), {"id": 2, "timerCreated": {"name": "sleep"}}]
+    new = [started(7), {"timerElapsed": {"timerCreatedEventId": 2}}]
+    (cmd,) = run(clock, history, new)
+    assert json.loads(cmd["completeRun"]["result"]["json"]) == [[0, True], [4, True], [7, False]]
+
+
+class Foreign:
+    def __await__(self):
+        yield "something of another event loop"
+
+
+@dex.workflow("replay-foreign")
+async def uses_asyncio(ctx):
+    await Foreign()
+
+
+def test_awaiting_asyncio_fails_the_run_clearly():
+    (cmd,) = run(uses_asyncio, [], first_task())
+    assert "not a dex awaitable" in cmd["failRun"]["failure"]["message"]
+
+
+def test_unknown_workflow_fails_the_run():
+    (cmd,) = dex.replay(task([], first_task()), None)
+    assert cmd["failRun"]["failure"]["type"] == "dex.UnknownWorkflow"
+
+
+def test_format_history_is_a_table():
+    text = dex.format_history(first_task(3) + [completed()])
+    lines = text.splitlines()
+    assert lines[0].split(" | ")[0].strip() == "seq"
+    assert "runCreated" in text and "argument=3" in text
+    assert len(lines) == 2 + 4
