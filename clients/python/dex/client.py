@@ -247,7 +247,13 @@ class Client:
 def _brief(kind: str, body: dict) -> str:
     """A readable one-line summary of an event's details."""
     parts = []
+    # "answers id N" first: activityTaskCreatedEventId, timerCreatedEventId, ...
+    refs = [k for k in body if k.endswith("EventId")]
+    for k in refs:
+        parts.append(f"for={body[k]}")
     for k, v in body.items():
+        if k in refs:
+            continue
         if isinstance(v, dict) and set(v) <= {"json", "metadata"} and "json" in v:
             v = decode(v)
             text = json.dumps(v, separators=(",", ":"))

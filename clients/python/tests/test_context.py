@@ -342,3 +342,45 @@ def test_start_many_and_list_pages(client, queues, start_worker):
     assert [r.id for r in page1 + page2] == ids[::-1]
     assert [r.id for r in client.iter_runs(labels={"q": queues[0]}, page_size=1)] == ids[::-1]
     assert all(r.status == "COMPLETED" for r in page1 + page2)
+
+
+stopped = {}
+
+
+@dex.activity("ctx-until-cancelled")
+def until_cancelled(_):
+    ctx = dex.activity_context()
+    stopped[ctx.info.run_id, "started"] = True
+    end = time.monotonic() + 10
+    try:
+        while time.monotonic() < end:
+            ctx.heartbeat()
+            time.sleep(0.05)
+    except dex.LeaseLost:
+        stopped[ctx.info.run_id] = "lease lost"
+        raise
+    stopped[ctx.info.run_id] = "ran to the end"
+
+
+@dex.workflow("ctx-cancel-activity")
+async def cancel_activity(ctx):
+    await ctx.activity(until_cancelled)
+
+
+def test_cancellation_reaches_running_activities(client, queues, start_worker):
+    if not client._has_function("cancel_run"):
+        pytest.skip("this dex has no dex.cancel_run")
+    start_worker(activity_lease=0.6)
+    run_id = client.start(cancel_activity, queue=queues[0])
+    deadline = time.monotonic() + 10
+    while (run_id, "started") not in stopped:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    client.cancel(run_id, "stop it")
+    with pytest.raises(dex.RunCancelledError):
+        client.result(run_id, timeout=10)
+    deadline = time.monotonic() + 5
+    while run_id not in stopped:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert stopped[run_id] == "lease lost"

@@ -1,13 +1,16 @@
--- The dex demo: an order workflow with one activity, driven by a worker loop
--- written in plain SQL.  Run by test/demo.sh on a throwaway cluster.
+-- A worker in plain SQL: an order workflow with one activity, driven by a loop of
+-- dex.poll_tasks / dex.complete_task / dex.fail_task.  It shows how thin a client can be;
+-- the Python SDK (clients/python) does the same with replay, batches and the long poll.
+-- Run it with psql on a database whose server preloads dex:  psql -f examples/sql_worker.sql
 \set ON_ERROR_STOP 1
 \pset footer off
 
-CREATE EXTENSION dex;
-SELECT dex.create_queue('orders', 'workflow'), dex.create_queue('payments', 'activity') \g /dev/null
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS dex;
+SELECT dex.create_queue('sql-orders', 'workflow'), dex.create_queue('sql-payments', 'activity') \g /dev/null
 
 -- A client starts a run.
-SELECT dex.create_run('checkout', 'orders', '{"order": 1042, "amount": 41}',
+SELECT dex.create_run('checkout', 'sql-orders', '{"order": 1042, "amount": 41}',
                       labels => '{"shop": "demo"}') AS run \gset
 \echo started run :run
 
@@ -25,13 +28,13 @@ DECLARE
 BEGIN
     WHILE NOT done LOOP
         -- workflow tasks
-        FOR t IN SELECT * FROM dex.poll_tasks('orders', 'sql-worker') LOOP
+        FOR t IN SELECT * FROM dex.poll_tasks('sql-orders', 'sql-worker') LOOP
             events := t.task->'newEvents';
             IF events @> '[{"runStarted": {}}]' THEN
                 RAISE NOTICE 'workflow: run started, scheduling charge';
                 PERFORM dex.complete_task(t.run_id, t.task_id, t.lock_version, jsonb_build_array(
                     jsonb_build_object('id', 1, 'scheduleActivity', jsonb_build_object(
-                        'name', 'charge', 'queue', 'payments',
+                        'name', 'charge', 'queue', 'sql-payments',
                         'argument', events->1->'runCreated'->'argument',
                         'retryPolicy', '{"maxAttempts": 3, "initialDelay": "0.5s"}'::jsonb))));
             ELSIF events @> '[{"activityTaskCompleted": {}}]' THEN
@@ -48,7 +51,7 @@ BEGIN
             END IF;
         END LOOP;
         -- activity tasks
-        FOR t IN SELECT * FROM dex.poll_tasks('payments', 'sql-worker') LOOP
+        FOR t IN SELECT * FROM dex.poll_tasks('sql-payments', 'sql-worker') LOOP
             IF (t.task->>'attempt')::int = 1 THEN
                 RAISE NOTICE 'activity: charge attempt 1 times out';
                 PERFORM dex.fail_task(t.run_id, t.task_id, t.lock_version,
