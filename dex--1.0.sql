@@ -35,6 +35,7 @@ CREATE TABLE dex.workflow_run (
     concurrency_key     text,
     custom_status       text,
     parent_id           uuid,
+    parent_event_id     integer,        -- the parent's ChildRunCreated event
     argument            bytea,          -- dex.v1.Payload
     result              bytea,          -- dex.v1.Payload
     failure             bytea,          -- dex.v1.Failure

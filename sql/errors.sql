@@ -71,7 +71,6 @@ SELECT dex.complete_task(:'run', 0, :v, '[{"id": 1, "startTimer": {"name": "t", 
 SELECT dex.complete_task(:'run', 0, :v, '[{"completeRun": {}}, {"id": 1, "startTimer": {"delay": "1s"}}]');
 SELECT dex.complete_task(:'run', 0, :v, '[{"failRun": {}}]');
 SELECT dex.complete_task(:'run', 0, :v, '[{"id": 1}]');
-SELECT dex.complete_task(:'run', 0, :v, '[{"id": 1, "startChildRun": {"workflowName": "c"}}]');
 SELECT dex.complete_task(:'run', 0, :v, '[{"completeRun": {"result": {"jsn": "1"}}}]');
 SELECT dex.complete_task(:'run', 0, :v, '{"commands": {"completeRun": {}}}');
 SELECT dex.complete_task(:'run', 0, :v, '"complete"');
@@ -107,7 +106,6 @@ SELECT pg_temp.error_of(format('SELECT dex.complete_task(%L, 0, %s, ''[]'')', :'
 SELECT pg_temp.error_of(format('SELECT dex.complete_task(%L, 3, %s, ''1'')', :'run', :v));
 SELECT dex.fail_task(:'run', 0, :v, '{"message": "x"}');
 SELECT dex.complete_task('00000000-0000-7000-8000-000000000000', 0, 1, '[]');
-SELECT dex.complete_task(:'run', 0, :v, '[{"id": 1, "startChildRun": {"workflowName": "c"}}]');
 SET dex.max_payload_size = 1024;
 SELECT dex.create_run('w', 'orders', to_jsonb(repeat('x', 2000)));
 RESET dex.max_payload_size;

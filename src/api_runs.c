@@ -571,30 +571,23 @@ simple_event(Dex__V1__WorkflowEvent__SubjectCase subject)
 }
 
 /*
- * dex.cancel_run(run_id, reason): a run that is executing receives
- * runCancelRequested and ends CANCELLED when the workflow task that shows it
- * completes; a run that is not executing (never started, or suspended) ends
- * CANCELLED at once.  Either way its pending tasks are withdrawn when it ends.
+ * Cancel a run (see dex.cancel_run).  With if_active, a run that has ended is
+ * left alone instead of being an error: the cascade from a parent uses it.
  */
-Datum
-dex_cancel_run(PG_FUNCTION_ARGS)
+void
+dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
 {
-	pg_uuid_t  *run_id;
-	char	   *reason = PG_ARGISNULL(1) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(1));
 	char	   *status;
 	bool		cancel_requested;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("run id must not be null")));
-	run_id = PG_GETARG_UUID_P(0);
-
-	SPI_connect();
 	status = lock_run(run_id, &cancel_requested);
 	if (status_is_terminal(status))
+	{
+		if (if_active)
+			return;
 		illegal_transition(run_id, "cancel", status);
+	}
 
 	if (strcmp(status, "RUNNING") == 0)
 	{
@@ -608,7 +601,7 @@ dex_cancel_run(PG_FUNCTION_ARGS)
 			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCEL_REQUESTED;
 			ev->run_cancel_requested = palloc(sizeof(Dex__V1__RunCancelRequested));
 			dex__v1__run_cancel_requested__init(ev->run_cancel_requested);
-			ev->run_cancel_requested->reason = reason;
+			ev->run_cancel_requested->reason = pstrdup(reason);
 			dex_spi_exec(&note_cancel_plan, values, NULL, 0);
 			dex_insert_inbox(run_id, ev, now);
 		}
@@ -631,7 +624,7 @@ dex_cancel_run(PG_FUNCTION_ARGS)
 		cancelled->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCELLED;
 		cancelled->run_cancelled = palloc(sizeof(Dex__V1__RunCancelled));
 		dex__v1__run_cancelled__init(cancelled->run_cancelled);
-		cancelled->run_cancelled->reason = reason;
+		cancelled->run_cancelled->reason = pstrdup(reason);
 		events[batch.n_events++] = cancelled;
 
 		values[0] = UUIDPGetDatum(run_id);
@@ -640,6 +633,26 @@ dex_cancel_run(PG_FUNCTION_ARGS)
 		dex_spi_exec(&end_run_now_plan, values, NULL, 0);
 		dex_end_runs(ids);
 	}
+}
+
+/*
+ * dex.cancel_run(run_id, reason): a run that is executing receives
+ * runCancelRequested and ends CANCELLED when the workflow task that shows it
+ * completes; a run that is not executing (never started, or suspended) ends
+ * CANCELLED at once.  Either way its pending tasks are withdrawn, and its
+ * children are cancelled, when it ends.
+ */
+Datum
+dex_cancel_run(PG_FUNCTION_ARGS)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("run id must not be null")));
+	SPI_connect();
+	dex_cancel_run_internal(PG_GETARG_UUID_P(0),
+							PG_ARGISNULL(1) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(1)),
+							false);
 	SPI_finish();
 	PG_RETURN_VOID();
 }

@@ -22,7 +22,10 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "utils/array.h"
+#include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
@@ -388,13 +391,15 @@ apply_wait_external_event(Completion *c, const Dex__V1__Command *cmd)
 
 static DexPlan pending_work_plan = {
 	"SELECT (SELECT count(*) FROM dex.activity_task WHERE run_id = $1), "
-	"       (SELECT count(*) FROM dex.workflow_inbox WHERE run_id = $1 AND timer_id IS NOT NULL)",
+	"       (SELECT count(*) FROM dex.workflow_inbox WHERE run_id = $1 AND timer_id IS NOT NULL), "
+	"       (SELECT count(*) FROM dex.workflow_run WHERE parent_id = $1 "
+	"          AND status = ANY ('{CREATED,RUNNING,SUSPENDED}'::text[]))",
 	1, {UUIDOID}
 };
 
 /*
- * Continuing as new: refused while activities or timers are pending, as
- * their results would reach a run that no longer waits for them.
+ * Continuing as new: refused while activities, timers or child runs are
+ * pending, as their results would reach a run that no longer waits for them.
  */
 static void
 apply_continue_as_new(Completion *c, const Dex__V1__Command *cmd)
@@ -402,21 +407,169 @@ apply_continue_as_new(Completion *c, const Dex__V1__Command *cmd)
 	Datum		values[1] = {UUIDPGetDatum(c->run_id)};
 	int64		activities;
 	int64		timers;
+	int64		children;
 
 	dex_spi_exec(&pending_work_plan, values, NULL, 1);
 	activities = dex_spi_getint64(0, 1);
 	timers = dex_spi_getint64(0, 2);
-	if (activities > 0 || timers > 0 || c->started_work > 0)
+	children = dex_spi_getint64(0, 3);
+	if (activities > 0 || timers > 0 || children > 0 || c->started_work > 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("workflow run %s cannot continue as new while work is pending",
 						dex_uuid_to_cstring(c->run_id)),
-				 errdetail("It has %lld pending activities and %lld pending timers, and this task started %d more.",
-						   (long long) activities, (long long) timers, c->started_work),
-				 errhint("Wait for the activities and timers, or cancel the timers, before continueAsNew.")));
+				 errdetail("It has %lld pending activities, %lld pending timers and %lld running child runs, and this task started %d more.",
+						   (long long) activities, (long long) timers, (long long) children,
+						   c->started_work),
+				 errhint("Wait for them, or cancel the timers, before continueAsNew.")));
 	c->continued = true;
 	c->continue_argument = cmd->continue_as_new->argument;
 	c->new_status = "CREATED";
+}
+
+static DexPlan insert_child_plan = {
+	"WITH r AS (INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, instance_id, "
+	"                   priority, labels, concurrency_key, argument, parent_id, parent_event_id, created_at) "
+	"           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now()) RETURNING id) "
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) SELECT $4, id, $6 FROM r",
+	11, {UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID, UUIDOID, INT4OID}
+};
+
+static DexPlan claim_child_instance_plan = {
+	"INSERT INTO dex.run_instance (instance_id, run_id) VALUES ($1, $2) ON CONFLICT (instance_id) DO NOTHING",
+	2, {TEXTOID, UUIDOID}
+};
+
+/* labels given as a proto map, as the jsonb object dex stores */
+static Jsonb *
+labels_jsonb(Dex__V1__StartChildRun__LabelsEntry **entries, size_t n)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	appendStringInfoChar(&buf, '{');
+	for (size_t i = 0; i < n; i++)
+	{
+		if (i > 0)
+			appendStringInfoChar(&buf, ',');
+		escape_json(&buf, entries[i]->key);
+		appendStringInfoChar(&buf, ':');
+		escape_json(&buf, entries[i]->value);
+	}
+	appendStringInfoChar(&buf, '}');
+	return DatumGetJsonbP(DirectFunctionCall1(jsonb_in, CStringGetDatum(buf.data)));
+}
+
+/*
+ * Starting a child run: created at once, in the parent's transaction, on
+ * its own queue (the parent's unless given), with the parent's priority and
+ * labels unless given.  When the child ends, the parent receives
+ * childRunCompleted or childRunFailed; when the parent ends, running
+ * children are cancelled.  A child whose instance id is taken fails at once.
+ */
+static void
+apply_start_child_run(Completion *c, const Dex__V1__Command *cmd)
+{
+	const Dex__V1__StartChildRun *sc = cmd->start_child_run;
+	int32		id = required_command_id(cmd);
+	DexQueue	queue;
+	pg_uuid_t  *child_id = dex_new_uuid();
+	int32		version = sc->workflow_version > 0 ? sc->workflow_version : 1;
+	int32		priority = sc->priority > 0 ? sc->priority : c->run->priority;
+	Jsonb	   *labels = sc->n_labels > 0 ? labels_jsonb(sc->labels, sc->n_labels) : c->run->labels;
+	bool		has_instance = sc->instance_id && sc->instance_id[0] != '\0';
+	bool		has_key = sc->concurrency_key && sc->concurrency_key[0] != '\0';
+	Dex__V1__ChildRunCreated *created;
+	Dex__V1__WorkflowEvent *ev;
+	Datum		values[11];
+	char		nulls[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+
+	if (sc->workflow_name == NULL || sc->workflow_name[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command startChildRun %d has no workflow name", id)));
+	if (priority < 0 || priority > 100)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("priority of child run %d must be between 0 and 100", id)));
+	if (sc->queue && sc->queue[0] != '\0')
+		queue = dex_require_queue(sc->queue, true);
+	else
+		queue = dex_require_queue(dex_queue_name(c->run->queue_id), true);
+
+	created = palloc(sizeof(*created));
+	dex__v1__child_run_created__init(created);
+	created->workflow_name = sc->workflow_name;
+	created->workflow_version = version;
+	created->queue = queue.name;
+	created->argument = sc->argument;
+	created->priority = priority;
+	created->instance_id = sc->instance_id;
+	created->concurrency_key = sc->concurrency_key;
+	created->n_labels = sc->n_labels;
+	created->labels = palloc(sizeof(Dex__V1__ChildRunCreated__LabelsEntry *) * Max(sc->n_labels, 1));
+	for (size_t i = 0; i < sc->n_labels; i++)
+	{
+		created->labels[i] = palloc(sizeof(Dex__V1__ChildRunCreated__LabelsEntry));
+		dex__v1__child_run_created__labels_entry__init(created->labels[i]);
+		created->labels[i]->key = sc->labels[i]->key;
+		created->labels[i]->value = sc->labels[i]->value;
+	}
+	ev = add_event(c, id);
+	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_CHILD_RUN_CREATED;
+	ev->child_run_created = created;
+
+	if (has_instance)
+	{
+		Datum		claim[2] = {CStringGetTextDatum(sc->instance_id), UUIDPGetDatum(child_id)};
+
+		dex_spi_exec(&claim_child_instance_plan, claim, NULL, 0);
+		if (SPI_processed == 0)
+		{
+			Dex__V1__WorkflowEvent *failed = dex_new_event(0, c->now);
+			Dex__V1__Failure *f = palloc(sizeof(*f));
+
+			dex__v1__failure__init(f);
+			f->message = psprintf("workflow instance \"%s\" already has an active run", sc->instance_id);
+			f->type = "dex.InstanceAlreadyActive";
+			f->terminal = true;
+			failed->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_CHILD_RUN_FAILED;
+			failed->child_run_failed = palloc(sizeof(Dex__V1__ChildRunFailed));
+			dex__v1__child_run_failed__init(failed->child_run_failed);
+			failed->child_run_failed->child_run_created_event_id = id;
+			failed->child_run_failed->failure = f;
+			dex_inbox_batch_add(&c->rows->inbox, c->run_id, failed, c->now);
+			return;
+		}
+	}
+	created->run_id = dex_uuid_to_cstring(child_id);
+
+	values[0] = UUIDPGetDatum(child_id);
+	values[1] = CStringGetTextDatum(sc->workflow_name);
+	values[2] = Int32GetDatum(version);
+	values[3] = Int32GetDatum(queue.id);
+	if (has_instance)
+		values[4] = CStringGetTextDatum(sc->instance_id);
+	else
+		nulls[4] = 'n';
+	values[5] = Int16GetDatum((int16) priority);
+	if (labels)
+		values[6] = JsonbPGetDatum(labels);
+	else
+		nulls[6] = 'n';
+	if (has_key)
+		values[7] = CStringGetTextDatum(sc->concurrency_key);
+	else
+		nulls[7] = 'n';
+	if (sc->argument)
+		values[8] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) sc->argument));
+	else
+		nulls[8] = 'n';
+	values[9] = UUIDPGetDatum(c->run_id);
+	values[10] = Int32GetDatum(id);
+	dex_spi_exec(&insert_child_plan, values, nulls, 0);
+	dex_queue_work_added(queue.id);
+	c->started_work++;
 }
 
 /* Cancelling a timer: its TimerElapsed is withdrawn if not delivered yet */
@@ -471,6 +624,9 @@ apply_command(Completion *c, const Dex__V1__Command *cmd)
 		case DEX__V1__COMMAND__KIND_CONTINUE_AS_NEW:
 			apply_continue_as_new(c, cmd);
 			break;
+		case DEX__V1__COMMAND__KIND_START_CHILD_RUN:
+			apply_start_child_run(c, cmd);
+			break;
 		case DEX__V1__COMMAND__KIND_RECORD_SIDE_EFFECT:
 			ev = add_event(c, required_command_id(cmd));
 			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_SIDE_EFFECT_EXECUTED;
@@ -514,7 +670,7 @@ apply_command(Completion *c, const Dex__V1__Command *cmd)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("command %d has no kind", cmd->id),
-					 errhint("Set exactly one of scheduleActivity, startTimer, cancelTimer, waitExternalEvent, recordSideEffect, setCustomStatus, completeRun, failRun.")));
+					 errhint("Set exactly one of scheduleActivity, startTimer, cancelTimer, waitExternalEvent, startChildRun, recordSideEffect, setCustomStatus, completeRun, failRun, continueAsNew.")));
 			break;
 		default:
 			ereport(ERROR,
@@ -763,13 +919,94 @@ static DexPlan end_runs_plan = {
 	1, {UUIDARRAYOID}
 };
 
-/* Remove what ended runs leave behind (see end_runs_plan). */
+/* the children that ended, with a parent still there to tell */
+static DexPlan ended_children_plan = {
+	"SELECT r.parent_id, r.parent_event_id, r.status, r.result, r.failure "
+	"FROM dex.workflow_run r JOIN dex.workflow_run p ON p.id = r.parent_id "
+	"WHERE r.id = ANY ($1) AND r.parent_id IS NOT NULL "
+	"AND p.status = ANY ('{CREATED,RUNNING,SUSPENDED}'::text[]) ORDER BY r.parent_id",
+	1, {UUIDARRAYOID}
+};
+
+static DexPlan active_children_plan = {
+	"SELECT id FROM dex.workflow_run WHERE parent_id = ANY ($1) "
+	"AND status = ANY ('{CREATED,RUNNING,SUSPENDED}'::text[]) ORDER BY id",
+	1, {UUIDARRAYOID}
+};
+
+/*
+ * Everything that follows the end of runs: their pending work is removed,
+ * their instance ids freed, their parents told (childRunCompleted or
+ * childRunFailed), and their children that still run cancelled.
+ */
 void
 dex_end_runs(Datum run_ids)
 {
 	Datum		values[1] = {run_ids};
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	DexInboxBatch inbox;
+	int			n;
+	pg_uuid_t  *children;
 
 	dex_spi_exec(&end_runs_plan, values, NULL, 0);
+
+	dex_spi_exec(&ended_children_plan, values, NULL, 0);
+	dex_inbox_batch_init(&inbox);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		pg_uuid_t  *parent = palloc(sizeof(pg_uuid_t));
+		int32		event_id = (int32) dex_spi_getint64(i, 2);
+		char	   *status = dex_spi_gettext_copy(i, 3);
+		bytea	   *result = dex_spi_getbytea_copy(i, 4);
+		bytea	   *failure = dex_spi_getbytea_copy(i, 5);
+		Dex__V1__WorkflowEvent *ev = dex_new_event(0, now);
+
+		memcpy(parent, DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)), sizeof(pg_uuid_t));
+		if (strcmp(status, "COMPLETED") == 0)
+		{
+			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_CHILD_RUN_COMPLETED;
+			ev->child_run_completed = palloc(sizeof(Dex__V1__ChildRunCompleted));
+			dex__v1__child_run_completed__init(ev->child_run_completed);
+			ev->child_run_completed->child_run_created_event_id = event_id;
+			ev->child_run_completed->result = result ? dex_payload_from_bytea(result, "result") : NULL;
+		}
+		else
+		{
+			Dex__V1__Failure *f;
+
+			if (failure)
+				f = (Dex__V1__Failure *)
+					dex_pb_unpack(&dex__v1__failure__descriptor, (uint8 *) VARDATA_ANY(failure),
+								  VARSIZE_ANY_EXHDR(failure), "failure");
+			else
+			{
+				f = palloc(sizeof(*f));
+				dex__v1__failure__init(f);
+				f->message = "the child run was cancelled";
+				f->type = "dex.Cancelled";
+			}
+			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_CHILD_RUN_FAILED;
+			ev->child_run_failed = palloc(sizeof(Dex__V1__ChildRunFailed));
+			dex__v1__child_run_failed__init(ev->child_run_failed);
+			ev->child_run_failed->child_run_created_event_id = event_id;
+			ev->child_run_failed->failure = f;
+		}
+		dex_inbox_batch_add(&inbox, parent, ev, now);
+	}
+	dex_inbox_batch_flush(&inbox);
+
+	dex_spi_exec(&active_children_plan, values, NULL, 0);
+	n = (int) SPI_processed;
+	children = palloc(sizeof(pg_uuid_t) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		memcpy(&children[i], DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)), sizeof(pg_uuid_t));
+	}
+	for (int i = 0; i < n; i++)
+		dex_cancel_run_internal(&children[i], "the parent run ended", true);
 }
 
 /*

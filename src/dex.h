@@ -153,6 +153,7 @@ typedef struct DexRun
 	pg_uuid_t	parent_id;
 	int32		queue_id;
 	int32		generation;		/* continue-as-new count */
+	int32		parent_event_id;	/* the parent's ChildRunCreated event */
 	bytea	   *history;		/* dex_load_histories: one encoded EventBatch */
 	int			n_inbox;		/* dex_load_inbox: encoded WorkflowEvents */
 	bytea	  **inbox;
@@ -193,6 +194,9 @@ extern void dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_v
 extern void dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost);
 extern void dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost);
 extern void dex_end_runs(Datum run_ids);
+
+/* api_runs.c */
+extern void dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active);
 
 /* rebuild.c */
 extern bool dex_rebuild_tasks_if_needed(void);

@@ -37,7 +37,7 @@ dex_uuid_array(pg_uuid_t *const *ids, int n)
 static DexPlan load_runs_plan = {
 	"SELECT id, workflow_name, workflow_version, status, history_length, last_event_id, argument, "
 	"created_at, instance_id, priority, labels, concurrency_key, custom_status, parent_id, queue_id, "
-	"generation FROM dex.workflow_run WHERE id = ANY ($1)",
+	"generation, parent_event_id FROM dex.workflow_run WHERE id = ANY ($1)",
 	1, {UUIDARRAYOID}
 };
 
@@ -84,6 +84,7 @@ dex_load_runs(Datum ids)
 			run->parent_id = *DatumGetUUIDP(d);
 		run->queue_id = (int32) dex_spi_getint64(i, 15);
 		run->generation = (int32) dex_spi_getint64(i, 16);
+		run->parent_event_id = (int32) dex_spi_getint64(i, 17);
 		run->history = NULL;
 		run->n_inbox = 0;
 		run->inbox = NULL;
@@ -226,6 +227,13 @@ run_created_subject(DexRun *run)
 	rc->priority = run->priority;
 	if (run->concurrency_key)
 		rc->concurrency_key = run->concurrency_key;
+	if (run->has_parent)
+	{
+		rc->parent = palloc(sizeof(Dex__V1__ParentRun));
+		dex__v1__parent_run__init(rc->parent);
+		rc->parent->run_id = dex_uuid_to_cstring(&run->parent_id);
+		rc->parent->child_run_created_event_id = run->parent_event_id;
+	}
 	if (run->labels)
 	{
 		JsonbIterator *it = JsonbIteratorInit(&run->labels->root);

@@ -4,7 +4,7 @@
 -- SQLSTATEs: WD001 stale or lost lease (dex's own), 42704 unknown queue or run, 42809 wrong
 -- queue kind or task kind, 22023 invalid parameter values, 22004 nulls, 22P03 malformed
 -- protobuf, 22P02 malformed text inside JSON, 23505 instance id already active, 42710
--- duplicate queue, 0A000 unsupported command, 54000 payload too large.
+-- duplicate queue, 54000 payload too large.
 --
 -- Runs in one transaction that is rolled back.
 \set ON_ERROR_STOP 1
@@ -16,7 +16,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(79);
+SELECT plan(78);
 
 SELECT dex.create_queue('tap-errors-wf', 'workflow') \gset
 SELECT dex.create_queue('tap-errors-act', 'activity') \gset
@@ -196,12 +196,6 @@ SELECT throws_ok($$SELECT dex.create_queue('tap-errors-wf', 'workflow')$$, '4271
                  'create_queue of an existing queue: 42710');
 SELECT throws_ok($$SELECT dex.create_queue('TAP_errors.wf', 'workflow')$$, '42710', NULL,
                  'create_queue of a name that maps to an existing partition: 42710');
-
---
--- 0A000 feature_not_supported
---
-SELECT throws_ok(pg_temp.complete('[{"id": 1, "startChildRun": {"workflowName": "c"}}]'),
-                 '0A000', NULL, 'a startChildRun command: 0A000');
 
 --
 -- 54000 program_limit_exceeded: payloads over dex.max_payload_size
