@@ -175,29 +175,36 @@ class Task(Future):
         except (Exception, _ContinueAsNew) as e:
             self._set_exception(e)
         else:
+            if yielded is None:         # a bare yield (asyncio.sleep(0)): just let others run
+                yielded = Future(self._loop)
+                yielded._set_result(None)
             if isinstance(yielded, Future):
                 self._waiting = yielded
                 yielded.add_done_callback(self._wakeup)
-            elif yielded is None:       # a bare yield (asyncio.sleep(0)): just let others run
-                self._loop.call_soon(self._step, None)
             else:
-                self._loop.call_soon(self._step, TypeError(
+                self._loop.call_soon(self._throw, TypeError(
                     f"workflow code awaited {yielded!r}, which is not a dex awaitable: workflows "
                     "await only ctx.activity(), ctx.sleep(), ctx.wait_event(), ctx.child(), "
                     "ctx.all_of(), ctx.any_of() and their own coroutines, never asyncio"))
 
     def _wakeup(self, fut: Future) -> None:
+        if fut is not self._waiting:    # a wake-up that a cancellation overtook
+            return
         self._waiting = None
         self._step(None)
 
     def _cancel(self, exc: BaseException) -> None:
         """Raise ``exc`` at the coroutine's current await."""
+        if not self._done:
+            self._loop.call_soon(self._throw, exc)
+
+    def _throw(self, exc: BaseException) -> None:
         if self._done:
             return
         if self._waiting is not None:
             self._waiting.remove_done_callback(self._wakeup)
             self._waiting = None
-        self._loop.call_soon(self._step, exc)
+        self._step(exc)
 
     def _close(self) -> None:
         try:
@@ -332,6 +339,11 @@ class WorkflowContext:
     @property
     def parent_run_id(self) -> Optional[str]:
         return (self._r.run_info.get("parent") or {}).get("runId")
+
+    @property
+    def generation(self) -> int:
+        """How many times the run continued as new (0 for its first history)."""
+        return self._r.generation
 
     @property
     def is_replaying(self) -> bool:
@@ -485,7 +497,15 @@ class WorkflowContext:
         return handle
 
     def continue_as_new(self, arg: Any = None) -> None:
-        """End this run's history and start over with ``arg`` (never returns)."""
+        """End this run's history and start over with ``arg`` (never returns).
+
+        The engine refuses it while activities or timers are pending: await or cancel
+        them first (a RuntimeError says so here)."""
+        pending = [repr(f) for f in list(self._r.activities.values()) + list(self._r.timers.values())
+                   if not f.done()]
+        if pending:
+            raise RuntimeError("continue_as_new with work pending (await or cancel it first): "
+                               + ", ".join(pending))
         raise _ContinueAsNew(arg)
 
     # -- combining awaitables ----------------------------------------------
@@ -584,6 +604,7 @@ class _Replayer:
         self.replaying = False
         self.closed = False
         self.cancel_reason: Optional[str] = None
+        self.generation = 0
         self.activities: Dict[int, ActivityHandle] = {}
         self.timers: Dict[int, Future] = {}
         self.children: Dict[int, ChildRun] = {}
@@ -680,9 +701,9 @@ class _Replayer:
             self.argument = decode(b.get("argument"))
         elif k == "runStarted":
             self._start_main()
-        elif k == "runContinuedAsNew":
+        elif k == "runContinuedAsNew":        # the history of a later generation starts so
             self.argument = decode(b.get("argument"))
-            self._start_main()
+            self.generation = int(b.get("generation", 0))
         elif k == "activityTaskCompleted":
             h = self.activities.pop(int(b.get("activityTaskCreatedEventId", 0)), None)
             if h is not None:

@@ -343,8 +343,16 @@ class Worker:
             if not rows:
                 self._long_poll(conn, queue)
                 return
-            results = [self.run_workflow_task(task) for _, _, _, task in rows]
-            self._complete_workflow_tasks(conn, rows, results)
+            done, results = [], []
+            for row in rows:
+                try:
+                    results.append(self.run_workflow_task(row[3]))
+                    done.append(row)
+                except Exception:       # a bug of the SDK: leave the task to its lease
+                    log.exception("run %s: replay failed; its workflow task is left to expire",
+                                  row[0])
+            if done:
+                self._complete_workflow_tasks(conn, done, results)
         self._polling(body, queue)
 
     def run_workflow_task(self, task: dict) -> List[dict]:

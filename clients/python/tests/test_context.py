@@ -297,13 +297,20 @@ def test_suspend_resume_and_list(client, queues, start_worker):
 
 @dex.workflow("ctx-child")
 async def child(ctx, n):
+    if n < 0:
+        raise ValueError(f"negative: {n}")
     return n + 1
 
 
 @dex.workflow("ctx-parent")
 async def parent(ctx, n):
     kids = [ctx.child(child, i) for i in range(n)]
-    return await ctx.all_of(kids)
+    results = await ctx.all_of(kids)
+    try:
+        await ctx.child(child, -1, labels={"kind": "bad"})
+    except dex.ChildRunError as e:
+        failed = {"type": e.type, "message": e.failure["message"]}
+    return {"results": results, "failed": failed, "parent": ctx.parent_run_id}
 
 
 def test_child_runs(client, queues, start_worker):
@@ -313,11 +320,18 @@ def test_child_runs(client, queues, start_worker):
     if run.status == "FAILED" and "dex.InvalidCommands" == (run.failure or {}).get("type") \
             and "not supported" in run.failure.get("message", ""):
         pytest.skip("this dex refuses startChildRun (0A000)")
-    assert run.status == "COMPLETED" and run.result == [1, 2, 3]
+    assert run.status == "COMPLETED", run.failure
+    assert run.result["results"] == [1, 2, 3] and run.result["parent"] is None
+    assert run.result["failed"] == {"type": "ValueError", "message": "negative: -1"}
+    children = client.list(parent_id=run_id)
+    assert sorted(c.status for c in children) == ["COMPLETED"] * 3 + ["FAILED"]
+    created = [e["childRunCreated"]["runId"] for e in client.history(run_id) if "childRunCreated" in e]
+    assert sorted(created) == sorted(c.id for c in children)
 
 
 @dex.workflow("ctx-continue")
 async def continuing(ctx, n):
+    assert ctx.generation == n
     if n < 3:
         await ctx.sleep(0.01)
         ctx.continue_as_new(n + 1)
@@ -331,6 +345,9 @@ def test_continue_as_new(client, queues, start_worker):
     if run.status == "FAILED" and "not supported" in (run.failure or {}).get("message", ""):
         pytest.skip("this dex refuses continueAsNew (0A000)")
     assert run.status == "COMPLETED" and run.result == 3
+    history = client.history(run_id)
+    assert event_kinds(history)[:2] == ["runContinuedAsNew", "workflowTaskStarted"]
+    assert history[0]["runContinuedAsNew"]["generation"] == 3
 
 
 def test_start_many_and_list_pages(client, queues, start_worker):

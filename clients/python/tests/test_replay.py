@@ -172,3 +172,54 @@ def test_format_history_is_a_table():
     assert lines[0].split(" | ")[0].strip() == "seq"
     assert "runCreated" in text and "argument=3" in text
     assert len(lines) == 2 + 4
+
+
+@dex.workflow("replay-side-effect")
+async def side(ctx):
+    value = ctx.side_effect(lambda: pytest.fail("a recorded side effect ran again"), name="pick")
+    await ctx.sleep(1)
+    return value
+
+
+def test_a_recorded_side_effect_is_not_run_again():
+    history = first_task() + [completed(),
+                              {"id": 1, "sideEffectExecuted": {"name": "pick", "result": {"json": "7"}}},
+                              {"id": 2, "timerCreated": {"name": "sleep"}}]
+    new = [started(1), {"timerElapsed": {"timerCreatedEventId": 2}}]
+    assert run(side, history, new) == [{"completeRun": {"result": {"json": "7"}}}]
+
+
+@dex.workflow("replay-continue-pending")
+async def continue_pending(ctx):
+    ctx.activity("forgotten")
+    ctx.continue_as_new(1)
+
+
+def test_continue_as_new_with_pending_work_is_refused_in_workflow_code():
+    (cmd,) = run(continue_pending, [], first_task())[1:]
+    assert cmd["failRun"]["failure"]["type"] == "RuntimeError"
+    assert "forgotten" in cmd["failRun"]["failure"]["message"]
+
+
+@dex.workflow("replay-cancel")
+async def cancel_me(ctx):
+    try:
+        await ctx.sleep(60)
+        await ctx.wait_event("never")
+    except dex.CancelledError as e:
+        ctx.set_custom_status(f"cancelled: {e.reason}")
+        raise
+
+
+def test_cancellation_is_raised_at_the_current_await():
+    history = first_task() + [completed(), {"id": 1, "timerCreated": {"name": "sleep"}}]
+    # the timer fired and the cancellation came in the same task: the workflow moved on to
+    # its next await (issuing the wait) and is cancelled there; the engine ends the run
+    new = [started(1), {"timerElapsed": {"timerCreatedEventId": 1}},
+           {"runCancelRequested": {"reason": "no longer needed"}}]
+    assert run(cancel_me, history, new) == [
+        {"id": 2, "waitExternalEvent": {"eventId": "never"}},
+        {"id": 3, "setCustomStatus": {"customStatus": "cancelled: no longer needed"}}]
+    new = [started(1), {"runCancelRequested": {}}]
+    assert run(cancel_me, history, new) == [
+        {"id": 2, "setCustomStatus": {"customStatus": "cancelled: "}}]
