@@ -240,14 +240,15 @@ CREATE FUNCTION dex.create_run(
     instance_id text DEFAULT NULL,
     priority integer DEFAULT 0,
     labels jsonb DEFAULT NULL,
-    concurrency_key text DEFAULT NULL)
+    concurrency_key text DEFAULT NULL,
+    if_active text DEFAULT 'error')
 RETURNS uuid
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_create_run';
-COMMENT ON FUNCTION dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text) IS
-    'Start a workflow run on a workflow queue; returns its id (a UUIDv7).';
+COMMENT ON FUNCTION dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text, text) IS
+    'Start a workflow run on a workflow queue; returns its id (a UUIDv7). If the instance id has an active run: an error (if_active => ''error'') or that run''s id (''return'').';
 
 CREATE FUNCTION dex.create_runs(
     workflow_name text,

@@ -85,3 +85,9 @@ SELECT dex.create_run('add-one', 'orders', instance_id => 'order-1') IS NOT NULL
 \set VERBOSITY terse
 SELECT dex.create_run('add-one', 'orders', instance_id => 'order-1');
 \set VERBOSITY default
+-- or, if the caller asks, returns the active run's id
+SELECT dex.create_run('add-one', 'orders', instance_id => 'order-1', if_active => 'return') =
+       (SELECT id FROM dex.runs WHERE instance_id = 'order-1' AND status = 'CREATED') AS same_run;
+\set VERBOSITY sqlstate
+SELECT dex.create_run('add-one', 'orders', instance_id => 'order-1', if_active => 'ignore');
+\set VERBOSITY default

@@ -124,7 +124,8 @@ static DexPlan insert_task_plan = {
 
 /*
  * dex.create_run(workflow_name, queue, argument, workflow_version,
- *				  instance_id, priority, labels, concurrency_key) returns uuid
+ *				  instance_id, priority, labels, concurrency_key, if_active)
+ * returns uuid
  */
 Datum
 dex_create_run(PG_FUNCTION_ARGS)
@@ -137,6 +138,7 @@ dex_create_run(PG_FUNCTION_ARGS)
 	int32		priority = PG_ARGISNULL(5) ? 0 : PG_GETARG_INT32(5);
 	Jsonb	   *labels = PG_ARGISNULL(6) ? NULL : PG_GETARG_JSONB_P(6);
 	char	   *concurrency_key = optional_name(fcinfo, 7, "concurrency key");
+	char	   *if_active = PG_ARGISNULL(8) ? "error" : text_to_cstring(PG_GETARG_TEXT_PP(8));
 	MemoryContext outer = CurrentMemoryContext;
 	pg_uuid_t  *run_id;
 	Dex__V1__Payload *payload;
@@ -145,6 +147,11 @@ dex_create_run(PG_FUNCTION_ARGS)
 	char		nulls[9];
 
 	validate_run_options(version, priority, labels);
+	if (strcmp(if_active, "error") != 0 && strcmp(if_active, "return") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid if_active \"%s\"", if_active),
+				 errhint("When the instance already has an active run, \"error\" raises an error and \"return\" returns that run's id.")));
 
 	run_id = dex_new_uuid();
 
@@ -181,6 +188,17 @@ dex_create_run(PG_FUNCTION_ARGS)
 		dex_spi_exec(&active_instance_plan, v, NULL, 1);
 		if (SPI_processed > 0)
 		{
+			bool		isnull;
+
+			if (strcmp(if_active, "return") == 0)
+			{
+				pg_uuid_t  *existing = DatumGetUUIDP(SPI_datumTransfer(dex_spi_getdatum(0, 1, &isnull),
+																	   false, sizeof(pg_uuid_t)));
+
+				SPI_finish();
+				MemoryContextSwitchTo(outer);
+				PG_RETURN_UUID_P(existing);
+			}
 			other_id = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
 			other_status = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2);
 		}

@@ -247,9 +247,11 @@ dex_scheduler_main(Datum main_arg)
 
 		/*
 		 * While a pass runs, any commit that creates due work wakes us again
-		 * (see wakeup.c): the pass might not see it.
+		 * (see wakeup.c): the pass might not see it.  A backend sets the
+		 * latch when its work is due before the published time, so "never"
+		 * makes every commit set it.
 		 */
-		dex_scheduler_set_next_wake(DT_NOBEGIN);
+		dex_scheduler_set_next_wake(DT_NOEND);
 		pg_memory_barrier();
 
 		MemoryContextSwitchTo(pass_context);

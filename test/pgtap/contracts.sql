@@ -24,7 +24,7 @@ INSERT INTO api VALUES
     ('from_json',        '{text,jsonb}',                                            'bytea'),
     ('payload_value',    '{bytea}',                                                 'jsonb'),
     ('create_queue',     '{text,text,integer}',                                     'void'),
-    ('create_run',       '{text,text,jsonb,integer,text,integer,jsonb,text}',       'uuid'),
+    ('create_run',       '{text,text,jsonb,integer,text,integer,jsonb,text,text}',  'uuid'),
     ('get_run',          '{uuid}',                                                  'dex.runs'),
     ('run_history',      '{uuid}',                                                  'setof record'),
     ('poll_tasks',       '{text,text,integer,interval}',                            'setof record'),
