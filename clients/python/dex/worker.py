@@ -131,7 +131,7 @@ class Worker:
                  workflows: Optional[Iterable[Any]] = None,
                  activities: Optional[Iterable[Any]] = None,
                  worker_id: Optional[str] = None, max_batch: int = 100,
-                 workflow_lease: float = 30.0, activity_lease: float = 60.0,
+                 workflow_lease: float = 10.0, activity_lease: float = 30.0,
                  poll_timeout: float = 30.0, shutdown_timeout: float = 30.0,
                  default_activity_queue: Optional[str] = None) -> None:
         if isinstance(workflow_queues, str):
