@@ -116,14 +116,22 @@ class Client:
     def start(self, workflow: Any, arg: Any = None, *, queue: str,
               version: Optional[int] = None, instance_id: Optional[str] = None,
               priority: int = 0, labels: Optional[Dict[str, str]] = None,
-              concurrency_key: Optional[str] = None) -> str:
-        """Start a run of ``workflow`` (a ``@dex.workflow`` function or a name); its id."""
+              concurrency_key: Optional[str] = None, if_active: str = "error") -> str:
+        """Start a run of ``workflow`` (a ``@dex.workflow`` function or a name); its id.
+
+        With ``instance_id``, a run of that instance that is still active makes this an
+        error (psycopg.errors.UniqueViolation), or with ``if_active="return"`` returns
+        that run's id: starting an instance becomes idempotent."""
         name, version = self._workflow(workflow, version)
+        extra, params = "", [name, queue, Jsonb(arg) if arg is not None else None, version,
+                             instance_id, priority, Jsonb(labels) if labels else None,
+                             concurrency_key]
+        if if_active != "error":
+            extra = ", if_active => %s"
+            params.append(if_active)
         row = self._exec(
             "SELECT dex.create_run(%s, %s, %s, workflow_version => %s, instance_id => %s, "
-            "priority => %s, labels => %s, concurrency_key => %s)",
-            (name, queue, Jsonb(arg) if arg is not None else None, version, instance_id,
-             priority, Jsonb(labels) if labels else None, concurrency_key)).fetchone()
+            f"priority => %s, labels => %s, concurrency_key => %s{extra})", params).fetchone()
         return str(row[0])
 
     def start_many(self, workflow: Any, args: Sequence[Any], *, queue: str,

@@ -5,6 +5,7 @@ import logging
 import threading
 import time
 
+import psycopg
 import pytest
 
 import dex
@@ -125,6 +126,10 @@ def test_external_events_and_timeouts(client, queues, start_worker):
     while client.get(run_id).custom_status != "waiting for approval":
         assert time.monotonic() < deadline
         time.sleep(0.05)
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        client.start(events, queue=queues[0], instance_id=instance)
+    assert client.start(events, queue=queues[0], instance_id=instance,
+                        if_active="return") == run_id
     assert client.send_event_to_instance(instance, "approval", {"by": "ana"}) is True
     result = client.result(run_id, timeout=10)
     assert result == {"early": {"n": 1}, "timed_out": True, "approval": {"by": "ana"}}
