@@ -43,6 +43,8 @@ CREATE TABLE dex.workflow_run (
     last_event_id       integer NOT NULL DEFAULT 0,
     generation          integer NOT NULL DEFAULT 0,
     cancel_requested    boolean NOT NULL DEFAULT false,
+    task_failures       integer NOT NULL DEFAULT 0,     -- consecutive failed workflow tasks
+    last_task_failure   bytea,          -- dex.v1.Failure
     created_at          timestamptz NOT NULL,
     updated_at          timestamptz,
     started_at          timestamptz,
@@ -329,7 +331,9 @@ SELECT r.id,
        r.created_at,
        r.updated_at,
        r.started_at,
-       r.completed_at
+       r.completed_at,
+       r.task_failures,
+       dex.to_json('dex.v1.Failure', r.last_task_failure) AS last_task_failure
   FROM dex.workflow_run r
   LEFT JOIN dex.queue q ON q.id OPERATOR(pg_catalog.=) r.queue_id;
 COMMENT ON VIEW dex.runs IS
@@ -468,7 +472,7 @@ SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_fail_task';
 COMMENT ON FUNCTION dex.fail_task(uuid, integer, bigint, jsonb) IS
-    'Fail a leased activity task with a dex.v1.Failure: retried per its retry policy unless terminal or out of attempts, then reported to the workflow.';
+    'Fail a leased task with a dex.v1.Failure. An activity is retried per its retry policy unless terminal or out of attempts, then reported to the workflow; a workflow task is handed out again after a growing backoff, counted on the run.';
 
 CREATE FUNCTION dex.fail_task_pb(run_id uuid, task_id integer, lock_version bigint, failure bytea)
 RETURNS void

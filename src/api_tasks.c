@@ -394,6 +394,61 @@ static DexPlan lock_activity_plan = {
 	3, {UUIDOID, INT4OID, INT8OID}
 };
 
+static DexPlan count_task_failure_plan = {
+	"UPDATE dex.workflow_run SET task_failures = task_failures + 1, last_task_failure = $2, "
+	"       updated_at = now() WHERE id = $1 RETURNING task_failures",
+	2, {UUIDOID, BYTEAOID}
+};
+
+/* the fence: the failing worker's lease is withdrawn (a new lock version) */
+static DexPlan fence_failed_workflow_task_plan = {
+	"UPDATE dex.workflow_task SET lock_version = nextval('dex.lease_version'), locked_until = 'infinity' "
+	"WHERE run_id = $1 AND lock_version = $2 AND locked_by IS NOT NULL RETURNING run_id",
+	2, {UUIDOID, INT8OID}
+};
+
+/* ...and the task can be leased again when the backoff ends */
+static DexPlan back_off_workflow_task_plan = {
+	"UPDATE dex.workflow_task SET locked_until = $2 WHERE run_id = $1",
+	2, {UUIDOID, TIMESTAMPTZOID}
+};
+
+/*
+ * A workflow task that failed (the worker could not run the workflow code:
+ * a crash loop, a missing workflow, a bug) is handed out again after a
+ * backoff that grows with the run's consecutive task failures, per the
+ * dex.retry_* settings; the count and the last failure are on the run, and
+ * a completed task resets them.  The workflow's own errors fail the run
+ * instead (the failRun command).
+ */
+static bool
+fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *failure,
+				   bool raise_lost)
+{
+	Datum		values[2] = {UUIDPGetDatum(run_id), Int64GetDatum(lock_version)};
+	int32		failures;
+	TimestampTz retry_at;
+
+	dex_spi_exec(&fence_failed_workflow_task_plan, values, NULL, 0);
+	if (SPI_processed == 0)
+	{
+		if (!raise_lost)
+			return false;
+		dex_report_lost_lease(run_id, 0, lock_version);
+	}
+
+	values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure));
+	dex_spi_exec(&count_task_failure_plan, values, NULL, 1);
+	failures = (int32) dex_spi_getint64(0, 1);
+
+	retry_at = dex_retry_time(dex_effective_retry_policy(NULL), failures);
+	values[1] = TimestampTzGetDatum(retry_at);
+	dex_spi_exec(&back_off_workflow_task_plan, values, NULL, 0);
+	/* the scheduler tells waiting workers when the backoff ends */
+	dex_wake_scheduler_at_commit(retry_at);
+	return true;
+}
+
 static bool
 fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
 				   Dex__V1__Failure *failure, bool raise_lost)
@@ -401,10 +456,7 @@ fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
 	Datum		values[3] = {UUIDPGetDatum(run_id), Int32GetDatum(task_id), Int64GetDatum(lock_version)};
 
 	if (task_id == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_WRONG_OBJECT_TYPE),
-				 errmsg("dex.fail_task applies to activity tasks"),
-				 errhint("A workflow fails its run with the failRun command of dex.complete_task.")));
+		return fail_workflow_task(run_id, lock_version, failure, raise_lost);
 	dex_spi_exec(&lock_activity_plan, values, NULL, 1);
 	if (SPI_processed == 0)
 	{

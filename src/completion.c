@@ -882,6 +882,7 @@ static DexPlan update_runs_plan = {
 	"history_length = u.history_length, "
 	"last_event_id = u.last_event_id, custom_status = u.custom_status, result = u.result, "
 	"failure = u.failure, updated_at = now(), started_at = coalesce(r.started_at, u.started_at), "
+	"task_failures = 0, last_task_failure = NULL, "
 	"completed_at = u.completed_at "
 	"FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::integer[], $5::text[], $6::bytea[], "
 	"            $7::bytea[], $8::timestamptz[], $9::timestamptz[], $10::integer[]) "

@@ -134,7 +134,7 @@ SELECT is(ARRAY(SELECT relpersistence::text FROM pg_class
           '{p,p,p,p,p,p}', 'runs, history, inbox, queues, retry records and instance ids are logged tables');
 -- the view's columns, in order
 SELECT columns_are('dex', 'runs',
-    '{id,workflow_name,workflow_version,queue,status,instance_id,priority,labels,concurrency_key,custom_status,parent_id,argument,result,failure,history_length,created_at,updated_at,started_at,completed_at}'::name[],
+    '{id,workflow_name,workflow_version,queue,status,instance_id,priority,labels,concurrency_key,custom_status,parent_id,argument,result,failure,history_length,created_at,updated_at,started_at,completed_at,task_failures,last_task_failure}'::name[],
     'dex.runs has the documented columns');
 
 -- each queue gets its own partition, UNLOGGED for both kinds of task
