@@ -96,6 +96,26 @@ CREATE TABLE dex.workflow_history (
 COMMENT ON TABLE dex.workflow_history IS
     'Append-only event history: one row per completed workflow task, holding its events as one dex.v1.EventBatch.';
 
+-- Concurrency keys: runs sharing a key execute one at a time.  The slot names
+-- the run that holds a key, from its admission until it ends (suspended runs
+-- keep it); runs that wait for the key queue in dex.concurrency_wait, taken
+-- in priority, then creation (id), order.  Admission never scans the backlog.
+CREATE TABLE dex.concurrency_slot (
+    key         text PRIMARY KEY,
+    run_id      uuid NOT NULL
+);
+COMMENT ON TABLE dex.concurrency_slot IS
+    'The run that holds each concurrency key.';
+CREATE TABLE dex.concurrency_wait (
+    key         text NOT NULL,
+    priority    smallint NOT NULL,
+    run_id      uuid NOT NULL,
+    PRIMARY KEY (key, run_id)
+);
+CREATE INDEX concurrency_wait_next_idx ON dex.concurrency_wait (key, priority DESC, run_id);
+COMMENT ON TABLE dex.concurrency_wait IS
+    'Runs waiting for their concurrency key, admitted in priority then creation order.';
+
 -- External events a run received, by id: a second event with the same id is
 -- dropped (dex.send_external_event returns false).
 CREATE TABLE dex.external_event (

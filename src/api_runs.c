@@ -210,11 +210,15 @@ dex_create_run(PG_FUNCTION_ARGS)
 	}
 	dex_spi_exec(&insert_run_plan, values, nulls, 0);
 
-	values[0] = Int32GetDatum(queue.id);
-	values[1] = UUIDPGetDatum(run_id);
-	values[2] = Int16GetDatum((int16) priority);
-	dex_spi_exec(&insert_task_plan, values, NULL, 0);
-	dex_queue_work_added(queue.id);
+	/* a run with a concurrency key gets its first task when it holds the key */
+	if (concurrency_key == NULL || dex_admit_run(run_id, concurrency_key, priority))
+	{
+		values[0] = Int32GetDatum(queue.id);
+		values[1] = UUIDPGetDatum(run_id);
+		values[2] = Int16GetDatum((int16) priority);
+		dex_spi_exec(&insert_task_plan, values, NULL, 0);
+		dex_queue_work_added(queue.id);
+	}
 
 	SPI_finish();
 	MemoryContextSwitchTo(outer);

@@ -431,8 +431,9 @@ static DexPlan insert_child_plan = {
 	"WITH r AS (INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, instance_id, "
 	"                   priority, labels, concurrency_key, argument, parent_id, parent_event_id, created_at) "
 	"           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now()) RETURNING id) "
-	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) SELECT $4, id, $6 FROM r",
-	11, {UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID, UUIDOID, INT4OID}
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) SELECT $4, id, $6 FROM r WHERE $12",
+	12, {UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID, UUIDOID, INT4OID,
+		BOOLOID}
 };
 
 static DexPlan claim_child_instance_plan = {
@@ -481,8 +482,8 @@ apply_start_child_run(Completion *c, const Dex__V1__Command *cmd)
 	bool		has_key = sc->concurrency_key && sc->concurrency_key[0] != '\0';
 	Dex__V1__ChildRunCreated *created;
 	Dex__V1__WorkflowEvent *ev;
-	Datum		values[11];
-	char		nulls[11] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[12];
+	char		nulls[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
 	if (sc->workflow_name == NULL || sc->workflow_name[0] == '\0')
 		ereport(ERROR,
@@ -567,6 +568,8 @@ apply_start_child_run(Completion *c, const Dex__V1__Command *cmd)
 		nulls[8] = 'n';
 	values[9] = UUIDPGetDatum(c->run_id);
 	values[10] = Int32GetDatum(id);
+	/* a child with a concurrency key gets its first task when it holds the key */
+	values[11] = BoolGetDatum(!has_key || dex_admit_run(child_id, sc->concurrency_key, priority));
 	dex_spi_exec(&insert_child_plan, values, nulls, 0);
 	dex_queue_work_added(queue.id);
 	c->started_work++;
@@ -937,7 +940,8 @@ static DexPlan active_children_plan = {
 
 /*
  * Everything that follows the end of runs: their pending work is removed,
- * their instance ids freed, their parents told (childRunCompleted or
+ * their instance ids and concurrency keys freed (the next run waiting for a
+ * key is admitted), their parents told (childRunCompleted or
  * childRunFailed), and their children that still run cancelled.
  */
 void
@@ -950,6 +954,7 @@ dex_end_runs(Datum run_ids)
 	pg_uuid_t  *children;
 
 	dex_spi_exec(&end_runs_plan, values, NULL, 0);
+	dex_release_keys(run_ids);
 
 	dex_spi_exec(&ended_children_plan, values, NULL, 0);
 	dex_inbox_batch_init(&inbox);

@@ -127,6 +127,8 @@ extern void dex_inbox_batch_flush(DexInboxBatch *b);
 extern void dex_insert_inbox(pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
 							 TimestampTz visible_from);
 extern void dex_ensure_workflow_tasks(Datum run_ids);
+extern bool dex_admit_run(pg_uuid_t *run_id, const char *key, int32 priority);
+extern void dex_release_keys(Datum run_ids);
 extern Dex__V1__RetryPolicy *dex_effective_retry_policy(const Dex__V1__RetryPolicy *given);
 extern TimestampTz dex_retry_time(const Dex__V1__RetryPolicy *policy, int attempt);
 extern void dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id,

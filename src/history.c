@@ -372,16 +372,19 @@ dex_insert_inbox(pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
 static DexPlan ensure_tasks_plan = {
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
 	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
-	"WHERE r.id = ANY ($1) AND r.status = ANY ('{CREATED,RUNNING}'::text[]) ORDER BY r.id "
+	"WHERE r.id = ANY ($1) AND r.status = ANY ('{CREATED,RUNNING}'::text[]) "
+	"AND (r.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM dex.concurrency_wait w "
+	"     WHERE w.key = r.concurrency_key AND w.run_id = r.id)) "
+	"ORDER BY r.id "
 	"ON CONFLICT (run_id, queue_id) DO UPDATE SET priority = EXCLUDED.priority WHERE false "
 	"RETURNING queue_id",
 	1, {UUIDARRAYOID}
 };
 
 /*
- * Make sure runs that can make progress have a workflow task, locking the
- * task rows that exist (see the file header), in run id order so that
- * concurrent batches cannot deadlock.
+ * Make sure runs that can make progress have a workflow task (not runs that
+ * wait for their concurrency key), locking the task rows that exist (see the
+ * file header), in run id order so that concurrent batches cannot deadlock.
  */
 void
 dex_ensure_workflow_tasks(Datum run_ids)
@@ -573,5 +576,90 @@ dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id, int32 attempt,
 		event->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_ACTIVITY_TASK_FAILED;
 		event->activity_task_failed = failed;
 		dex_insert_inbox(run_id, event, now);
+	}
+}
+
+/* ----------------------------------------------------------------
+ * Concurrency keys
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Claims the key, or locks its current holder's slot row: a run ending
+ * meanwhile (dex_release_keys) then waits for us, and sees our wait row when
+ * it admits the next run.
+ */
+static DexPlan claim_key_plan = {
+	"INSERT INTO dex.concurrency_slot (key, run_id) VALUES ($1, $2) "
+	"ON CONFLICT (key) DO UPDATE SET run_id = dex.concurrency_slot.run_id WHERE false "
+	"RETURNING run_id",
+	2, {TEXTOID, UUIDOID}
+};
+
+static DexPlan wait_for_key_plan = {
+	"INSERT INTO dex.concurrency_wait (key, priority, run_id) VALUES ($1, $2, $3)",
+	3, {TEXTOID, INT2OID, UUIDOID}
+};
+
+/*
+ * Admit a new run with a concurrency key: it holds the key if nobody does
+ * (returns true: give it a workflow task), else it waits for it.
+ */
+bool
+dex_admit_run(pg_uuid_t *run_id, const char *key, int32 priority)
+{
+	Datum		values[3] = {CStringGetTextDatum(key), UUIDPGetDatum(run_id), (Datum) 0};
+
+	dex_spi_exec(&claim_key_plan, values, NULL, 0);
+	if (SPI_processed > 0)
+		return true;
+	values[1] = Int16GetDatum((int16) priority);
+	values[2] = UUIDPGetDatum(run_id);
+	dex_spi_exec(&wait_for_key_plan, values, NULL, 0);
+	return false;
+}
+
+static DexPlan release_keys_plan = {
+	"WITH w AS (DELETE FROM dex.concurrency_wait w USING dex.workflow_run r "
+	"           WHERE r.id = ANY ($1) AND w.key = r.concurrency_key AND w.run_id = r.id) "
+	"DELETE FROM dex.concurrency_slot WHERE run_id = ANY ($1) RETURNING key",
+	1, {UUIDARRAYOID}
+};
+
+static DexPlan admit_next_plan = {
+	"WITH next AS (DELETE FROM dex.concurrency_wait w USING ("
+	"                SELECT key, run_id FROM dex.concurrency_wait WHERE key = $1 "
+	"                ORDER BY priority DESC, run_id LIMIT 1) n "
+	"              WHERE w.key = n.key AND w.run_id = n.run_id RETURNING w.run_id), "
+	"     slot AS (INSERT INTO dex.concurrency_slot (key, run_id) SELECT $1, run_id FROM next "
+	"              RETURNING run_id) "
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
+	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r JOIN slot ON slot.run_id = r.id "
+	"RETURNING queue_id",
+	1, {TEXTOID}
+};
+
+/*
+ * Runs that ended give up their keys (or their place in a key's queue); each
+ * freed key goes to the next run waiting for it, which gets its first
+ * workflow task.
+ */
+void
+dex_release_keys(Datum run_ids)
+{
+	Datum		values[1] = {run_ids};
+	int			n;
+	char	  **keys;
+
+	dex_spi_exec(&release_keys_plan, values, NULL, 0);
+	n = (int) SPI_processed;
+	keys = palloc(sizeof(char *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		keys[i] = dex_spi_gettext_copy(i, 1);
+	for (int i = 0; i < n; i++)
+	{
+		values[0] = CStringGetTextDatum(keys[i]);
+		dex_spi_exec(&admit_next_plan, values, NULL, 0);
+		dex_queue_work_added_spi(1);
 	}
 }

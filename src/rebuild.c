@@ -7,8 +7,8 @@
  * data, and keeping them out of the WAL is most of what makes a workflow
  * cheap to run.  Crash recovery empties them; the scheduler then rebuilds
  * them from the logged tables before anything else, in one transaction:
- *	  - a workflow task for every run that is new or has visible unseen
- *		events;
+ *	  - a workflow task for every run that is new (and not waiting for its
+ *		concurrency key) or has visible unseen events;
  *	  - an activity task for every activity a running run has created
  *		(ActivityTaskCreated in its history) whose outcome (completed or
  *		failed) is neither in the history nor in the inbox.  Its attempt and
@@ -47,8 +47,10 @@ static DexPlan mark_valid_plan = {
 static DexPlan rebuild_workflow_tasks_plan = {
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
 	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
-	"WHERE r.status = 'CREATED' OR (r.status = 'RUNNING' AND EXISTS ("
-	"  SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id AND i.visible_from <= now())) "
+	"WHERE (r.status = 'CREATED' AND NOT EXISTS ("
+	"         SELECT 1 FROM dex.concurrency_wait w WHERE w.key = r.concurrency_key AND w.run_id = r.id)) "
+	"   OR (r.status = 'RUNNING' AND EXISTS ("
+	"         SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id AND i.visible_from <= now())) "
 	"ON CONFLICT DO NOTHING",
 	0, {0}
 };

@@ -15,7 +15,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(227);
+SELECT plan(239);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -118,7 +118,7 @@ SELECT volatility_is('dex', 'poll_tasks', '{text,text,integer,interval}', 'volat
 -- tables
 --
 SELECT has_table('dex', t, format('table dex.%s exists', t))
-  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event}'::name[]) t;
+  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait}'::name[]) t;
 SELECT has_view('dex', 'runs', 'view dex.runs exists');
 SELECT has_sequence('dex', 'lease_version', 'sequence dex.lease_version (the fencing tokens) exists');
 SELECT is_partitioned('dex', 'workflow_task', 'dex.workflow_task is partitioned');
@@ -163,12 +163,12 @@ SELECT is((SELECT row(kind, status, capacity)::text FROM dex.queue WHERE name = 
 -- PUBLIC may not INSERT, UPDATE, DELETE nor TRUNCATE any dex table
 SELECT ok(NOT has_table_privilege('public', format('dex.%I', t), p),
           format('PUBLIC cannot %s dex.%s', p, t))
-  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event}'::text[]) t,
+  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait}'::text[]) t,
        unnest('{INSERT,UPDATE,DELETE,TRUNCATE}'::text[]) p
  ORDER BY t, p;
 -- nor anything else on them
 SELECT table_privs_are('dex', t, 'public', '{}'::name[], format('PUBLIC has no privileges on dex.%s', t))
-  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event}'::name[]) t;
+  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait}'::name[]) t;
 -- the partitions a queue creates are not writable either
 SELECT ok(NOT has_table_privilege('public', format('dex.%I', :'wf_part'), 'INSERT')
           AND NOT has_table_privilege('public', format('dex.%I', :'wf_part'), 'UPDATE')
