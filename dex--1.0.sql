@@ -161,6 +161,11 @@ CREATE TABLE dex.activity_task (
     locked_until    timestamptz,
     lock_version    bigint NOT NULL DEFAULT 0,
     last_failure    bytea,              -- dex.v1.Failure of the previous attempt
+    heartbeat_details bytea,            -- dex.v1.Payload of the last heartbeat, kept for the next attempt
+    start_to_close_ms bigint,           -- timeouts of the ScheduleActivity command
+    heartbeat_timeout_ms bigint,
+    schedule_deadline timestamptz,      -- scheduled at + schedule-to-close timeout
+    attempt_started_at timestamptz,
     created_at      timestamptz NOT NULL,
     PRIMARY KEY (run_id, event_id, queue_id)
 ) PARTITION BY LIST (queue_id);
@@ -182,6 +187,7 @@ CREATE TABLE dex.activity_retry (
     attempt         integer NOT NULL,   -- the attempt to run next
     visible_from    timestamptz NOT NULL,
     last_failure    bytea,              -- dex.v1.Failure
+    heartbeat_details bytea,            -- dex.v1.Payload
     PRIMARY KEY (run_id, event_id)
 );
 COMMENT ON TABLE dex.activity_retry IS
@@ -553,14 +559,15 @@ COMMENT ON FUNCTION dex.fail_tasks_pb(uuid[], integer[], bigint[], bytea[]) IS
     'dex.fail_tasks with protobuf failures (dex.v1.Failure).';
 
 CREATE FUNCTION dex.heartbeat_task(run_id uuid, task_id integer, lock_version bigint,
-                                   lease_duration interval DEFAULT '5 minutes')
+                                   lease_duration interval DEFAULT '5 minutes',
+                                   details jsonb DEFAULT NULL)
 RETURNS timestamptz
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_heartbeat_task';
-COMMENT ON FUNCTION dex.heartbeat_task(uuid, integer, bigint, interval) IS
-    'Extend a held lease to now + lease_duration; returns the new expiry; refused (WD001) if the lease is lost.';
+COMMENT ON FUNCTION dex.heartbeat_task(uuid, integer, bigint, interval, jsonb) IS
+    'Extend a held lease to now + lease_duration (capped by the activity''s timeouts); returns the new expiry; refused (WD001) if the lease is lost, WD002 if the run was cancelled. Details are kept for the next attempt.';
 
 CREATE FUNCTION dex.heartbeat_tasks(run_ids uuid[], task_ids integer[], lock_versions bigint[],
                                     lease_duration interval DEFAULT '5 minutes')

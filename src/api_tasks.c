@@ -52,6 +52,11 @@ PG_FUNCTION_INFO_V1(dex_fail_task_pb);
  * start: the event that made the task may have been committed by a
  * transaction that started after ours.
  *
+ * An activity's lease never outlasts its timeouts: start-to-close (from the
+ * attempt's start), heartbeat (from the last heartbeat) and schedule-to-close
+ * (from its scheduling, across attempts).  A lease that expires counts as a
+ * failed attempt (the scheduler reclaims it).
+ *
  * The LIMIT subqueries of the lease statements are MATERIALIZED CTEs: as a
  * plain subquery the planner may rescan it inside a nested loop (it does with
  * statistics taken on an empty partition), and every rescan skips the rows
@@ -75,11 +80,15 @@ static DexPlan lease_activity_plan = {
 	"WITH c AS MATERIALIZED (SELECT run_id, event_id FROM dex.activity_task "
 	"      WHERE queue_id = $1 AND status = 'QUEUED' AND locked_by IS NULL "
 	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
-	"UPDATE dex.activity_task t SET locked_by = $3, locked_until = now() + $4, "
-	"lock_version = nextval('dex.lease_version') "
+	"UPDATE dex.activity_task t SET locked_by = $3, lock_version = nextval('dex.lease_version'), "
+	"attempt_started_at = now(), "
+	"locked_until = LEAST(now() + $4, "
+	"    now() + make_interval(secs => coalesce(t.start_to_close_ms, 1e12) / 1000.0), "
+	"    now() + make_interval(secs => coalesce(t.heartbeat_timeout_ms, 1e12) / 1000.0), "
+	"    coalesce(t.schedule_deadline, 'infinity')) "
 	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id AND t.event_id = c.event_id "
 	"RETURNING t.run_id, t.event_id, t.lock_version, t.locked_until, t.name, t.argument, "
-	"t.attempt, t.retry_policy, t.last_failure",
+	"t.attempt, t.retry_policy, t.last_failure, t.heartbeat_details",
 	4, {INT4OID, INT4OID, TEXTOID, INTERVALOID}
 };
 
@@ -96,6 +105,7 @@ typedef struct Leased
 	int32		attempt;
 	bytea	   *retry_policy;
 	bytea	   *last_failure;
+	bytea	   *heartbeat_details;
 } Leased;
 
 /*
@@ -166,6 +176,8 @@ activity_task_datum(Leased *t, const char *queue_name, bool as_json)
 		dex_pb_unpack(&dex__v1__retry_policy__descriptor,
 					  (uint8 *) VARDATA_ANY(t->retry_policy),
 					  VARSIZE_ANY_EXHDR(t->retry_policy), "retry policy");
+	if (t->heartbeat_details)
+		task.heartbeat_details = dex_payload_from_bytea(t->heartbeat_details, "heartbeat details");
 	if (t->last_failure)
 		task.last_failure = (Dex__V1__Failure *)
 			dex_pb_unpack(&dex__v1__failure__descriptor,
@@ -277,6 +289,7 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 			t->attempt = (int32) dex_spi_getint64(i, 7);
 			t->retry_policy = dex_spi_getbytea_copy(i, 8);
 			t->last_failure = dex_spi_getbytea_copy(i, 9);
+			t->heartbeat_details = dex_spi_getbytea_copy(i, 10);
 		}
 		run_ids[i] = t->run_id;
 		/* the scheduler reclaims expired activity leases and announces expired workflow ones */
@@ -389,7 +402,7 @@ completion_from_jsonb(Jsonb *json)
  */
 
 static DexPlan lock_activity_plan = {
-	"SELECT attempt, retry_policy FROM dex.activity_task WHERE run_id = $1 AND event_id = $2 "
+	"SELECT attempt, retry_policy, schedule_deadline FROM dex.activity_task WHERE run_id = $1 AND event_id = $2 "
 	"AND lock_version = $3 AND locked_by IS NOT NULL FOR UPDATE",
 	3, {UUIDOID, INT4OID, INT8OID}
 };
@@ -464,8 +477,14 @@ fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
 			return false;
 		dex_report_lost_lease(run_id, task_id, lock_version);
 	}
-	dex_activity_attempt_failed(run_id, task_id, (int32) dex_spi_getint64(0, 1),
-								dex_spi_getbytea_copy(0, 2), failure);
+	{
+		bool		isnull;
+		Datum		deadline = dex_spi_getdatum(0, 3, &isnull);
+
+		dex_activity_attempt_failed(run_id, task_id, (int32) dex_spi_getint64(0, 1),
+									dex_spi_getbytea_copy(0, 2),
+									isnull ? DT_NOEND : DatumGetTimestampTz(deadline), failure);
+	}
 	return true;
 }
 
@@ -930,7 +949,8 @@ dex_fail_tasks_pb(PG_FUNCTION_ARGS)
 
 /*
  * Heartbeats extend leases: the lock version stays (it fences holders, not
- * time), locked_until moves to now + lease_duration.
+ * time), locked_until moves to now + lease_duration, capped by an activity's
+ * timeouts as at the lease.
  */
 static DexPlan heartbeat_plan = {
 	"WITH b AS (SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bigint[]) "
@@ -939,7 +959,10 @@ static DexPlan heartbeat_plan = {
 	"      WHERE b.task_id = 0 AND t.run_id = b.run_id AND t.lock_version = b.lock_version "
 	"        AND t.locked_by IS NOT NULL "
 	"      RETURNING t.run_id, 0 AS task_id, t.locked_until), "
-	"a AS (UPDATE dex.activity_task t SET locked_until = now() + $4 FROM b "
+	"a AS (UPDATE dex.activity_task t SET locked_until = LEAST(now() + $4, "
+	"        t.attempt_started_at + make_interval(secs => coalesce(t.start_to_close_ms, 1e12) / 1000.0), "
+	"        now() + make_interval(secs => coalesce(t.heartbeat_timeout_ms, 1e12) / 1000.0), "
+	"        coalesce(t.schedule_deadline, 'infinity')) FROM b "
 	"      WHERE b.task_id > 0 AND t.run_id = b.run_id AND t.event_id = b.task_id "
 	"        AND t.lock_version = b.lock_version AND t.locked_by IS NOT NULL "
 	"      RETURNING t.run_id, t.event_id AS task_id, t.locked_until) "
@@ -971,7 +994,15 @@ heartbeat(Datum run_ids, Datum task_ids, Datum lock_versions, Interval *lease)
 		dex_wake_scheduler_at_commit((TimestampTz) dex_spi_getint64(i, 3));
 }
 
-/* dex.heartbeat_task(run_id, task_id, lock_version, lease_duration) returns timestamptz */
+static DexPlan keep_details_plan = {
+	"UPDATE dex.activity_task SET heartbeat_details = $3 WHERE run_id = $1 AND event_id = $2",
+	3, {UUIDOID, INT4OID, BYTEAOID}
+};
+
+/*
+ * dex.heartbeat_task(run_id, task_id, lock_version, lease_duration, details)
+ * returns timestamptz
+ */
 Datum
 dex_heartbeat_task(PG_FUNCTION_ARGS)
 {
@@ -997,6 +1028,14 @@ dex_heartbeat_task(PG_FUNCTION_ARGS)
 	if (SPI_processed == 0)
 		dex_report_lost_lease(run_id, task_id, lock_version);
 	until = (TimestampTz) dex_spi_getint64(0, 3);
+	if (!PG_ARGISNULL(4) && task_id > 0)
+	{
+		Datum		values[3] = {UUIDPGetDatum(run_id), Int32GetDatum(task_id),
+			PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *)
+											  dex_payload_from_jsonb(PG_GETARG_JSONB_P(4))))};
+
+		dex_spi_exec(&keep_details_plan, values, NULL, 0);
+	}
 	SPI_finish();
 	PG_RETURN_TIMESTAMPTZ(until);
 }

@@ -31,6 +31,8 @@
 
 #include "dex.h"
 
+#define MAX_DELAY_MS ((int64) 100 * 365 * 24 * 3600 * 1000)
+
 /* ----------------------------------------------------------------
  * Lost leases
  * ----------------------------------------------------------------
@@ -132,6 +134,9 @@ typedef struct BatchRows
 	ArrayBuildState *a_priority;
 	ArrayBuildState *a_argument;
 	ArrayBuildState *a_retry_policy;
+	ArrayBuildState *a_start_to_close;
+	ArrayBuildState *a_heartbeat_timeout;
+	ArrayBuildState *a_deadline;
 	int			n_activities;
 	/* timers and other inbox rows */
 	DexInboxBatch inbox;
@@ -177,6 +182,9 @@ init_batch_rows(BatchRows *rows)
 	rows->a_priority = initArrayResult(INT2OID, cxt, false);
 	rows->a_argument = initArrayResult(BYTEAOID, cxt, false);
 	rows->a_retry_policy = initArrayResult(BYTEAOID, cxt, false);
+	rows->a_start_to_close = initArrayResult(INT8OID, cxt, false);
+	rows->a_heartbeat_timeout = initArrayResult(INT8OID, cxt, false);
+	rows->a_deadline = initArrayResult(TIMESTAMPTZOID, cxt, false);
 	rows->n_activities = 0;
 	dex_inbox_batch_init(&rows->inbox);
 	rows->n_run_id = initArrayResult(UUIDOID, cxt, false);
@@ -262,6 +270,19 @@ required_command_id(const Dex__V1__Command *cmd)
 	return cmd->id;
 }
 
+/* A timeout of a scheduleActivity command, in milliseconds: positive, or unset */
+static int64
+timeout_ms(const Google__Protobuf__Duration *d, int32 id)
+{
+	int64		ms = dex_duration_ms(d);
+
+	if (d != NULL && (ms <= 0 || ms > MAX_DELAY_MS))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the timeouts of activity %d must be positive and at most 100 years", id)));
+	return ms;
+}
+
 static void
 apply_schedule_activity(Completion *c, const Dex__V1__Command *cmd)
 {
@@ -308,6 +329,13 @@ apply_schedule_activity(Completion *c, const Dex__V1__Command *cmd)
 				  sa->argument == NULL);
 	dex_array_add(rows->a_retry_policy,
 				  PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) policy)), false);
+	dex_array_add(rows->a_start_to_close, Int64GetDatum(timeout_ms(sa->start_to_close_timeout, id)),
+				  sa->start_to_close_timeout == NULL);
+	dex_array_add(rows->a_heartbeat_timeout, Int64GetDatum(timeout_ms(sa->heartbeat_timeout, id)),
+				  sa->heartbeat_timeout == NULL);
+	dex_array_add(rows->a_deadline,
+				  TimestampTzGetDatum(c->now + timeout_ms(sa->schedule_to_close_timeout, id) * 1000),
+				  sa->schedule_to_close_timeout == NULL);
 	rows->n_activities++;
 	c->started_work++;
 	dex_queue_work_added(queue.id);
@@ -325,8 +353,6 @@ add_timer_elapsed(Completion *c, int32 id, TimestampTz fire_at)
 	elapsed->timer_elapsed->timer_created_event_id = id;
 	dex_inbox_batch_add(&c->rows->inbox, c->run_id, elapsed, fire_at);
 }
-
-#define MAX_DELAY_MS ((int64) 100 * 365 * 24 * 3600 * 1000)
 
 static void
 apply_start_timer(Completion *c, const Dex__V1__Command *cmd)
@@ -898,11 +924,16 @@ static DexPlan update_runs_plan = {
 
 static DexPlan insert_activities_plan = {
 	"INSERT INTO dex.activity_task (queue_id, run_id, event_id, name, priority, status, attempt, "
-	"                               visible_from, argument, retry_policy, created_at) "
-	"SELECT queue_id, run_id, event_id, name, priority, 'QUEUED', 1, now(), argument, retry_policy, now() "
+	"                               visible_from, argument, retry_policy, start_to_close_ms, "
+	"                               heartbeat_timeout_ms, schedule_deadline, created_at) "
+	"SELECT queue_id, run_id, event_id, name, priority, 'QUEUED', 1, now(), argument, retry_policy, "
+	"       start_to_close_ms, heartbeat_timeout_ms, schedule_deadline, now() "
 	"FROM unnest($1::integer[], $2::uuid[], $3::integer[], $4::text[], $5::smallint[], $6::bytea[], "
-	"            $7::bytea[]) AS a(queue_id, run_id, event_id, name, priority, argument, retry_policy)",
-	7, {INT4ARRAYOID, UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID}
+	"            $7::bytea[], $8::bigint[], $9::bigint[], $10::timestamptz[]) "
+	"     AS a(queue_id, run_id, event_id, name, priority, argument, retry_policy, start_to_close_ms, "
+	"          heartbeat_timeout_ms, schedule_deadline)",
+	10, {INT4ARRAYOID, UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID,
+		 INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID}
 };
 
 /* a run that ended leaves no work behind, and frees its instance id */
@@ -1161,6 +1192,9 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 		values[4] = dex_array_result(rows.a_priority);
 		values[5] = dex_array_result(rows.a_argument);
 		values[6] = dex_array_result(rows.a_retry_policy);
+		values[7] = dex_array_result(rows.a_start_to_close);
+		values[8] = dex_array_result(rows.a_heartbeat_timeout);
+		values[9] = dex_array_result(rows.a_deadline);
 		dex_spi_exec(&insert_activities_plan, values, NULL, 0);
 	}
 

@@ -133,6 +133,7 @@ extern Dex__V1__RetryPolicy *dex_effective_retry_policy(const Dex__V1__RetryPoli
 extern TimestampTz dex_retry_time(const Dex__V1__RetryPolicy *policy, int attempt);
 extern void dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id,
 										int32 attempt, bytea *retry_policy,
+										TimestampTz deadline,
 										Dex__V1__Failure *failure);
 
 /* workflow_task.c */

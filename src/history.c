@@ -512,10 +512,12 @@ static DexPlan retry_activity_plan = {
 
 /* the logged record of the retry, for the rebuild after a crash */
 static DexPlan record_retry_plan = {
-	"INSERT INTO dex.activity_retry (run_id, event_id, attempt, visible_from, last_failure) "
-	"VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id, event_id) DO UPDATE "
+	"INSERT INTO dex.activity_retry (run_id, event_id, attempt, visible_from, last_failure, heartbeat_details) "
+	"SELECT $1, $2, $3, $4, $5, t.heartbeat_details FROM dex.activity_task t "
+	"WHERE t.run_id = $1 AND t.event_id = $2 "
+	"ON CONFLICT (run_id, event_id) DO UPDATE "
 	"SET attempt = EXCLUDED.attempt, visible_from = EXCLUDED.visible_from, "
-	"last_failure = EXCLUDED.last_failure",
+	"last_failure = EXCLUDED.last_failure, heartbeat_details = EXCLUDED.heartbeat_details",
 	5, {UUIDOID, INT4OID, INT4OID, TIMESTAMPTZOID, BYTEAOID}
 };
 
@@ -533,18 +535,38 @@ static DexPlan delete_activity_plan = {
  */
 void
 dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id, int32 attempt,
-							bytea *retry_policy, Dex__V1__Failure *failure)
+							bytea *retry_policy, TimestampTz deadline,
+							Dex__V1__Failure *failure)
 {
 	Dex__V1__RetryPolicy *policy;
+	TimestampTz retry_at = 0;
+	bool		retry;
 
 	policy = (Dex__V1__RetryPolicy *)
 		dex_pb_unpack(&dex__v1__retry_policy__descriptor,
 					  (uint8 *) VARDATA_ANY(retry_policy),
 					  VARSIZE_ANY_EXHDR(retry_policy), "retry policy");
 
-	if (!failure_is_non_retryable(policy, failure) && attempt < policy->max_attempts)
+	retry = !failure_is_non_retryable(policy, failure) && attempt < policy->max_attempts;
+	if (retry)
 	{
-		TimestampTz retry_at = dex_retry_time(policy, attempt);
+		retry_at = dex_retry_time(policy, attempt);
+		if (retry_at >= deadline)
+		{
+			/* the schedule-to-close timeout ends the activity */
+			Dex__V1__Failure *timeout = palloc(sizeof(*timeout));
+
+			dex__v1__failure__init(timeout);
+			timeout->message = "the activity's schedule-to-close timeout passed";
+			timeout->type = "dex.ScheduleToCloseTimeout";
+			timeout->terminal = true;
+			timeout->cause = failure;
+			failure = timeout;
+			retry = false;
+		}
+	}
+	if (retry)
+	{
 		Datum		values[4];
 
 		values[0] = UUIDPGetDatum(run_id);

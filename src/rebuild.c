@@ -66,24 +66,30 @@ static DexPlan all_inbox_plan = {
 };
 
 static DexPlan retries_plan = {
-	"SELECT run_id, event_id, attempt, visible_from, last_failure FROM dex.activity_retry "
+	"SELECT run_id, event_id, attempt, visible_from, last_failure, heartbeat_details FROM dex.activity_retry "
 	"WHERE run_id = ANY ($1)",
 	1, {UUIDARRAYOID}
 };
 
 static DexPlan insert_rebuilt_activities_plan = {
 	"INSERT INTO dex.activity_task (queue_id, run_id, event_id, name, priority, status, attempt, "
-	"                               visible_from, argument, retry_policy, last_failure, created_at) "
+	"                               visible_from, argument, retry_policy, last_failure, "
+	"                               heartbeat_details, start_to_close_ms, heartbeat_timeout_ms, "
+	"                               schedule_deadline, created_at) "
 	"SELECT queue_id, run_id, event_id, name, priority, "
 	"       CASE WHEN visible_from > now() THEN 'CREATED' ELSE 'QUEUED' END, "
-	"       attempt, visible_from, argument, retry_policy, last_failure, now() "
+	"       attempt, visible_from, argument, retry_policy, last_failure, heartbeat_details, "
+	"       start_to_close_ms, heartbeat_timeout_ms, schedule_deadline, now() "
 	"FROM unnest($1::integer[], $2::uuid[], $3::integer[], $4::text[], $5::smallint[], $6::bytea[], "
-	"            $7::bytea[], $8::integer[], $9::timestamptz[], $10::bytea[]) "
+	"            $7::bytea[], $8::integer[], $9::timestamptz[], $10::bytea[], $11::bytea[], "
+	"            $12::bigint[], $13::bigint[], $14::timestamptz[]) "
 	"     AS a(queue_id, run_id, event_id, name, priority, argument, retry_policy, attempt, "
-	"          visible_from, last_failure) "
+	"          visible_from, last_failure, heartbeat_details, start_to_close_ms, "
+	"          heartbeat_timeout_ms, schedule_deadline) "
 	"ON CONFLICT DO NOTHING",
-	10, {INT4ARRAYOID, UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID,
-		 BYTEAARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, BYTEAARRAYOID}
+	14, {INT4ARRAYOID, UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID,
+		 BYTEAARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID,
+		 INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID}
 };
 
 /* A row of dex.activity_retry */
@@ -94,6 +100,7 @@ typedef struct RetryState
 	int32		attempt;
 	TimestampTz visible_from;
 	bytea	   *last_failure;
+	bytea	   *heartbeat_details;
 } RetryState;
 
 /* An activity of a run, while its history and inbox are read */
@@ -102,6 +109,7 @@ typedef struct PendingActivity
 	struct PendingActivity *next;
 	Dex__V1__ActivityTaskCreated *created;
 	int32		event_id;
+	TimestampTz created_at;
 	bool		done;
 } PendingActivity;
 
@@ -118,6 +126,7 @@ note_event(PendingActivity **list, Dex__V1__WorkflowEvent *ev)
 
 				p->created = ev->activity_task_created;
 				p->event_id = ev->id;
+				p->created_at = ev->timestamp ? dex_timestamp_from_pb(ev->timestamp) : 0;
 				p->next = *list;
 				*list = p;
 				return;
@@ -140,7 +149,7 @@ note_event(PendingActivity **list, Dex__V1__WorkflowEvent *ev)
 static int
 rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
 {
-	Datum		values[10];
+	Datum		values[14];
 	int			n_runs;
 	pg_uuid_t **ids;
 	Datum		id_array;
@@ -157,6 +166,10 @@ rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
 	ArrayBuildState *attempt = initArrayResult(INT4OID, CurrentMemoryContext, false);
 	ArrayBuildState *visible_from = initArrayResult(TIMESTAMPTZOID, CurrentMemoryContext, false);
 	ArrayBuildState *last_failure = initArrayResult(BYTEAOID, CurrentMemoryContext, false);
+	ArrayBuildState *hb_details = initArrayResult(BYTEAOID, CurrentMemoryContext, false);
+	ArrayBuildState *start_to_close = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	ArrayBuildState *hb_timeout = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	ArrayBuildState *deadline = initArrayResult(TIMESTAMPTZOID, CurrentMemoryContext, false);
 	int			n_tasks = 0;
 	typedef struct RunActivities
 	{
@@ -243,6 +256,7 @@ rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
 		retries[i].attempt = (int32) dex_spi_getint64(i, 3);
 		retries[i].visible_from = (TimestampTz) dex_spi_getint64(i, 4);
 		retries[i].last_failure = dex_spi_getbytea_copy(i, 5);
+		retries[i].heartbeat_details = dex_spi_getbytea_copy(i, 6);
 	}
 	hash_seq_init(&seq, runs);
 	while ((run = hash_seq_search(&seq)) != NULL)
@@ -256,6 +270,7 @@ rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
 			int32		n_attempt = 1;
 			TimestampTz due = GetCurrentTransactionStartTimestamp();
 			bytea	   *failure = NULL;
+			bytea	   *details = NULL;
 
 			if (p->done)
 				continue;
@@ -274,6 +289,7 @@ rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
 				n_attempt = retries[i].attempt;
 				due = retries[i].visible_from;
 				failure = retries[i].last_failure;
+				details = retries[i].heartbeat_details;
 			}
 			dex_array_add(queue_id, Int32GetDatum(queue.id), false);
 			dex_array_add(run_id, UUIDPGetDatum(&run->id), false);
@@ -290,6 +306,14 @@ rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
 			dex_array_add(attempt, Int32GetDatum(n_attempt), false);
 			dex_array_add(visible_from, TimestampTzGetDatum(due), false);
 			dex_array_add(last_failure, PointerGetDatum(failure), failure == NULL);
+			dex_array_add(hb_details, PointerGetDatum(details), details == NULL);
+			dex_array_add(start_to_close, Int64GetDatum(dex_duration_ms(c->start_to_close_timeout)),
+						  c->start_to_close_timeout == NULL);
+			dex_array_add(hb_timeout, Int64GetDatum(dex_duration_ms(c->heartbeat_timeout)),
+						  c->heartbeat_timeout == NULL);
+			dex_array_add(deadline,
+						  TimestampTzGetDatum(p->created_at + dex_duration_ms(c->schedule_to_close_timeout) * 1000),
+						  c->schedule_to_close_timeout == NULL);
 			n_tasks++;
 		}
 	}
@@ -306,6 +330,10 @@ rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
 		values[7] = dex_array_result(attempt);
 		values[8] = dex_array_result(visible_from);
 		values[9] = dex_array_result(last_failure);
+		values[10] = dex_array_result(hb_details);
+		values[11] = dex_array_result(start_to_close);
+		values[12] = dex_array_result(hb_timeout);
+		values[13] = dex_array_result(deadline);
 		dex_spi_exec(&insert_rebuilt_activities_plan, values, NULL, 0);
 	}
 	return n_runs;

@@ -75,7 +75,7 @@ static DexPlan due_activities_plan = {
 };
 
 static DexPlan expired_leases_plan = {
-	"SELECT run_id, event_id, attempt, retry_policy, locked_by FROM dex.activity_task "
+	"SELECT run_id, event_id, attempt, retry_policy, locked_by, schedule_deadline FROM dex.activity_task "
 	"WHERE locked_by IS NOT NULL AND locked_until < now() "
 	"ORDER BY locked_until LIMIT $1 FOR UPDATE SKIP LOCKED",
 	1, {INT4OID}
@@ -115,12 +115,14 @@ reclaim_expired_lease(int row)
 	int32		attempt = (int32) dex_spi_getint64(row, 3);
 	bytea	   *policy = dex_spi_getbytea_copy(row, 4);
 	char	   *worker = dex_spi_gettext_copy(row, 5);
+	Datum		deadline = dex_spi_getdatum(row, 6, &isnull);
 	Dex__V1__Failure *failure = palloc(sizeof(*failure));
 
 	dex__v1__failure__init(failure);
-	failure->message = psprintf("lease of worker \"%s\" expired", worker);
+	failure->message = psprintf("lease of worker \"%s\" expired (no completion or heartbeat in time)", worker);
 	failure->type = "dex.LeaseExpired";
-	dex_activity_attempt_failed(run_id, event_id, attempt, policy, failure);
+	dex_activity_attempt_failed(run_id, event_id, attempt, policy,
+								isnull ? DT_NOEND : DatumGetTimestampTz(deadline), failure);
 }
 
 /*
