@@ -156,6 +156,7 @@ dex_create_run(PG_FUNCTION_ARGS)
 	run_id = dex_new_uuid();
 
 	SPI_connect();
+	dex_wait_for_rebuild();
 	queue = dex_require_queue(queue_name, true);
 	payload = dex_payload_from_jsonb(argument);
 
@@ -362,6 +363,7 @@ dex_create_runs(PG_FUNCTION_ARGS)
 	}
 
 	SPI_connect();
+	dex_wait_for_rebuild();
 	queue = dex_require_queue(queue_name, true);
 	if (n > 0)
 	{
@@ -469,6 +471,7 @@ dex_send_external_event(PG_FUNCTION_ARGS)
 	run_id = PG_GETARG_UUID_P(0);
 	event_id = required_name(fcinfo, 1, "event id");
 	SPI_connect();
+	dex_wait_for_rebuild();
 	sent = send_external_event(run_id, event_id, PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2));
 	SPI_finish();
 	PG_RETURN_BOOL(sent);
@@ -484,6 +487,7 @@ dex_send_external_event_to_instance(PG_FUNCTION_ARGS)
 	bool		sent;
 
 	SPI_connect();
+	dex_wait_for_rebuild();
 	dex_spi_exec(&instance_run_plan, values, NULL, 1);
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -672,6 +676,7 @@ dex_cancel_run(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("run id must not be null")));
 	SPI_connect();
+	dex_wait_for_rebuild();
 	dex_cancel_run_internal(PG_GETARG_UUID_P(0),
 							PG_ARGISNULL(1) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(1)),
 							false);
@@ -696,6 +701,7 @@ dex_suspend_run(PG_FUNCTION_ARGS)
 				 errmsg("run id must not be null")));
 	run_id = PG_GETARG_UUID_P(0);
 	SPI_connect();
+	dex_wait_for_rebuild();
 	status = lock_run(run_id, NULL);
 	if (strcmp(status, "RUNNING") != 0)
 		illegal_transition(run_id, "suspend", status);
@@ -724,6 +730,7 @@ dex_resume_run(PG_FUNCTION_ARGS)
 				 errmsg("run id must not be null")));
 	run_id = PG_GETARG_UUID_P(0);
 	SPI_connect();
+	dex_wait_for_rebuild();
 	status = lock_run(run_id, NULL);
 	if (strcmp(status, "SUSPENDED") != 0)
 		illegal_transition(run_id, "resume", status);

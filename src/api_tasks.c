@@ -235,6 +235,7 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 	InitMaterializedSRF(fcinfo, 0);
 
 	SPI_connect();
+	dex_wait_for_rebuild();
 	if (!dex_lookup_queue(queue_name, &queue))
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -556,6 +557,7 @@ complete_task(FunctionCallInfo fcinfo, bool protobuf)
 	check_task_args(fcinfo, "result");
 	task_id = PG_GETARG_INT32(1);
 	SPI_connect();
+	dex_wait_for_rebuild();
 	if (task_id == 0)
 	{
 		DexWorkflowCompletion item;
@@ -621,6 +623,7 @@ fail_task(FunctionCallInfo fcinfo, bool protobuf)
 {
 	check_task_args(fcinfo, "failure");
 	SPI_connect();
+	dex_wait_for_rebuild();
 	fail_activity_task(PG_GETARG_UUID_P(0), PG_GETARG_INT32(1), PG_GETARG_INT64(2),
 					   failure_from(PG_GETARG_DATUM(3), protobuf), true);
 	SPI_finish();
@@ -880,6 +883,7 @@ complete_tasks(FunctionCallInfo fcinfo, bool protobuf)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	dex_wait_for_rebuild();
 	/* activity results first: a workflow task completed in the same batch
 	 * then sees them as unseen events and is requeued for them */
 	dex_complete_activity_tasks(act, n_act, false);
@@ -922,6 +926,7 @@ fail_tasks(FunctionCallInfo fcinfo, bool protobuf)
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	dex_wait_for_rebuild();
 	for (int i = 0; i < b.n; i++)
 	{
 		bool		done = fail_activity_task(DatumGetUUIDP(b.run_ids[i]),
@@ -1021,6 +1026,7 @@ dex_heartbeat_task(PG_FUNCTION_ARGS)
 	lock_version = PG_GETARG_INT64(2);
 
 	SPI_connect();
+	dex_wait_for_rebuild();
 	heartbeat(PointerGetDatum(construct_array(&PG_GETARG_DATUM(0), 1, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
 			  PointerGetDatum(construct_array(&PG_GETARG_DATUM(1), 1, INT4OID, 4, true, TYPALIGN_INT)),
 			  PointerGetDatum(construct_array(&PG_GETARG_DATUM(2), 1, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
@@ -1058,6 +1064,7 @@ dex_heartbeat_tasks(PG_FUNCTION_ARGS)
 	(void) b;
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
+	dex_wait_for_rebuild();
 	heartbeat(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2),
 			  PG_GETARG_INTERVAL_P(3));
 	for (uint64 i = 0; i < SPI_processed; i++)

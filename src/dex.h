@@ -203,5 +203,6 @@ extern void dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool 
 
 /* rebuild.c */
 extern bool dex_rebuild_tasks_if_needed(void);
+extern void dex_wait_for_rebuild(void);
 
 #endif							/* DEX_H */
