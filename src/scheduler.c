@@ -48,6 +48,8 @@ PGDLLEXPORT void dex_scheduler_main(Datum main_arg);
 
 #define BATCH_SIZE 1000
 #define ERROR_RETRY_MS 1000
+/* how soon to look again at due rows another transaction has locked */
+#define LOCKED_RETRY_MS 100
 
 /* batches are MATERIALIZED CTEs so that a rescan cannot exceed the batch size */
 static DexPlan due_events_plan = {
@@ -196,6 +198,15 @@ scheduler_pass(bool *extension_seen)
 		d = dex_spi_getdatum(0, 1, &isnull);
 		if (!isnull)
 			next = DatumGetTimestampTz(d);
+
+		/*
+		 * Work already due when this pass's statements ran (now() is the
+		 * transaction's start) is left only if another transaction holds its
+		 * rows (SKIP LOCKED).  Passing again at once would spin until that
+		 * transaction ends, so look again a little later.
+		 */
+		if (next <= GetCurrentTransactionStartTimestamp())
+			next = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LOCKED_RETRY_MS);
 	}
 
 done:
