@@ -29,6 +29,8 @@ SELECT max(lock_version) FILTER (WHERE run_id = :'parent') AS v,
 SELECT dex.complete_task(:'parent', 0, :v, '[]');
 -- the child completes: the parent gets childRunCompleted with its result
 SELECT dex.complete_task(:'ship', 0, :sv, '[{"completeRun": {"result": {"json": "\"shipped\""}}}]');
+-- (a child's end reaches its parent through the scheduler)
+CALL dex.wait_for_tasks('kids-wf', '10 s');
 SELECT lock_version AS v, (task->'newEvents'->1) - 'timestamp' AS outcome
   FROM dex.poll_tasks('kids-wf', 'w') \gset
 \echo :outcome

@@ -436,8 +436,7 @@ send_external_event(pg_uuid_t *run_id, const char *event_id, Jsonb *payload)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("workflow run %s does not exist", dex_uuid_to_cstring(run_id))));
 	status = dex_spi_gettext_copy(0, 1);
-	if (strcmp(status, "COMPLETED") == 0 || strcmp(status, "FAILED") == 0 ||
-		strcmp(status, "CANCELLED") == 0)
+	if (dex_status_is_terminal(status))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("workflow run %s has ended", dex_uuid_to_cstring(run_id)),
@@ -536,8 +535,14 @@ static DexPlan end_run_now_plan = {
 	3, {UUIDOID, BYTEAOID, INT4OID}
 };
 
+/*
+ * A task a poll holds (SKIP LOCKED: see the locking protocol of history.c)
+ * is left: its completion keeps the run suspended.
+ */
 static DexPlan withdraw_task_plan = {
-	"DELETE FROM dex.workflow_task WHERE run_id = $1 AND locked_by IS NULL",
+	"DELETE FROM dex.workflow_task t USING (SELECT run_id, queue_id FROM dex.workflow_task "
+	"  WHERE run_id = $1 AND locked_by IS NULL FOR UPDATE SKIP LOCKED) s "
+	"WHERE t.run_id = s.run_id AND t.queue_id = s.queue_id",
 	1, {UUIDOID}
 };
 
@@ -564,13 +569,6 @@ illegal_transition(pg_uuid_t *run_id, const char *action, const char *status)
 			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			 errmsg("cannot %s workflow run %s", action, dex_uuid_to_cstring(run_id)),
 			 errdetail("Its status is %s.", status)));
-}
-
-static bool
-status_is_terminal(const char *status)
-{
-	return strcmp(status, "COMPLETED") == 0 || strcmp(status, "FAILED") == 0 ||
-		strcmp(status, "CANCELLED") == 0;
 }
 
 static Dex__V1__WorkflowEvent *
@@ -608,7 +606,7 @@ dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
 	status = lock_run(run_id, &cancel_requested);
-	if (status_is_terminal(status))
+	if (dex_status_is_terminal(status))
 	{
 		if (if_active)
 			return;
@@ -636,7 +634,7 @@ dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
 	{
 		/* not executing: record the end, and withdraw everything */
 		Datum		ids = dex_uuid_array(&run_id, 1);
-		HTAB	   *runs = dex_load_runs(ids);
+		HTAB	   *runs = dex_load_runs(ids, false);
 		DexRun	   *run = dex_find_run(runs, run_id);
 		Dex__V1__EventBatch batch;
 		Dex__V1__WorkflowEvent *events[2];

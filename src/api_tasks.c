@@ -70,7 +70,7 @@ static DexPlan lease_workflow_plan = {
 	"lock_version = nextval('dex.lease_version'), started_at = now(), "
 	"inbox_ids = ARRAY(SELECT i.id FROM dex.workflow_inbox i "
 	"                   WHERE i.run_id = t.run_id AND i.visible_from <= clock_timestamp() "
-	"                   ORDER BY i.id) "
+	"                   ORDER BY i.visible_from, i.id) "
 	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id "
 	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids",
 	4, {INT4OID, INT4OID, TEXTOID, INTERVALOID}
@@ -106,7 +106,41 @@ typedef struct Leased
 	bytea	   *retry_policy;
 	bytea	   *last_failure;
 	bytea	   *heartbeat_details;
+	bool		dropped;		/* left to a run that ended: deleted, not returned */
 } Leased;
+
+static DexPlan drop_tasks_plan = {
+	"DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)",
+	1, {UUIDARRAYOID}
+};
+
+/*
+ * A cancellation withdraws a run's task with SKIP LOCKED (see dex_end_runs):
+ * if a poll held it then, the task is still there after the run ended.  The
+ * poll that leases it next deletes it instead of handing it out.
+ */
+static void
+drop_tasks_of_ended_runs(HTAB *runs, Leased *leased, uint64 n)
+{
+	ArrayBuildState *ended = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+
+	for (uint64 i = 0; i < n; i++)
+	{
+		DexRun	   *run = dex_find_run(runs, leased[i].run_id);
+
+		if (run != NULL && dex_status_is_terminal(run->status))
+		{
+			leased[i].dropped = true;
+			dex_array_add(ended, UUIDPGetDatum(leased[i].run_id), false);
+		}
+	}
+	if (ended->nelems > 0)
+	{
+		Datum		values[1] = {dex_array_result(ended)};
+
+		dex_spi_exec(&drop_tasks_plan, values, NULL, 0);
+	}
+}
 
 /*
  * The task message of a leased workflow task, as JSON or protobuf.  For
@@ -302,9 +336,10 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 	{
 		Datum		ids = dex_uuid_array(run_ids, (int) n);
 
-		runs = dex_load_runs(ids);
+		runs = dex_load_runs(ids, false);
 		dex_load_histories(runs, ids);
 		dex_load_inbox(runs, dex_array_result(inbox_runs), dex_array_result(inbox_ids), false);
+		drop_tasks_of_ended_runs(runs, leased, n);
 	}
 
 	for (uint64 i = 0; i < n; i++)
@@ -318,6 +353,8 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 		out[2] = Int32GetDatum(t->task_id);
 		out[3] = Int64GetDatum(t->lock_version);
 		out[4] = TimestampTzGetDatum(t->locked_until);
+		if (t->dropped)
+			continue;
 		if (queue.is_workflow)
 		{
 			DexRun	   *run = dex_find_run(runs, t->run_id);
@@ -428,6 +465,18 @@ static DexPlan back_off_workflow_task_plan = {
 };
 
 /*
+ * Lock the task's run first (the locking protocol of history.c): to write it,
+ * or, with share, to add events to it.  Returns whether the run has ended, so
+ * that a task left to it is refused like a lost lease.
+ */
+static bool
+run_ended_after_lock(pg_uuid_t *run_id, bool share)
+{
+	dex_lock_runs(dex_uuid_array(&run_id, 1), share);
+	return SPI_processed > 0 && dex_status_is_terminal(dex_spi_gettext_copy(0, 2));
+}
+
+/*
  * A workflow task that failed (the worker could not run the workflow code:
  * a crash loop, a missing workflow, a bug) is handed out again after a
  * backoff that grows with the run's consecutive task failures, per the
@@ -442,9 +491,15 @@ fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *fail
 	Datum		values[2] = {UUIDPGetDatum(run_id), Int64GetDatum(lock_version)};
 	int32		failures;
 	TimestampTz retry_at;
+	bool		held = false;
 
-	dex_spi_exec(&fence_failed_workflow_task_plan, values, NULL, 0);
-	if (SPI_processed == 0)
+	/* a task left to an ended run is refused */
+	if (!run_ended_after_lock(run_id, false))
+	{
+		dex_spi_exec(&fence_failed_workflow_task_plan, values, NULL, 0);
+		held = SPI_processed > 0;
+	}
+	if (!held)
 	{
 		if (!raise_lost)
 			return false;
@@ -468,11 +523,16 @@ fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
 				   Dex__V1__Failure *failure, bool raise_lost)
 {
 	Datum		values[3] = {UUIDPGetDatum(run_id), Int32GetDatum(task_id), Int64GetDatum(lock_version)};
+	bool		held = false;
 
 	if (task_id == 0)
 		return fail_workflow_task(run_id, lock_version, failure, raise_lost);
-	dex_spi_exec(&lock_activity_plan, values, NULL, 1);
-	if (SPI_processed == 0)
+	if (!run_ended_after_lock(run_id, true))
+	{
+		dex_spi_exec(&lock_activity_plan, values, NULL, 1);
+		held = SPI_processed > 0;
+	}
+	if (!held)
 	{
 		if (!raise_lost)
 			return false;
@@ -884,6 +944,10 @@ complete_tasks(FunctionCallInfo fcinfo, bool protobuf)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	dex_wait_for_rebuild();
+	/* a batch of both kinds locks all its runs at once, in id order */
+	if (n_wf > 0 && n_act > 0)
+		dex_lock_runs(PointerGetDatum(construct_array(b.run_ids, b.n, UUIDOID, UUID_LEN, false,
+													  TYPALIGN_CHAR)), false);
 	/* activity results first: a workflow task completed in the same batch
 	 * then sees them as unseen events and is requeued for them */
 	dex_complete_activity_tasks(act, n_act, false);
@@ -927,6 +991,16 @@ fail_tasks(FunctionCallInfo fcinfo, bool protobuf)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	dex_wait_for_rebuild();
+	/* all the runs at once, in id order, before any task row */
+	{
+		bool		share = true;
+
+		for (int i = 0; i < b.n; i++)
+			if (DatumGetInt32(b.task_ids[i]) == 0)
+				share = false;
+		dex_lock_runs(PointerGetDatum(construct_array(b.run_ids, b.n, UUIDOID, UUID_LEN, false,
+													  TYPALIGN_CHAR)), share);
+	}
 	for (int i = 0; i < b.n; i++)
 	{
 		bool		done = fail_activity_task(DatumGetUUIDP(b.run_ids[i]),

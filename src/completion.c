@@ -900,10 +900,10 @@ static DexPlan insert_history_plan = {
 };
 
 /*
- * The runs were read without a row lock: the holder of a run's workflow task
- * is the only writer of its history, and the fence made us that holder.  The
- * update checks that the history did not grow meanwhile, and keeps a
- * suspension that dex.suspend_run made while the task ran.
+ * The runs are locked, and the fence made us the holder of their workflow
+ * tasks, the only writer of their histories; the update still checks that
+ * the history did not grow, as a guard.  It keeps a suspension that
+ * dex.suspend_run made while the task ran.
  */
 static DexPlan update_runs_plan = {
 	"UPDATE dex.workflow_run r SET "
@@ -943,11 +943,21 @@ static DexPlan cancel_timers_plan = {
 	2, {UUIDARRAYOID, INT4ARRAYOID}
 };
 
+/*
+ * Pending work is withdrawn, except task rows another transaction holds (a
+ * poll in a worker's open transaction): waiting for them while holding the
+ * run lock could deadlock (the locking protocol of history.c).  Such a task
+ * is refused when completed, and cleared by polls and the scheduler.
+ */
 static DexPlan end_runs_plan = {
-	"WITH a AS (DELETE FROM dex.activity_task WHERE run_id = ANY ($1)), "
+	"WITH a AS (DELETE FROM dex.activity_task a USING (SELECT run_id, event_id FROM dex.activity_task "
+	"             WHERE run_id = ANY ($1) FOR UPDATE SKIP LOCKED) s "
+	"           WHERE a.run_id = s.run_id AND a.event_id = s.event_id), "
 	"     e AS (DELETE FROM dex.external_event WHERE run_id = ANY ($1)), "
 	"     ar AS (DELETE FROM dex.activity_retry WHERE run_id = ANY ($1)), "
-	"     t AS (DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)), "
+	"     t AS (DELETE FROM dex.workflow_task t USING (SELECT run_id, queue_id FROM dex.workflow_task "
+	"             WHERE run_id = ANY ($1) FOR UPDATE SKIP LOCKED) s "
+	"           WHERE t.run_id = s.run_id AND t.queue_id = s.queue_id), "
 	"     n AS (DELETE FROM dex.run_instance i USING dex.workflow_run r "
 	"           WHERE r.id = ANY ($1) AND i.instance_id = r.instance_id AND i.run_id = r.id) "
 	"DELETE FROM dex.workflow_inbox WHERE run_id = ANY ($1)",
@@ -970,10 +980,11 @@ static DexPlan active_children_plan = {
 };
 
 /*
- * Everything that follows the end of runs: their pending work is removed,
- * their instance ids and concurrency keys freed (the next run waiting for a
- * key is admitted), their parents told (childRunCompleted or
- * childRunFailed), and their children that still run cancelled.
+ * Everything that follows the end of runs (locked by the caller): their
+ * pending work is removed, their instance ids and concurrency keys freed (the
+ * next run waiting for a key is admitted), their parents told
+ * (childRunCompleted or childRunFailed, through the scheduler: a child does
+ * not lock its parent), and their children that still run cancelled.
  */
 void
 dex_end_runs(Datum run_ids)
@@ -1029,7 +1040,7 @@ dex_end_runs(Datum run_ids)
 			ev->child_run_failed->child_run_created_event_id = event_id;
 			ev->child_run_failed->failure = f;
 		}
-		dex_inbox_batch_add(&inbox, parent, ev, now);
+		dex_inbox_batch_add_unlocked(&inbox, parent, ev);
 	}
 	dex_inbox_batch_flush(&inbox);
 
@@ -1062,18 +1073,77 @@ static DexPlan requeue_plan = {
 	1, {UUIDARRAYOID}
 };
 
+/*
+ * The runs, among those whose completions would end them, that have events
+ * their tasks did not show: activity results, external events, children's
+ * ends, cancellation requests that arrived while the tasks ran (timers do not
+ * count: ending a run cancels them).
+ */
+static DexPlan unseen_events_plan = {
+	"SELECT DISTINCT i.run_id FROM dex.workflow_inbox i WHERE i.run_id = ANY ($1) "
+	"AND i.timer_id IS NULL AND i.visible_from <= clock_timestamp() "
+	"AND NOT EXISTS (SELECT 1 FROM unnest($2::uuid[], $3::bigint[]) AS s(run_id, id) "
+	"                WHERE s.run_id = i.run_id AND s.id = i.id)",
+	3, {UUIDARRAYOID, UUIDARRAYOID, INT8ARRAYOID}
+};
+
+/* Whether the completion's commands end the run (continuing as new does not). */
+static bool
+ends_run(const Dex__V1__WorkflowTaskCompletion *completion)
+{
+	for (size_t i = 0; i < completion->n_commands; i++)
+	{
+		Dex__V1__Command__KindCase kind = completion->commands[i]->kind_case;
+
+		if (kind == DEX__V1__COMMAND__KIND_COMPLETE_RUN ||
+			kind == DEX__V1__COMMAND__KIND_FAIL_RUN)
+			return true;
+	}
+	return false;
+}
+
+static void
+add_inbox_ids(ArrayBuildState *runs, ArrayBuildState *ids, DexWorkflowCompletion *item)
+{
+	Datum	   *elems;
+	int			count;
+
+	if (!item->has_inbox)
+		return;
+	deconstruct_array(DatumGetArrayTypeP(item->inbox_ids), INT8OID, 8, FLOAT8PASSBYVAL,
+					  TYPALIGN_DOUBLE, &elems, NULL, &count);
+	for (int k = 0; k < count; k++)
+	{
+		dex_array_add(runs, UUIDPGetDatum(item->run_id), false);
+		dex_array_add(ids, elems[k], false);
+	}
+}
+
+/*
+ * Complete fenced workflow tasks.  The runs are locked first (the locking
+ * protocol of history.c), then the task rows are deleted with their lock
+ * versions.  A task whose run ended meanwhile (a task a cancellation could
+ * not withdraw, see dex_end_runs) is refused like a lost lease.
+ *
+ * A completion that would end its run while events the task did not show
+ * have arrived is set aside (superseded): nothing of it is recorded, and the
+ * run gets a new task showing them all, so that no accepted activity result
+ * or event is dropped by the end of the run.  The workflow replays and
+ * decides again.  With raise_lost this is not an error.
+ */
 void
 dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost)
 {
 	ArrayBuildState *run_ids = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 	ArrayBuildState *versions = initArrayResult(INT8OID, CurrentMemoryContext, false);
-	ArrayBuildState *fenced = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 	ArrayBuildState *inbox_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 	ArrayBuildState *inbox_ids = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	ArrayBuildState *ending = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 	Datum		values[10];
 	HTAB	   *runs;
 	BatchRows	rows;
 	int			n_done = 0;
+	int			n_ending = 0;
 
 	if (n == 0)
 		return;
@@ -1081,12 +1151,17 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 	for (int i = 0; i < n; i++)
 	{
 		items[i].done = false;
+		items[i].superseded = false;
+		items[i].has_inbox = false;
 		dex_array_add(run_ids, UUIDPGetDatum(items[i].run_id), false);
 		dex_array_add(versions, Int64GetDatum(items[i].lock_version), false);
 	}
 
-	/* the fence: each task row is deleted only with its current lock version */
+	/* the runs, locked */
 	values[0] = dex_array_result(run_ids);
+	runs = dex_load_runs(values[0], true);
+
+	/* the fence: each task row is deleted only with its current lock version */
 	values[1] = dex_array_result(versions);
 	dex_spi_exec(&fence_workflow_plan, values, NULL, 0);
 	for (uint64 r = 0; r < SPI_processed; r++)
@@ -1098,6 +1173,7 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 		for (int i = 0; i < n; i++)
 		{
 			DexWorkflowCompletion *item = &items[i];
+			Datum		ids;
 
 			if (item->done || item->lock_version != version ||
 				memcmp(item->run_id, id, UUID_LEN) != 0)
@@ -1105,39 +1181,79 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 			item->done = true;
 			item->started_at = (TimestampTz) dex_spi_getint64(r, 3);
 			item->worker_id = dex_spi_gettext_copy(r, 5);
+			ids = dex_spi_getdatum(r, 4, &isnull);
+			if (!isnull)
 			{
-				Datum		ids = dex_spi_getdatum(r, 4, &isnull);
-
-				if (!isnull)
-				{
-					ArrayType  *arr = DatumGetArrayTypeP(ids);
-					Datum	   *elems;
-					int			count;
-
-					deconstruct_array(arr, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
-									  &elems, NULL, &count);
-					for (int k = 0; k < count; k++)
-					{
-						dex_array_add(inbox_runs, UUIDPGetDatum(item->run_id), false);
-						dex_array_add(inbox_ids, elems[k], false);
-					}
-				}
+				item->inbox_ids = SPI_datumTransfer(ids, false, -1);
+				item->has_inbox = true;
 			}
-			dex_array_add(fenced, UUIDPGetDatum(item->run_id), false);
-			n_done++;
 			break;
+		}
+	}
+
+	/* tasks left to runs that ended are refused; completions that end runs are checked */
+	for (int i = 0; i < n; i++)
+	{
+		DexRun	   *run;
+
+		if (!items[i].done)
+			continue;
+		run = dex_find_run(runs, items[i].run_id);
+		if (run == NULL)
+			elog(ERROR, "workflow run %s of a workflow task does not exist",
+				 dex_uuid_to_cstring(items[i].run_id));
+		if (dex_status_is_terminal(run->status))
+			items[i].done = false;
+		else if (run->cancel_requested || ends_run(items[i].completion))
+		{
+			dex_array_add(ending, UUIDPGetDatum(items[i].run_id), false);
+			add_inbox_ids(inbox_runs, inbox_ids, &items[i]);
+			n_ending++;
 		}
 	}
 	if (raise_lost)
 		for (int i = 0; i < n; i++)
 			if (!items[i].done)
 				dex_report_lost_lease(items[i].run_id, 0, items[i].lock_version);
+
+	if (n_ending > 0)
+	{
+		ArrayBuildState *again = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+
+		values[0] = dex_array_result(ending);
+		values[1] = dex_array_result(inbox_runs);
+		values[2] = dex_array_result(inbox_ids);
+		dex_spi_exec(&unseen_events_plan, values, NULL, 0);
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			bool		isnull;
+			pg_uuid_t  *id = DatumGetUUIDP(dex_spi_getdatum(r, 1, &isnull));
+
+			for (int i = 0; i < n; i++)
+				if (items[i].done && memcmp(items[i].run_id, id, UUID_LEN) == 0)
+				{
+					items[i].done = false;
+					items[i].superseded = true;
+					dex_array_add(again, UUIDPGetDatum(items[i].run_id), false);
+				}
+		}
+		if (again->nelems > 0)
+			dex_ensure_workflow_tasks(dex_array_result(again));
+		inbox_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+		inbox_ids = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	}
+
+	for (int i = 0; i < n; i++)
+	{
+		if (!items[i].done)
+			continue;
+		add_inbox_ids(inbox_runs, inbox_ids, &items[i]);
+		n_done++;
+	}
 	if (n_done == 0)
 		return;
 
-	/* the runs; the events the workers were shown, moved out of the inbox */
-	values[0] = dex_array_result(fenced);
-	runs = dex_load_runs(values[0]);
+	/* the events the workers were shown, moved out of the inbox */
 	dex_load_inbox(runs, dex_array_result(inbox_runs), dex_array_result(inbox_ids), true);
 
 	init_batch_rows(&rows);
@@ -1253,6 +1369,7 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	DexInboxBatch inbox;
 	int32	   *attempts = palloc0(sizeof(int32) * Max(n, 1));
+	bool	   *ended = palloc0(sizeof(bool) * Max(n, 1));
 
 	if (n == 0)
 		return;
@@ -1265,7 +1382,28 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 		dex_array_add(versions, Int64GetDatum(items[i].lock_version), false);
 	}
 
+	/*
+	 * The runs are locked to add events (the locking protocol of history.c);
+	 * a task left to a run that ended is refused, like a lost lease.
+	 */
 	values[0] = dex_array_result(run_ids);
+	dex_lock_runs(values[0], true);
+	{
+		int			k = 0;
+
+		for (uint64 r = 0; r < SPI_processed; r++)
+		{
+			bool		isnull;
+			pg_uuid_t  *id = DatumGetUUIDP(dex_spi_getdatum(r, 1, &isnull));
+			char	   *status = dex_spi_gettext_copy(r, 2);
+
+			for (; k < n && memcmp(items[k].run_id, id, UUID_LEN) < 0; k++)
+				;
+			for (; k < n && memcmp(items[k].run_id, id, UUID_LEN) == 0; k++)
+				ended[k] = dex_status_is_terminal(status);
+		}
+	}
+
 	values[1] = dex_array_result(task_ids);
 	values[2] = dex_array_result(versions);
 	dex_spi_exec(&fence_activities_plan, values, NULL, 0);
@@ -1282,6 +1420,8 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 				items[i].lock_version != version ||
 				memcmp(items[i].run_id, id, UUID_LEN) != 0)
 				continue;
+			if (ended[i])
+				break;
 			items[i].done = true;
 			attempts[i] = (int32) dex_spi_getint64(r, 4);
 			if (attempts[i] > 1)

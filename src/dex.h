@@ -126,7 +126,11 @@ extern void dex_inbox_batch_add(DexInboxBatch *b, pg_uuid_t *run_id,
 extern void dex_inbox_batch_flush(DexInboxBatch *b);
 extern void dex_insert_inbox(pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
 							 TimestampTz visible_from);
+extern void dex_inbox_batch_add_unlocked(DexInboxBatch *b, pg_uuid_t *run_id,
+										 Dex__V1__WorkflowEvent *event);
 extern void dex_ensure_workflow_tasks(Datum run_ids);
+extern void dex_lock_runs(Datum run_ids, bool share);
+extern bool dex_status_is_terminal(const char *status);
 extern bool dex_admit_run(pg_uuid_t *run_id, const char *key, int32 priority);
 extern void dex_release_keys(Datum run_ids);
 extern Dex__V1__RetryPolicy *dex_effective_retry_policy(const Dex__V1__RetryPolicy *given);
@@ -157,13 +161,14 @@ typedef struct DexRun
 	int32		queue_id;
 	int32		generation;		/* continue-as-new count */
 	int32		parent_event_id;	/* the parent's ChildRunCreated event */
+	bool		cancel_requested;
 	bytea	   *history;		/* dex_load_histories: one encoded EventBatch */
 	int			n_inbox;		/* dex_load_inbox: encoded WorkflowEvents */
 	bytea	  **inbox;
 } DexRun;
 
 extern Datum dex_uuid_array(pg_uuid_t *const *ids, int n);
-extern struct HTAB *dex_load_runs(Datum ids);
+extern struct HTAB *dex_load_runs(Datum ids, bool lock);
 extern DexRun *dex_find_run(struct HTAB *runs, pg_uuid_t *id);
 extern void dex_load_histories(struct HTAB *runs, Datum ids);
 extern void dex_load_inbox(struct HTAB *runs, Datum run_ids, Datum inbox_ids, bool consume);
@@ -179,9 +184,14 @@ typedef struct DexWorkflowCompletion
 	pg_uuid_t  *run_id;
 	int64		lock_version;
 	Dex__V1__WorkflowTaskCompletion *completion;
-	bool		done;			/* out: false if the lease was lost */
+	bool		done;			/* out: false if not applied (lease lost, run
+								 * ended, or superseded) */
+	bool		superseded;		/* out: set aside, as new events came (see
+								 * completion.c) */
 	TimestampTz started_at;		/* internal: from the fenced task row */
 	char	   *worker_id;
+	Datum		inbox_ids;		/* internal: the inbox rows the task showed */
+	bool		has_inbox;
 } DexWorkflowCompletion;
 
 typedef struct DexActivityCompletion

@@ -9,13 +9,28 @@
  * nothing commits.  Events are protobuf-c structs allocated in
  * CurrentMemoryContext (the SPI procedure context during API calls).
  *
- * Lost wake-ups are the one subtle point: a run's workflow task is deleted
- * by dex.complete_task and re-created if unseen events remain, while other
- * backends add events concurrently.  dex_ensure_workflow_tasks therefore
- * locks an existing task row (ON CONFLICT DO UPDATE ... WHERE false locks
- * without writing), so a completion that deletes the row afterwards waits
- * for the event's transaction and then sees the event when it checks for
- * remaining ones.
+ * Locking protocol (every transition of dex follows it; it is what keeps
+ * concurrent calls from deadlocking and from losing a wake-up):
+ *  1. A call that changes a run locks the run's row before any task, inbox or
+ *	   activity row of it: FOR NO KEY UPDATE to write the run (completing a
+ *	   workflow task, cancel, suspend, resume, admission), FOR SHARE to add to
+ *	   it (an activity result or failure, an external event).  Several runs are
+ *	   locked in run id order in one statement; a parent before its children.
+ *  2. Holding a run lock, a call never waits for a task row that another
+ *	   transaction locked: a poll, possibly in a worker's open transaction,
+ *	   may hold it and then want the run.  A workflow task is added only if
+ *	   none is visible (dex_ensure_workflow_tasks), and pending work is
+ *	   withdrawn with SKIP LOCKED (dex_end_runs): a task that a poll held then
+ *	   is left to the ended run and refused when completed, and polls and the
+ *	   scheduler clear such leftovers.
+ *  3. No wake-up is lost: whoever deletes a run's workflow task holds the run
+ *	   lock, and looks for unseen events after the events' writers (who held
+ *	   the run lock too) have committed, so an event either finds the task
+ *	   still there, to be shown when it is polled or re-created when it is
+ *	   completed, or finds no task and adds one.
+ *  4. Events for another run (a child's result for its parent) do not take
+ *	   that run's lock: they are written as due at once and handed over by
+ *	   the scheduler, which locks runs with SKIP LOCKED and so never waits.
  *
  *-------------------------------------------------------------------------
  */
@@ -26,6 +41,7 @@
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "common/pg_prng.h"
+#include "miscadmin.h"
 #include "port.h"
 #include "storage/proc.h"
 #include "utils/memutils.h"
@@ -307,11 +323,10 @@ dex_inbox_batch_init(DexInboxBatch *b)
 	b->n = 0;
 }
 
-void
-dex_inbox_batch_add(DexInboxBatch *b, pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
-					TimestampTz visible_from)
+static void
+inbox_batch_add_row(DexInboxBatch *b, pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
+					TimestampTz visible_from, bool delayed)
 {
-	bool		delayed = visible_from > GetCurrentTransactionStartTimestamp();
 	int32		timer_id = 0;
 
 	if (event->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_TIMER_ELAPSED)
@@ -327,6 +342,29 @@ dex_inbox_batch_add(DexInboxBatch *b, pg_uuid_t *run_id, Dex__V1__WorkflowEvent 
 	else
 		dex_array_add(b->visible_runs, UUIDPGetDatum(run_id), false);
 	b->n++;
+}
+
+/*
+ * An event for a run whose row the caller has locked (see the file header):
+ * visible at once, the run gets a workflow task with the batch; later, the
+ * scheduler hands it over when due.
+ */
+void
+dex_inbox_batch_add(DexInboxBatch *b, pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
+					TimestampTz visible_from)
+{
+	inbox_batch_add_row(b, run_id, event, visible_from,
+						visible_from > GetCurrentTransactionStartTimestamp());
+}
+
+/*
+ * An event for a run whose row the caller has not locked (a child's result
+ * for its parent): due at once, but handed over by the scheduler.
+ */
+void
+dex_inbox_batch_add_unlocked(DexInboxBatch *b, pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event)
+{
+	inbox_batch_add_row(b, run_id, event, GetCurrentTransactionStartTimestamp(), true);
 }
 
 static DexPlan insert_inbox_plan = {
@@ -369,22 +407,25 @@ dex_insert_inbox(pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
 	dex_inbox_batch_flush(&b);
 }
 
+/*
+ * A task row that is visible is never locked or waited for (rule 2 of the
+ * file header); ON CONFLICT only meets a task inserted by a transaction still
+ * in progress, which holds the run lock too and does not wait for us.
+ */
 static DexPlan ensure_tasks_plan = {
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
 	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
 	"WHERE r.id = ANY ($1) AND r.status = ANY ('{CREATED,RUNNING}'::text[]) "
+	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id) "
 	"AND (r.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM dex.concurrency_wait w "
 	"     WHERE w.key = r.concurrency_key AND w.run_id = r.id)) "
-	"ORDER BY r.id "
-	"ON CONFLICT (run_id, queue_id) DO UPDATE SET priority = EXCLUDED.priority WHERE false "
-	"RETURNING queue_id",
+	"ORDER BY r.id ON CONFLICT DO NOTHING RETURNING queue_id",
 	1, {UUIDARRAYOID}
 };
 
 /*
  * Make sure runs that can make progress have a workflow task (not runs that
- * wait for their concurrency key), locking the task rows that exist (see the
- * file header), in run id order so that concurrent batches cannot deadlock.
+ * wait for their concurrency key).  The caller holds the runs' locks.
  */
 void
 dex_ensure_workflow_tasks(Datum run_ids)
@@ -393,6 +434,36 @@ dex_ensure_workflow_tasks(Datum run_ids)
 
 	dex_spi_exec(&ensure_tasks_plan, values, NULL, 0);
 	dex_queue_work_added_spi(1);
+}
+
+static DexPlan lock_runs_plan = {
+	"SELECT id, status FROM dex.workflow_run WHERE id = ANY ($1) ORDER BY id FOR NO KEY UPDATE",
+	1, {UUIDARRAYOID}
+};
+
+static DexPlan share_runs_plan = {
+	"SELECT id, status FROM dex.workflow_run WHERE id = ANY ($1) ORDER BY id FOR SHARE",
+	1, {UUIDARRAYOID}
+};
+
+/*
+ * Lock the runs (a uuid[] datum), in id order: to write them, or to add
+ * events to them (share).  SPI_tuptable holds (id, status) of those that
+ * exist, in id order.
+ */
+void
+dex_lock_runs(Datum run_ids, bool share)
+{
+	Datum		values[1] = {run_ids};
+
+	dex_spi_exec(share ? &share_runs_plan : &lock_runs_plan, values, NULL, 0);
+}
+
+bool
+dex_status_is_terminal(const char *status)
+{
+	return strcmp(status, "COMPLETED") == 0 || strcmp(status, "FAILED") == 0 ||
+		strcmp(status, "CANCELLED") == 0;
 }
 
 void
@@ -648,28 +719,41 @@ static DexPlan release_keys_plan = {
 	1, {UUIDARRAYOID}
 };
 
-static DexPlan admit_next_plan = {
-	"WITH next AS (DELETE FROM dex.concurrency_wait w USING ("
-	"                SELECT key, run_id FROM dex.concurrency_wait WHERE key = $1 "
-	"                ORDER BY priority DESC, run_id LIMIT 1) n "
-	"              WHERE w.key = n.key AND w.run_id = n.run_id RETURNING w.run_id), "
-	"     slot AS (INSERT INTO dex.concurrency_slot (key, run_id) SELECT $1, run_id FROM next "
+static DexPlan next_waiting_plan = {
+	"SELECT run_id FROM dex.concurrency_wait WHERE key = $1 "
+	"ORDER BY priority DESC, run_id LIMIT 1",
+	1, {TEXTOID}
+};
+
+/*
+ * The waiting run is locked first (rule 1 of the file header): a cancellation
+ * of it either ended before (its wait row is gone, and the next one is taken)
+ * or waits for the admission and then sees the slot and task it must free.
+ */
+static DexPlan admit_plan = {
+	"WITH r AS MATERIALIZED (SELECT id, queue_id, priority, status FROM dex.workflow_run "
+	"                        WHERE id = $2 FOR NO KEY UPDATE), "
+	"     w AS (DELETE FROM dex.concurrency_wait w USING r "
+	"           WHERE w.key = $1 AND w.run_id = r.id RETURNING w.run_id), "
+	"     slot AS (INSERT INTO dex.concurrency_slot (key, run_id) SELECT $1, run_id FROM w "
 	"              RETURNING run_id) "
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
-	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r JOIN slot ON slot.run_id = r.id "
-	"RETURNING queue_id",
-	1, {TEXTOID}
+	"SELECT r.queue_id, r.id, r.priority FROM r JOIN slot ON slot.run_id = r.id "
+	"WHERE r.status = ANY ('{CREATED,RUNNING}'::text[]) "
+	"RETURNING queue_id, (SELECT count(*) FROM slot)",
+	2, {TEXTOID, UUIDOID}
 };
 
 /*
  * Runs that ended give up their keys (or their place in a key's queue); each
  * freed key goes to the next run waiting for it, which gets its first
- * workflow task.
+ * workflow task.  A waiting run that went away meanwhile (cancelled) is
+ * passed over for the next one.
  */
 void
 dex_release_keys(Datum run_ids)
 {
-	Datum		values[1] = {run_ids};
+	Datum		values[2] = {run_ids, (Datum) 0};
 	int			n;
 	char	  **keys;
 
@@ -681,7 +765,24 @@ dex_release_keys(Datum run_ids)
 	for (int i = 0; i < n; i++)
 	{
 		values[0] = CStringGetTextDatum(keys[i]);
-		dex_spi_exec(&admit_next_plan, values, NULL, 0);
-		dex_queue_work_added_spi(1);
+		for (;;)
+		{
+			bool		isnull;
+			pg_uuid_t	next;
+
+			dex_spi_exec(&next_waiting_plan, values, NULL, 1);
+			if (SPI_processed == 0)
+				break;			/* nobody waits: the key is free */
+			memcpy(&next, DatumGetUUIDP(dex_spi_getdatum(0, 1, &isnull)), sizeof(pg_uuid_t));
+			values[1] = UUIDPGetDatum(&next);
+			dex_spi_exec(&admit_plan, values, NULL, 0);
+			if (SPI_processed > 0)
+			{
+				dex_queue_work_added_spi(1);
+				break;
+			}
+			/* no task: the run's wait row went away before we locked it */
+			CHECK_FOR_INTERRUPTS();
+		}
 	}
 }

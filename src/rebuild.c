@@ -211,7 +211,7 @@ rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
 	memcpy(last, ids[n_runs - 1], sizeof(pg_uuid_t));
 	id_array = dex_uuid_array(ids, n_runs);
 
-	runs = dex_load_runs(id_array);
+	runs = dex_load_runs(id_array, false);
 	dex_load_histories(runs, id_array);
 
 	ctl.keysize = sizeof(pg_uuid_t);

@@ -7,10 +7,11 @@
  * Work that is due at once (a new run, an activity result) is made
  * pollable by the backend that creates it, in its own transaction.  The
  * scheduler owns what falls due later:
- *	  - delayed inbox events (timers): when due, the run gets a workflow task;
+ *	  - delayed inbox events (timers, children's results for their parents):
+ *		when due, the run gets a workflow task;
  *	  - activity tasks waiting out a retry backoff: when due, CREATED -> QUEUED;
  *	  - activity leases that expired: the attempt counts as failed and
- *		follows the retry policy;
+ *		follows the retry policy (a task left to a run that ended goes);
  *	  - workflow-task leases that expired: the task is pollable again as it
  *		is; the scheduler only wakes the workers waiting on its queue;
  *	  - after a crash, the UNLOGGED task partitions are empty: they are
@@ -52,16 +53,28 @@ PGDLLEXPORT void dex_scheduler_main(Datum main_arg);
 #define LOCKED_RETRY_MS 100
 
 /* batches are MATERIALIZED CTEs so that a rescan cannot exceed the batch size */
+/*
+ * The scheduler never waits for a lock (the locking protocol of history.c):
+ * it locks the runs of due rows with SKIP LOCKED, and a run another
+ * transaction holds is passed over until a later pass.  Whoever inserts a
+ * workflow task holds its run's lock, so the insert meets no task of a
+ * transaction in progress, and a visible task is left as it is: it shows the
+ * event when polled, or its completion, which must lock the run after us,
+ * re-creates it.
+ */
 static DexPlan due_events_plan = {
 	"WITH batch AS MATERIALIZED (SELECT run_id, id FROM dex.workflow_inbox "
 	"      WHERE delayed AND visible_from <= now() "
 	"      ORDER BY visible_from LIMIT $1 FOR UPDATE SKIP LOCKED), "
-	"due AS (UPDATE dex.workflow_inbox i SET delayed = false FROM batch "
+	"runs AS MATERIALIZED (SELECT id, queue_id, priority, status FROM dex.workflow_run "
+	"      WHERE id IN (SELECT run_id FROM batch) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED), "
+	"due AS (UPDATE dex.workflow_inbox i SET delayed = false FROM batch JOIN runs ON runs.id = batch.run_id "
 	"      WHERE i.run_id = batch.run_id AND i.id = batch.id RETURNING i.run_id) "
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
-	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
+	"SELECT r.queue_id, r.id, r.priority FROM runs r "
 	"WHERE r.id IN (SELECT run_id FROM due) AND r.status IN ('CREATED', 'RUNNING') "
-	"ON CONFLICT (run_id, queue_id) DO UPDATE SET priority = EXCLUDED.priority WHERE false "
+	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id) "
+	"ON CONFLICT DO NOTHING "
 	"RETURNING queue_id, (SELECT count(*) FROM batch)",
 	1, {INT4OID}
 };
@@ -76,11 +89,21 @@ static DexPlan due_activities_plan = {
 	1, {INT4OID}
 };
 
+/* expired activity leases, with their runs locked (SKIP LOCKED, as above) */
 static DexPlan expired_leases_plan = {
-	"SELECT run_id, event_id, attempt, retry_policy, locked_by, schedule_deadline FROM dex.activity_task "
-	"WHERE locked_by IS NOT NULL AND locked_until < now() "
-	"ORDER BY locked_until LIMIT $1 FOR UPDATE SKIP LOCKED",
+	"SELECT a.run_id, a.event_id, a.attempt, a.retry_policy, a.locked_by, a.schedule_deadline, r.status "
+	"FROM dex.activity_task a JOIN dex.workflow_run r ON r.id = a.run_id "
+	"WHERE a.locked_by IS NOT NULL AND a.locked_until < now() "
+	"ORDER BY a.locked_until LIMIT $1 "
+	"FOR NO KEY UPDATE OF r SKIP LOCKED FOR UPDATE OF a SKIP LOCKED",
 	1, {INT4OID}
+};
+
+/* a task left to a run that ended (see dex_end_runs) */
+static DexPlan drop_activity_plan = {
+	"WITH r AS (DELETE FROM dex.activity_retry WHERE run_id = $1 AND event_id = $2) "
+	"DELETE FROM dex.activity_task WHERE run_id = $1 AND event_id = $2",
+	2, {UUIDOID, INT4OID}
 };
 
 /*
@@ -118,8 +141,16 @@ reclaim_expired_lease(int row)
 	bytea	   *policy = dex_spi_getbytea_copy(row, 4);
 	char	   *worker = dex_spi_gettext_copy(row, 5);
 	Datum		deadline = dex_spi_getdatum(row, 6, &isnull);
-	Dex__V1__Failure *failure = palloc(sizeof(*failure));
+	Dex__V1__Failure *failure;
 
+	if (dex_status_is_terminal(dex_spi_gettext_copy(row, 7)))
+	{
+		Datum		values[2] = {UUIDPGetDatum(run_id), Int32GetDatum(event_id)};
+
+		dex_spi_exec(&drop_activity_plan, values, NULL, 0);
+		return;
+	}
+	failure = palloc(sizeof(*failure));
 	dex__v1__failure__init(failure);
 	failure->message = psprintf("lease of worker \"%s\" expired (no completion or heartbeat in time)", worker);
 	failure->type = "dex.LeaseExpired";

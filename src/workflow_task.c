@@ -34,20 +34,24 @@ dex_uuid_array(pg_uuid_t *const *ids, int n)
 	return PointerGetDatum(construct_array(elems, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 }
 
-static DexPlan load_runs_plan = {
-	"SELECT id, workflow_name, workflow_version, status, history_length, last_event_id, argument, "
-	"created_at, instance_id, priority, labels, concurrency_key, custom_status, parent_id, queue_id, "
-	"generation, parent_event_id FROM dex.workflow_run WHERE id = ANY ($1)",
-	1, {UUIDARRAYOID}
+#define LOAD_RUNS_SQL \
+	"SELECT id, workflow_name, workflow_version, status, history_length, last_event_id, argument, " \
+	"created_at, instance_id, priority, labels, concurrency_key, custom_status, parent_id, queue_id, " \
+	"generation, parent_event_id, cancel_requested FROM dex.workflow_run WHERE id = ANY ($1)"
+
+static DexPlan load_runs_plan = {LOAD_RUNS_SQL, 1, {UUIDARRAYOID}};
+
+static DexPlan lock_load_runs_plan = {
+	LOAD_RUNS_SQL " ORDER BY id FOR NO KEY UPDATE", 1, {UUIDARRAYOID}
 };
 
 /*
- * The runs with the given ids (a uuid[] datum), not locked: the holder of a
- * run's workflow task is the only writer of its projection.  Runs that do
+ * The runs with the given ids (a uuid[] datum); with "lock", locked to be
+ * written, in id order (the locking protocol of history.c).  Runs that do
  * not exist are absent from the table.
  */
 HTAB *
-dex_load_runs(Datum ids)
+dex_load_runs(Datum ids, bool lock)
 {
 	HASHCTL		ctl;
 	HTAB	   *runs;
@@ -58,7 +62,7 @@ dex_load_runs(Datum ids)
 	ctl.hcxt = CurrentMemoryContext;
 	runs = hash_create("dex runs", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 
-	dex_spi_exec(&load_runs_plan, values, NULL, 0);
+	dex_spi_exec(lock ? &lock_load_runs_plan : &load_runs_plan, values, NULL, 0);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
@@ -85,6 +89,7 @@ dex_load_runs(Datum ids)
 		run->queue_id = (int32) dex_spi_getint64(i, 15);
 		run->generation = (int32) dex_spi_getint64(i, 16);
 		run->parent_event_id = (int32) dex_spi_getint64(i, 17);
+		run->cancel_requested = dex_spi_getbool(i, 18);
 		run->history = NULL;
 		run->n_inbox = 0;
 		run->inbox = NULL;
@@ -150,21 +155,23 @@ dex_load_histories(HTAB *runs, Datum ids)
 static DexPlan inbox_plan = {
 	"SELECT i.run_id, i.event FROM dex.workflow_inbox i "
 	"JOIN unnest($1::uuid[], $2::bigint[]) AS u(run_id, id) ON i.run_id = u.run_id AND i.id = u.id "
-	"ORDER BY i.run_id, i.id",
+	"ORDER BY i.run_id, i.visible_from, i.id",
 	2, {UUIDARRAYOID, INT8ARRAYOID}
 };
 
 static DexPlan consume_inbox_plan = {
 	"WITH consumed AS (DELETE FROM dex.workflow_inbox i USING unnest($1::uuid[], $2::bigint[]) "
 	"                   AS u(run_id, id) WHERE i.run_id = u.run_id AND i.id = u.id "
-	"                  RETURNING i.run_id, i.id, i.event) "
-	"SELECT run_id, event FROM consumed ORDER BY run_id, id",
+	"                  RETURNING i.run_id, i.id, i.visible_from, i.event) "
+	"SELECT run_id, event FROM consumed ORDER BY run_id, visible_from, id",
 	2, {UUIDARRAYOID, INT8ARRAYOID}
 };
 
 /*
- * The inbox events named by the (run id, inbox id) pairs, in inbox order per
- * run, into run->inbox; deleted from the inbox if "consume".
+ * The inbox events named by the (run id, inbox id) pairs, into run->inbox;
+ * deleted from the inbox if "consume".  A run's events are in the order they
+ * became visible, not of their rows: a wait's timeout is written when the
+ * wait starts, and an event that came before the deadline goes first.
  */
 void
 dex_load_inbox(HTAB *runs, Datum run_ids, Datum inbox_ids, bool consume)
