@@ -42,3 +42,22 @@ SELECT dex.from_json('dex.v1.Failure', '{"terminal": "yes"}');
 -- and the message says what is wrong
 SELECT dex.from_json('dex.v1.Payload', '{"jsn": "1"}');
 SELECT dex.to_json('dex.v1.Payload', '\xffffffff');
+
+-- nesting: a Failure may nest 92 levels, so that dex can still wrap it in the events of a
+-- history and of a workflow task, which have all 100 (found by fuzzing: a worker's failure
+-- of 100 levels made its run's history undecodable, failing every poll that picked the run)
+CREATE TEMP TABLE failure_chain AS
+WITH RECURSIVE c(n, f) AS (SELECT 1, '{"message": "x"}'::jsonb
+  UNION ALL SELECT n + 1, jsonb_build_object('message', 'x', 'cause', f) FROM c WHERE n < 93)
+SELECT n, f FROM c WHERE n >= 92;
+SELECT n, octet_length(dex.from_json('dex.v1.Failure', f)) FROM failure_chain WHERE n = 92;
+SELECT dex.from_json('dex.v1.Failure', f) FROM failure_chain WHERE n = 93;
+-- the protobuf form: the 93 levels taken out of an ActivityTask, where they fit
+SELECT dex.to_json('dex.v1.Failure',
+                   substring(dex.from_json('dex.v1.ActivityTask', jsonb_build_object('lastFailure', f)) FROM 4))
+FROM failure_chain WHERE n = 93;
+-- a 92-level failure under a timeout failure in a workflow task's history still decodes
+SELECT dex.to_json('dex.v1.WorkflowTask', dex.from_json('dex.v1.WorkflowTask',
+         jsonb_build_object('history', jsonb_build_array(jsonb_build_object('activityTaskFailed',
+           jsonb_build_object('failure', jsonb_build_object('message', 'timeout', 'cause', f))))))) IS NOT NULL
+FROM failure_chain WHERE n = 92;

@@ -12,7 +12,9 @@
  * Decoding is strict: besides what protobuf-c checks, every string must be
  * UTF-8 without NUL bytes, every enum value must be known, Timestamp and
  * Duration values must be in their documented ranges, and messages may nest
- * at most DEX_PB_MAX_DEPTH levels (map entries do not count).  JSON input is
+ * at most DEX_PB_MAX_DEPTH levels (map entries do not count) counted from the
+ * outermost messages dex writes, less what dex may wrap around the message
+ * (pb_depth_limit: 92 levels for most types).  JSON input is
  * just as strict: unknown keys, wrong JSON types, non-integral or
  * out-of-range numbers and the like are errors, never silently dropped.
  *
@@ -67,8 +69,18 @@
 #include "google/protobuf/duration.pb-c.h"
 #include "google/protobuf/timestamp.pb-c.h"
 
-/* Deepest message nesting accepted from either wire form. */
+/*
+ * Deepest message nesting accepted from either wire form, counted from the
+ * outermost messages dex writes and hands out: the EventBatch of a run's
+ * history, the WorkflowTask and the ActivityTask a worker polls.
+ */
 #define DEX_PB_MAX_DEPTH	100
+
+/*
+ * Levels kept free for what dex wraps around the messages it accepts (see
+ * pb_depth_limit); the deepest wrapping today is five levels.
+ */
+#define DEX_PB_EMBED_DEPTH	8
 
 #define NANOS_PER_SECOND	1000000000
 
@@ -472,6 +484,32 @@ pb_new_message(const ProtobufCMessageDescriptor *desc)
 	return msg;
 }
 
+/*
+ * How deep a message of type desc may nest.  dex puts what it accepts inside
+ * bigger messages: a worker's Failure can become the cause of a timeout
+ * Failure in an ActivityTaskFailed in a WorkflowEvent, which lands in the
+ * EventBatch of the history and in the WorkflowTask of the next poll.  Had
+ * the Failure used all DEX_PB_MAX_DEPTH levels, that history could never be
+ * decoded again, and every poll of its queue would fail on it.  So only the
+ * outermost messages get all the levels; a WorkflowEvent, which only they
+ * hold, one less; any other message DEX_PB_EMBED_DEPTH less.  The commands
+ * of a WorkflowTaskCompletion get as many as a bare Command, as
+ * dex.complete_task takes either form.
+ */
+static int
+pb_depth_limit(const ProtobufCMessageDescriptor *desc)
+{
+	if (desc == &dex__v1__event_batch__descriptor ||
+		desc == &dex__v1__workflow_task__descriptor ||
+		desc == &dex__v1__activity_task__descriptor)
+		return DEX_PB_MAX_DEPTH;
+	if (desc == &dex__v1__workflow_event__descriptor)
+		return DEX_PB_MAX_DEPTH - 1;
+	if (desc == &dex__v1__workflow_task_completion__descriptor)
+		return DEX_PB_MAX_DEPTH - DEX_PB_EMBED_DEPTH + 1;
+	return DEX_PB_MAX_DEPTH - DEX_PB_EMBED_DEPTH;
+}
+
 static bool
 timestamp_is_valid(int64 seconds, int32 nanos)
 {
@@ -503,6 +541,7 @@ typedef struct PbDecodeState
 {
 	const char *what;			/* the input, for error messages */
 	const ProtobufCMessageDescriptor *top;	/* type of the whole input */
+	int			max_depth;		/* pb_depth_limit(top) */
 } PbDecodeState;
 
 static void pb_decode_error(const PbDecodeState *ds) pg_attribute_noreturn();
@@ -553,12 +592,12 @@ pb_scan_wire(const PbDecodeState *ds, const ProtobufCMessageDescriptor *desc,
 
 	check_stack_depth();
 
-	if (depth > DEX_PB_MAX_DEPTH)
+	if (depth > ds->max_depth)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
 				 errmsg("invalid protobuf encoding of %s", ds->what),
 				 errdetail("Messages are nested more than %d levels deep.",
-						   DEX_PB_MAX_DEPTH)));
+						   ds->max_depth)));
 
 	while (p < end)
 	{
@@ -731,6 +770,7 @@ dex_pb_unpack(const ProtobufCMessageDescriptor *desc,
 
 	ds.what = what ? what : "value";
 	ds.top = desc;
+	ds.max_depth = pb_depth_limit(desc);
 
 	if (data == NULL)
 	{
@@ -1357,6 +1397,7 @@ typedef struct JsonDecodeState
 {
 	const char *what;			/* the input, for error messages */
 	StringInfoData path;		/* JSON path of the value being parsed */
+	int			max_depth;		/* pb_depth_limit() of the top-level type */
 } JsonDecodeState;
 
 static ProtobufCMessage *parse_message(JsonDecodeState *js,
@@ -2069,12 +2110,12 @@ parse_message(JsonDecodeState *js, const ProtobufCMessageDescriptor *desc,
 
 	check_stack_depth();
 
-	if (depth > DEX_PB_MAX_DEPTH)
+	if (depth > js->max_depth)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid %s", js->what),
 				 errdetail("Messages are nested more than %d levels deep.",
-						   DEX_PB_MAX_DEPTH)));
+						   js->max_depth)));
 
 	if (IS_TIMESTAMP(desc) || IS_DURATION(desc))
 		return parse_well_known(js, desc, v);
@@ -2189,6 +2230,7 @@ dex_pb_from_jsonb(const ProtobufCMessageDescriptor *desc, Jsonb *json,
 
 	js.what = what ? what : "value";
 	initStringInfo(&js.path);
+	js.max_depth = pb_depth_limit(desc);
 
 	if (JB_ROOT_IS_SCALAR(json))
 	{
