@@ -61,3 +61,13 @@ demo:
 .PHONY: bench
 bench:
 	bash bench/run.sh
+
+# ---- Fuzzing (test/fuzz/): a libFuzzer harness of the codec, built with clang outside the
+# server. "make fuzz" builds it and runs every target for DEX_FUZZ_SECONDS in all (default 75);
+# "make fuzz-build" only builds, into FUZZ_OUT (default test/fuzz/build).
+FUZZ_OUT ?= $(CURDIR)/test/fuzz/build
+.PHONY: fuzz fuzz-build
+fuzz-build: $(PROTO_SRCS) $(PROTO_HDRS)
+	$(MAKE) -C test/fuzz PG_CONFIG=$(PG_CONFIG) O=$(FUZZ_OUT)
+fuzz:
+	bash test/fuzz/run.sh

@@ -15,6 +15,7 @@ packages=(
   libtap-parser-sourcehandler-pgtap-perl # pg_prove
   libipc-run-perl                        # PostgreSQL::Test::Cluster (TAP tests)
   python3 python3-psycopg python3-pytest # reference client tests
+  clang libclang-rt-14-dev               # fuzz suite: clang, libFuzzer and sanitizer runtimes
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

@@ -7,6 +7,7 @@
 #   tap        prove over test/t/*.pl (PostgreSQL::Test::Cluster; they make their own clusters)
 #   pytest     clients/python/tests
 #   demo       test/demo.sh as a smoke test (its own cluster)
+#   fuzz       test/fuzz/run.sh: the libFuzzer targets of the codec, DEX_FUZZ_SECONDS in all
 # The last line of output is "N passed, M failed"; the exit status is non-zero if anything
 # failed or could not run.
 #
@@ -203,6 +204,18 @@ suite_demo() {
   if ((rc == 0)); then record demo 1 0; else record demo 0 1 "exit status $rc"; fi
 }
 
+# One test per fuzz target, passed when it found nothing in its time (no cluster needed; built
+# and run in the scratch directory, where a reproducer stays when one is found).
+suite_fuzz() {
+  out=$DEX_SCRATCH/fuzz.out
+  echo "$DEX_PROG: fuzz: bash test/fuzz/run.sh"
+  rc=0
+  (cd "$DEX_ROOT" && env DEX_FUZZ_OUT="$DEX_SCRATCH/fuzz" PG_CONFIG="$PG_CONFIG" \
+    bash test/fuzz/run.sh) 2>&1 | tee "$out" || rc=$?
+  settle fuzz "$(grep -cE '^fuzz target [a-z]+: passed' "$out" || true)" \
+    "$(grep -cE '^fuzz target [a-z]+: FAILED' "$out" || true)"
+}
+
 if [[ ${DEX_SKIP_DEPS:-0} != 1 ]]; then
   step deps bash "$here/deps.sh"
 fi
@@ -221,4 +234,5 @@ run_suite tap
 run_suite pytest
 dex_stop_cluster   # the demo runs its own
 run_suite demo
+run_suite fuzz
 finish
