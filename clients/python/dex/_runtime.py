@@ -589,9 +589,14 @@ def _describe(kind: str, body: dict, id: int) -> str:
 
 
 class _Replayer:
-    def __init__(self, task: dict, definition: Optional[WorkflowDefinition],
+    """The state of one run's workflow code: its coroutines, futures and what the history
+    recorded.  :meth:`run` builds it by replaying a whole history; the worker may keep it
+    (its workflow cache) and :meth:`resume` it with the next workflow task of the run, which
+    runs only the new step, as long as the history continues exactly where it left off."""
+
+    def __init__(self, definition: Optional[WorkflowDefinition],
                  default_activity_queue: Optional[str]) -> None:
-        self.task = task
+        self.task: dict = {}
         self.definition = definition
         self.default_activity_queue = default_activity_queue
         self.loop = _Loop()
@@ -615,18 +620,34 @@ class _Replayer:
         self.recorded: Dict[int, Tuple[_Segment, dict]] = {}
         self.matched: set = set()
         self.out: List[dict] = []
+        # cutting the history into workflow tasks, event by event (see _feed)
+        self._cur: Optional[_Segment] = None
+        self._carry: List[dict] = []
+        self._count = 0
+        # what the last task was, for resume(): the history's length when it was polled,
+        # the events it showed and the commands it sent
+        self.history_seen = 0
+        self.shown: List[dict] = []
+        self.sent: List[dict] = []
+        self.finished = False           # the run ends with this task, or the state is unusable
 
     # -- the history ---------------------------------------------------------
-    def _segments(self) -> List[_Segment]:
-        segments: List[_Segment] = []
-        carry: List[dict] = []
-        cur: Optional[_Segment] = None
-        for ev in list(self.task.get("history") or []) + list(self.task.get("newEvents") or []):
+    def _feed(self, events: Sequence[dict]) -> List[_Segment]:
+        """Cut ``events`` into workflow tasks, going on from the events fed before; returns
+        the workflow tasks they start.
+
+        A task is ``workflowTaskStarted``, the events it was shown (its inputs),
+        ``workflowTaskCompleted``, then the events of its commands.  Other events after
+        ``workflowTaskCompleted`` (none today) become inputs of the next task."""
+        new: List[_Segment] = []
+        cur, carry = self._cur, self._carry
+        for ev in events:
             k = event_kind(ev)
             if k == "workflowTaskStarted":
-                cur = _Segment(len(segments) + 1, ev)
+                self._count += 1
+                cur = _Segment(self._count, ev)
                 cur.inputs, carry = carry, []
-                segments.append(cur)
+                new.append(cur)
             elif k == "workflowTaskCompleted" and cur is not None:
                 cur.completed = True
             elif cur is not None and cur.completed and k in EVENT_COMMAND:
@@ -637,7 +658,8 @@ class _Replayer:
                 cur.inputs.append(ev)
             else:
                 carry.append(ev)
-        return segments
+        self._cur, self._carry = cur, carry
+        return new
 
     # -- commands ------------------------------------------------------------
     def peek_recorded(self) -> Optional[dict]:
@@ -750,54 +772,132 @@ class _Replayer:
         # runSuspended, runResumed and anything unknown: nothing for workflow code
 
     # -- the whole task --------------------------------------------------------
-    def run(self) -> List[dict]:
+    def run(self, task: dict) -> List[dict]:
+        """Replay the whole history of ``task`` (dex.v1.WorkflowTask as JSON) and run the new
+        workflow task: its commands.  Call :meth:`close` when the state is not kept."""
+        self.task = task
+        if self.definition is None:
+            self.finished = True
+            return [fail_run_command(
+                f"no workflow {task.get('workflowName')!r} version "
+                f"{task.get('workflowVersion', 1)} is registered on this worker",
+                "dex.UnknownWorkflow")]
+        new = list(task.get("newEvents") or [])
+        segments = self._feed(list(task.get("history") or []) + new)
+        return self._step(task, segments, new)
+
+    def resume(self, task: dict, history: Sequence[dict], offset: int = 0) -> Optional[List[dict]]:
+        """Run the next workflow task of a run whose state this is, without replaying: its
+        commands, or ``None`` (nothing changed) when the history does not continue exactly
+        where the state left off, so that the caller replays from scratch.
+
+        ``history`` is the task's history from event ``offset`` on (a protobuf task can
+        leave out the events the state has seen).  What must follow them: the events the
+        last task was shown, ``workflowTaskCompleted``, then the events of exactly the
+        commands it sent.  Anything else (another worker ran a task of the run meanwhile,
+        the last completion was lost, a continue-as-new began a new history) is a miss."""
+        if self.finished or self.definition is None:
+            return None
+        start = self.history_seen - offset
+        if start < 0 or int(task.get("historyLength", 0)) != offset + len(history):
+            return None
+        tail = history[start:]
+        n = len(self.shown)
+        if len(tail) <= n or tail[:n] != self.shown:
+            return None
+        rest = tail[n:]
+        if event_kind(rest[0]) != "workflowTaskCompleted":
+            return None
+        recorded = []
+        for ev in rest[1:]:
+            k = event_kind(ev)
+            if k == "workflowTaskStarted":
+                return None
+            if k in EVENT_COMMAND:
+                recorded.append((int(ev.get("id") or 0), k))
+        if recorded != [(int(c.get("id") or 0), COMMAND_EVENT.get(command_kind(c)))
+                        for c in self.sent]:
+            return None
+        pending = self._cur
+        self.task = task
+        new = list(task.get("newEvents") or [])
+        segments = self._feed(rest + new)
+        if pending is None or not pending.completed:     # cannot be, after the checks above
+            return None
+        for ev in pending.recorded:     # what the engine recorded of the commands sent
+            cid = int(ev.get("id") or 0)
+            self.matched.add(cid)
+            child = self.children.get(cid)
+            if child is not None:
+                child.run_id = (ev.get("childRunCreated") or {}).get("runId")
+        return self._step(task, segments, new)
+
+    def _step(self, task: dict, segments: List[_Segment], new: List[dict]) -> List[dict]:
+        """Play ``segments`` (recorded ones replay, the last is the new task); the commands."""
+        self.closed = False
+        self.out = []
         try:
-            if self.definition is None:
-                return [fail_run_command(
-                    f"no workflow {self.task.get('workflowName')!r} version "
-                    f"{self.task.get('workflowVersion', 1)} is registered on this worker",
-                    "dex.UnknownWorkflow")]
-            try:
-                return self._run()
-            except errors.NonDeterminismError as e:
-                log.error("run %s: %s", self.task.get("runId"), e)
-                return [fail_run_command(str(e), NON_DETERMINISM)]
+            if not segments or segments[-1].completed:
+                raise errors.NonDeterminismError("the task has no new workflow task to run")
+            for seg in segments:
+                self._play(seg)
+            out = self.out
+            if self.main is not None and self.main.done():
+                self.finished = True
+                final = self._final_command()
+                if final is not None:
+                    out.append(final)
+            elif self.cancel_reason is not None:
+                self.finished = True    # the run ends CANCELLED when this task completes
+        except errors.NonDeterminismError as e:
+            self.finished = True
+            log.error("run %s: %s", task.get("runId"), e)
+            return [fail_run_command(str(e), NON_DETERMINISM)]
+        except BaseException:
+            self.finished = True
+            raise
         finally:
             self.closed = True
-            for f in ([self.main] if self.main is not None else []) + self.tasks:
-                if not f.done():
-                    f._close()
-
-    def _run(self) -> List[dict]:
-        segments = self._segments()
-        if not segments or segments[-1].completed:
-            raise errors.NonDeterminismError("the task has no new workflow task to run")
+        self.history_seen = int(task.get("historyLength", 0))
+        self.shown = new
+        self.sent = out
+        # Every recorded command is matched by now: what is kept for the next task is the
+        # workflow's own state, not the history it was rebuilt from.
+        self.recorded, self.matched = {}, set()
         for seg in segments:
-            self.segment = seg
-            self.replaying = seg.completed
-            self.now = parse_timestamp(seg.started.get("timestamp")) or self.now
-            for ev in seg.inputs:
-                self.apply(ev)
-            self.loop.run()
-            if seg.completed:
-                missing = [e for e in seg.recorded if e.get("id") and int(e["id"]) not in self.matched]
-                if missing:
-                    e = missing[0]
-                    k = event_kind(e)
-                    raise self.nondeterminism(
-                        f"non-determinism: the history has {_describe(k, e.get(k) or {}, e['id'])}, "
-                        f"recorded by workflow task {seg.index}, but on replay the workflow "
-                        f"did not issue it (it issued nothing more in that task)")
-                if self.main is not None and self.main.done():
-                    raise self.nondeterminism(
-                        f"non-determinism: on replay the workflow ended in workflow task "
-                        f"{seg.index}, but the history goes on")
-        out = self.out
-        if self.main is not None and self.main.done():
-            final = self._final_command()
-            if final is not None:
-                out.append(final)
+            seg.inputs = []
         return out
+
+    def _play(self, seg: _Segment) -> None:
+        """Apply a workflow task's inputs and run workflow code until it waits; for a recorded
+        task, check that the code issued exactly what the task recorded."""
+        self.segment = seg
+        self.replaying = seg.completed
+        self.now = parse_timestamp(seg.started.get("timestamp")) or self.now
+        for ev in seg.inputs:
+            self.apply(ev)
+        self.loop.run()
+        if seg.completed:
+            missing = [e for e in seg.recorded if e.get("id") and int(e["id"]) not in self.matched]
+            if missing:
+                e = missing[0]
+                k = event_kind(e)
+                raise self.nondeterminism(
+                    f"non-determinism: the history has {_describe(k, e.get(k) or {}, e['id'])}, "
+                    f"recorded by workflow task {seg.index}, but on replay the workflow "
+                    f"did not issue it (it issued nothing more in that task)")
+            if self.main is not None and self.main.done():
+                raise self.nondeterminism(
+                    f"non-determinism: on replay the workflow ended in workflow task "
+                    f"{seg.index}, but the history goes on")
+
+    def close(self) -> None:
+        """End the workflow's coroutines (their ``finally`` blocks run, without commands)."""
+        self.closed = True
+        self.finished = True
+        for f in ([self.main] if self.main is not None else []) + self.tasks:
+            if not f.done():
+                f._close()
 
     def _final_command(self) -> Optional[dict]:
         exc = self.main._exc
@@ -825,5 +925,10 @@ def cancelled_command(reason: str) -> Optional[dict]:
 
 def replay(task: dict, definition: Optional[WorkflowDefinition],
            default_activity_queue: Optional[str] = None) -> List[dict]:
-    """The commands of a workflow task (dex.v1.WorkflowTask as JSON) for ``definition``."""
-    return _Replayer(task, definition, default_activity_queue).run()
+    """The commands of a workflow task (dex.v1.WorkflowTask as JSON) for ``definition``,
+    replaying its whole history."""
+    r = _Replayer(definition, default_activity_queue)
+    try:
+        return r.run(task)
+    finally:
+        r.close()

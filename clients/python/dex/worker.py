@@ -2,9 +2,10 @@
 
 Threads, each with its own connection (autocommit):
 
-* one poller per workflow queue: ``dex.poll_tasks`` (a batch), replay each task,
-  ``dex.complete_tasks`` (one call for the batch); when a poll comes back empty,
-  ``CALL dex.wait_for_tasks`` (the long poll: no statement while idle);
+* one poller per workflow queue: ``dex.poll_tasks`` (a batch), run each task (resumed
+  from the workflow cache, or replayed from its history), ``dex.complete_tasks`` (one
+  call for the batch); when a poll comes back empty, ``CALL dex.wait_for_tasks`` (the
+  long poll: no statement while idle);
 * one poller per activity queue: leases as many tasks as there are free slots
   (``concurrency`` activities run at once, in a thread pool), long-polls when idle;
 * one reporter: sends activity results and failures in batches
@@ -23,6 +24,7 @@ import asyncio
 import json
 import logging
 import os
+import collections
 import queue as _queue
 import signal
 import socket
@@ -39,7 +41,7 @@ from . import errors
 from ._convert import decode
 from .registry import (ACTIVITIES, WORKFLOWS, ActivityDefinition, WorkflowDefinition,
                        activity_definition, workflow_definition)
-from ._runtime import fail_run_command, replay
+from ._runtime import _Replayer, fail_run_command
 
 log = logging.getLogger("dex.worker")
 
@@ -114,6 +116,49 @@ class _Running:
         return (self.run_id, self.task_id)
 
 
+class WorkflowCache:
+    """The workflow state of recently run runs (sticky execution), least recently used out.
+
+    A run's state is taken out while one of its tasks is being run and put back only after
+    the engine accepted that task's completion, so an entry always stands for a history that
+    ends with this worker's last completion.  Whatever else happened to the run meanwhile
+    shows up as a history that does not continue where the state left off, and the task is
+    replayed from scratch (see ``_Replayer.resume``)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = max(0, int(size))
+        self._runs: "collections.OrderedDict[Any, _Replayer]" = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._runs)
+
+    def __contains__(self, run_id: Any) -> bool:
+        return run_id in self._runs
+
+    def take(self, run_id: Any) -> Optional[_Replayer]:
+        with self._lock:
+            return self._runs.pop(run_id, None)
+
+    def put(self, run_id: Any, state: _Replayer) -> None:
+        if self.size == 0 or state.finished:
+            state.close()
+            return
+        with self._lock:
+            old = self._runs.pop(run_id, None)
+            self._runs[run_id] = state
+            evicted = [self._runs.popitem(last=False)[1] for _ in
+                       range(len(self._runs) - self.size)]
+        for s in ([old] if old is not None and old is not state else []) + evicted:
+            s.close()
+
+    def clear(self) -> None:
+        with self._lock:
+            states, self._runs = list(self._runs.values()), collections.OrderedDict()
+        for s in states:
+            s.close()
+
+
 def _sqlstate(e: BaseException) -> Optional[str]:
     return getattr(e, "sqlstate", None)
 
@@ -124,6 +169,10 @@ class Worker:
     ``conninfo`` is a libpq connection string ('' takes PGHOST, PGDATABASE, ...).
     Workflows and activities default to every ``@dex.workflow`` / ``@dex.activity``
     imported so far; pass ``workflows=`` / ``activities=`` to choose.
+
+    ``workflow_cache_size`` is how many runs' workflow state the worker keeps between their
+    tasks, so that a run's next task runs only its new step instead of replaying the whole
+    history (0 turns it off).
     """
 
     def __init__(self, conninfo: str = "", workflow_queues: Sequence[str] = (),
@@ -133,7 +182,8 @@ class Worker:
                  worker_id: Optional[str] = None, max_batch: int = 100,
                  workflow_lease: float = 10.0, activity_lease: float = 30.0,
                  poll_timeout: float = 30.0, shutdown_timeout: float = 30.0,
-                 default_activity_queue: Optional[str] = None) -> None:
+                 default_activity_queue: Optional[str] = None,
+                 workflow_cache_size: int = 1000) -> None:
         if isinstance(workflow_queues, str):
             workflow_queues = [workflow_queues]
         if isinstance(activity_queues, str):
@@ -152,6 +202,7 @@ class Worker:
         self.shutdown_timeout = float(shutdown_timeout)
         self.default_activity_queue = default_activity_queue or (
             self.activity_queues[0] if self.activity_queues else None)
+        self.cache = WorkflowCache(workflow_cache_size)
         if workflows is None:
             self._workflows: Dict[Tuple[str, int], WorkflowDefinition] = WORKFLOWS
         else:
@@ -179,7 +230,7 @@ class Worker:
         self._started = False
         # counters, for tests and curious people
         self.stats = {"workflow_tasks": 0, "activities_completed": 0, "activities_failed": 0,
-                      "leases_lost": 0}
+                      "leases_lost": 0, "full_replays": 0, "cache_hits": 0, "cache_stale": 0}
 
     # -- lifecycle ---------------------------------------------------------
     def __enter__(self) -> "Worker":
@@ -339,29 +390,69 @@ class Worker:
     # -- workflow tasks ------------------------------------------------------
     def _workflow_loop(self, queue: str) -> None:
         def body(conn: psycopg.Connection) -> None:
-            rows = self._poll(conn, queue, self.max_batch, self.workflow_lease)
-            if not rows:
+            if not self._workflow_batch(conn, queue):
                 self._long_poll(conn, queue)
-                return
-            done, results = [], []
-            for row in rows:
-                try:
-                    results.append(self.run_workflow_task(row[3]))
-                    done.append(row)
-                except Exception:       # a bug of the SDK: leave the task to its lease
-                    log.exception("run %s: replay failed; its workflow task is left to expire",
-                                  row[0])
-            if done:
-                self._complete_workflow_tasks(conn, done, results)
         self._polling(body, queue)
 
-    def run_workflow_task(self, task: dict) -> List[dict]:
-        """The commands for one workflow task (dex.v1.WorkflowTask as JSON)."""
+    def _workflow_batch(self, conn: psycopg.Connection, queue: str) -> int:
+        """Poll a batch of workflow tasks, run them, complete them in one call; how many
+        tasks were polled."""
+        rows = self._poll(conn, queue, self.max_batch, self.workflow_lease)
+        done, results, states = [], [], []
+        for row in rows:
+            try:
+                state, cmds = self._run_workflow_task(row[0], row[3])
+            except Exception:       # a bug of the SDK: leave the task to its lease
+                log.exception("run %s: replay failed; its workflow task is left to expire",
+                              row[0])
+                continue
+            done.append(row)
+            results.append(cmds)
+            states.append(state)
+        if done:
+            self._complete_workflow_tasks(conn, done, results, states)
+        return len(rows)
+
+    def _run_workflow_task(self, run_id: Any, task: dict) -> Tuple[_Replayer, List[dict]]:
+        """The run's workflow state after the task, and the task's commands: resumed from
+        the cache when the run's state is there and the history continues where it left off,
+        else replayed from the whole history."""
+        state = self.cache.take(run_id)
+        if state is not None:
+            try:
+                cmds = state.resume(task, task.get("history") or [])
+            except Exception:           # a bug of the SDK: the full replay may do better
+                log.exception("run %s: resuming its cached state failed; replaying", run_id)
+                cmds = None
+            if cmds is not None:
+                self.stats["cache_hits"] += 1
+                return state, cmds
+            state.close()
+            self.stats["cache_stale"] += 1
+        state = self._replayer(task)
+        try:
+            cmds = state.run(task)
+        except BaseException:
+            state.close()
+            raise
+        self.stats["full_replays"] += 1
+        return state, cmds
+
+    def _replayer(self, task: dict) -> _Replayer:
         d = self._workflows.get((task.get("workflowName", ""), int(task.get("workflowVersion", 1))))
-        return replay(task, d, self.default_activity_queue)
+        return _Replayer(d, self.default_activity_queue)
+
+    def run_workflow_task(self, task: dict) -> List[dict]:
+        """The commands for one workflow task (dex.v1.WorkflowTask as JSON), replayed from
+        its whole history (the cache is neither used nor filled)."""
+        state = self._replayer(task)
+        try:
+            return state.run(task)
+        finally:
+            state.close()
 
     def _complete_workflow_tasks(self, conn: psycopg.Connection, rows: List[Tuple],
-                                 results: List[List[dict]]) -> None:
+                                 results: List[List[dict]], states: List[_Replayer]) -> None:
         try:
             done = conn.execute(
                 "SELECT run_id, task_id, completed FROM dex.complete_tasks("
@@ -369,6 +460,8 @@ class Worker:
                 ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
                  [Jsonb(c) for c in results])).fetchall()
         except psycopg.errors.Error as e:
+            for s in states:
+                s.close()
             if isinstance(e, psycopg.OperationalError) and not _sqlstate(e):
                 raise
             # a completion was refused (invalid commands): one by one, to find it
@@ -376,11 +469,15 @@ class Worker:
             for row, cmds in zip(rows, results):
                 self._complete_one_workflow_task(conn, row, cmds)
             return
-        self.stats["workflow_tasks"] += sum(1 for d in done if d[2])
-        for run_id, _, completed in done:
-            if not completed:
+        completed = {d[0] for d in done if d[2]}
+        self.stats["workflow_tasks"] += len(completed)
+        for row, state in zip(rows, states):
+            if row[0] in completed:
+                self.cache.put(row[0], state)       # closes it when it is not to be kept
+            else:
+                state.close()
                 self.stats["leases_lost"] += 1
-                log.warning("workflow task of run %s: lease lost, result discarded", run_id)
+                log.warning("workflow task of run %s: lease lost, result discarded", row[0])
 
     def _complete_one_workflow_task(self, conn: psycopg.Connection, row: Tuple,
                                     cmds: List[dict]) -> None:
