@@ -23,6 +23,8 @@ def main(argv=None) -> int:
     w.add_argument("--workflow-lease", type=float, default=10.0)
     w.add_argument("--shutdown-timeout", type=float, default=30.0)
     w.add_argument("--worker-id")
+    w.add_argument("--wire", choices=["json", "protobuf"], default=None,
+                   help="wire form of the task calls (default: the Worker's)")
     w.add_argument("--workflow-cache-size", type=int, default=1000,
                    help="runs whose workflow state is kept between tasks (0: replay every task)")
     h = sub.add_parser("history", help="print a run's history as a table")
@@ -36,7 +38,7 @@ def main(argv=None) -> int:
         Worker(args.conninfo, args.workflow_queue, args.activity_queue, args.concurrency,
                activity_lease=args.activity_lease, workflow_lease=args.workflow_lease,
                shutdown_timeout=args.shutdown_timeout, worker_id=args.worker_id,
-               workflow_cache_size=args.workflow_cache_size).run()
+               wire=args.wire, workflow_cache_size=args.workflow_cache_size).run()
     else:
         with Client(args.conninfo) as c:
             print(c.format_history(args.run_id))

@@ -16,6 +16,9 @@ On SIGTERM (or :meth:`Worker.shutdown`) the pollers stop leasing, workflow tasks
 in hand are completed, running activities get ``shutdown_timeout`` seconds to
 finish and report; those still running then are failed as retryable
 (``dex.WorkerShutdown``), so their retry does not wait for the lease to expire.
+
+Task calls use the protobuf forms (``dex.poll_tasks_pb``, ...) by default, or the JSON
+forms (``wire="json"``); see _wire.py.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from psycopg.types.json import Jsonb
 
 from . import errors
 from ._convert import decode
+from ._wire import PROTOBUF, Wire, wire as _wire_named
 from .registry import (ACTIVITIES, WORKFLOWS, ActivityDefinition, WorkflowDefinition,
                        activity_definition, workflow_definition)
 from ._runtime import _Replayer, fail_run_command
@@ -46,6 +50,13 @@ from ._runtime import _Replayer, fail_run_command
 log = logging.getLogger("dex.worker")
 
 LEASE_LOST = "WD001"
+
+# The wire form a worker uses unless told otherwise (Worker(wire=...)), as measured by
+# clients/python/bench/wire.py (README, "Wire format"): protobuf is half the bytes or less
+# and less server CPU for every task call, and with the workflow cache it is also less
+# client CPU, since a cached run's history is skipped rather than decoded.  JSON costs
+# less client CPU only for workflow tasks with long histories and no cache.
+DEFAULT_WIRE = PROTOBUF
 
 
 class ActivityInfo:
@@ -100,8 +111,8 @@ def activity_context() -> ActivityContext:
 class _Running:
     """An activity task this worker holds."""
 
-    def __init__(self, row: Tuple, worker: "Worker") -> None:
-        run_id, task_id, lock_version, task = row
+    def __init__(self, row: Tuple, task: dict, worker: "Worker") -> None:
+        run_id, task_id, lock_version, _ = row
         self.run_id = run_id
         self.task_id = task_id
         self.lock_version = lock_version
@@ -170,9 +181,10 @@ class Worker:
     Workflows and activities default to every ``@dex.workflow`` / ``@dex.activity``
     imported so far; pass ``workflows=`` / ``activities=`` to choose.
 
-    ``workflow_cache_size`` is how many runs' workflow state the worker keeps between their
-    tasks, so that a run's next task runs only its new step instead of replaying the whole
-    history (0 turns it off).
+    ``wire`` is the form of the task calls: ``"protobuf"`` (the default: ``dex.poll_tasks_pb``
+    and friends, the cheaper form as measured) or ``"json"``.  ``workflow_cache_size`` is how
+    many runs' workflow state the worker keeps between their tasks, so that a run's next task
+    runs only its new step instead of replaying the whole history (0 turns it off).
     """
 
     def __init__(self, conninfo: str = "", workflow_queues: Sequence[str] = (),
@@ -183,7 +195,7 @@ class Worker:
                  workflow_lease: float = 10.0, activity_lease: float = 30.0,
                  poll_timeout: float = 30.0, shutdown_timeout: float = 30.0,
                  default_activity_queue: Optional[str] = None,
-                 workflow_cache_size: int = 1000) -> None:
+                 wire: Optional[str] = None, workflow_cache_size: int = 1000) -> None:
         if isinstance(workflow_queues, str):
             workflow_queues = [workflow_queues]
         if isinstance(activity_queues, str):
@@ -202,6 +214,8 @@ class Worker:
         self.shutdown_timeout = float(shutdown_timeout)
         self.default_activity_queue = default_activity_queue or (
             self.activity_queues[0] if self.activity_queues else None)
+        self._wire: Wire = _wire_named(wire or DEFAULT_WIRE)
+        self.wire = self._wire.name
         self.cache = WorkflowCache(workflow_cache_size)
         if workflows is None:
             self._workflows: Dict[Tuple[str, int], WorkflowDefinition] = WORKFLOWS
@@ -357,12 +371,6 @@ class Worker:
             with self._lock:
                 self._waiting.discard(conn)
 
-    def _poll(self, conn: psycopg.Connection, queue: str, n: int, lease: float) -> List[Tuple]:
-        return conn.execute(
-            "SELECT run_id, task_id, lock_version, task "
-            "FROM dex.poll_tasks(%s, %s, %s, %s::interval)",
-            (queue, self.worker_id, n, f"{lease} seconds")).fetchall()
-
     def _polling(self, body: Any, queue: str) -> None:
         """Run ``body(conn)`` until stopping; reconnect after connection errors."""
         conn: Optional[psycopg.Connection] = None
@@ -397,11 +405,12 @@ class Worker:
     def _workflow_batch(self, conn: psycopg.Connection, queue: str) -> int:
         """Poll a batch of workflow tasks, run them, complete them in one call; how many
         tasks were polled."""
-        rows = self._poll(conn, queue, self.max_batch, self.workflow_lease)
+        wire = self._wire
+        rows = wire.poll(conn, queue, self.worker_id, self.max_batch, self.workflow_lease)
         done, results, states = [], [], []
         for row in rows:
             try:
-                state, cmds = self._run_workflow_task(row[0], row[3])
+                state, cmds = self._run_workflow_task(row[0], row[3], wire)
             except Exception:       # a bug of the SDK: leave the task to its lease
                 log.exception("run %s: replay failed; its workflow task is left to expire",
                               row[0])
@@ -413,14 +422,16 @@ class Worker:
             self._complete_workflow_tasks(conn, done, results, states)
         return len(rows)
 
-    def _run_workflow_task(self, run_id: Any, task: dict) -> Tuple[_Replayer, List[dict]]:
+    def _run_workflow_task(self, run_id: Any, raw: Any, wire: Wire) -> Tuple[_Replayer, List[dict]]:
         """The run's workflow state after the task, and the task's commands: resumed from
         the cache when the run's state is there and the history continues where it left off,
         else replayed from the whole history."""
         state = self.cache.take(run_id)
+        task: Optional[dict] = None
         if state is not None:
+            task, skipped = wire.workflow_task(raw, state.history_seen)
             try:
-                cmds = state.resume(task, task.get("history") or [])
+                cmds = state.resume(task, task.get("history") or [], skipped)
             except Exception:           # a bug of the SDK: the full replay may do better
                 log.exception("run %s: resuming its cached state failed; replaying", run_id)
                 cmds = None
@@ -429,6 +440,10 @@ class Worker:
                 return state, cmds
             state.close()
             self.stats["cache_stale"] += 1
+            if skipped:
+                task = None
+        if task is None:
+            task, _ = wire.workflow_task(raw)
         state = self._replayer(task)
         try:
             cmds = state.run(task)
@@ -453,12 +468,9 @@ class Worker:
 
     def _complete_workflow_tasks(self, conn: psycopg.Connection, rows: List[Tuple],
                                  results: List[List[dict]], states: List[_Replayer]) -> None:
+        wire = self._wire
         try:
-            done = conn.execute(
-                "SELECT run_id, task_id, completed FROM dex.complete_tasks("
-                "%s::uuid[], %s::integer[], %s::bigint[], %s::jsonb[])",
-                ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
-                 [Jsonb(c) for c in results])).fetchall()
+            done = wire.complete(conn, rows, [wire.commands(c) for c in results])
         except psycopg.errors.Error as e:
             for s in states:
                 s.close()
@@ -520,18 +532,26 @@ class Worker:
                 self._slots.notify_all()
 
     def _activity_loop(self, queue: str) -> None:
+        wire = self._wire
+
         def body(conn: psycopg.Connection) -> None:
             n = self._reserve()
             if n == 0:
                 return
             try:
-                rows = self._poll(conn, queue, n, self.activity_lease)
+                rows = wire.poll(conn, queue, self.worker_id, n, self.activity_lease)
             except BaseException:
                 self._release(n)
                 raise
             self._release(n - len(rows))
             for row in rows:
-                r = _Running(row, self)
+                try:
+                    task = wire.activity_task(row[3])
+                except Exception:       # left to its lease, which fails the attempt
+                    self._release(1)
+                    log.exception("run %s: activity task %s cannot be decoded", row[0], row[1])
+                    continue
+                r = _Running(row, task, self)
                 with self._lock:
                     self._inflight[r.key] = r
                 self._executor.submit(self._execute, r)
@@ -627,20 +647,19 @@ class Worker:
     def _send_results(self, conn: psycopg.Connection, batch: List[_Running]) -> None:
         done = [r for r in batch if r.outcome[0] == "complete"]
         failed = [r for r in batch if r.outcome[0] == "fail"]
-        for rs, fn, col in ((done, "complete_tasks", "completed"), (failed, "fail_tasks", "failed")):
+        wire = self._wire
+        for rs, fail in ((done, False), (failed, True)):
             if not rs:
                 continue
-            values = [Jsonb(r.outcome[1]) if r.outcome[1] is not None else None for r in rs]
+            encode = wire.failure if fail else wire.result
             try:
-                out = conn.execute(
-                    f"SELECT run_id, task_id, {col} FROM dex.{fn}("
-                    "%s::uuid[], %s::integer[], %s::bigint[], %s::jsonb[])",
-                    ([r.run_id for r in rs], [r.task_id for r in rs],
-                     [r.lock_version for r in rs], values)).fetchall()
+                out = wire.complete(conn, [(r.run_id, r.task_id, r.lock_version) for r in rs],
+                                    [encode(r.outcome[1]) for r in rs], fail=fail)
             except psycopg.errors.Error as e:
                 if isinstance(e, psycopg.OperationalError) and not _sqlstate(e):
                     raise
-                log.warning("reporter: %s refused (%s); one by one", fn, e)
+                log.warning("reporter: %s refused (%s); one by one",
+                            "dex.fail_tasks" if fail else "dex.complete_tasks", e)
                 for r in rs:
                     self._send_one(conn, r)
                 continue

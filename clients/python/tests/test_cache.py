@@ -246,11 +246,12 @@ def checking(worker, mismatches):
     """Make every cache hit of ``worker`` also replay the task from scratch and compare."""
     run_task = worker._run_workflow_task
 
-    def run(run_id, task):
+    def run(run_id, raw, wire):
         hits = worker.stats["cache_hits"]
-        state, cmds = run_task(run_id, task)
+        state, cmds = run_task(run_id, raw, wire)
         if worker.stats["cache_hits"] > hits:
-            expected = worker.run_workflow_task(task)
+            full, _ = wire.workflow_task(raw)
+            expected = worker.run_workflow_task(full)
             if cmds != expected:
                 mismatches.append((cmds, expected))
         return state, cmds
@@ -259,9 +260,12 @@ def checking(worker, mismatches):
     return worker
 
 
-def test_every_cache_hit_gives_the_commands_of_a_full_replay(client, queues, start_worker):
+@pytest.mark.parametrize("wire", ["protobuf", "json"])
+def test_every_cache_hit_gives_the_commands_of_a_full_replay(client, queues, start_worker,
+                                                             wire):
     mismatches = []
-    w = checking(start_worker(workflows=[rich, kid], activities=[echo, fail_once]), mismatches)
+    w = checking(start_worker(wire=wire, workflows=[rich, kid], activities=[echo, fail_once]),
+                 mismatches)
     run_id = client.start(rich, {"order": 1}, queue=queues[0])
     client.send_event(run_id, "approval", {"by": "ana"})
     result = client.result(run_id, timeout=30)
@@ -336,10 +340,11 @@ def test_another_worker_running_the_run_in_between_forces_a_full_replay(conninfo
 def test_a_lost_lease_is_not_cached(conninfo, client, queues):
     a = manual_worker(conninfo, queues, workflow_lease=0.2)
     b = manual_worker(conninfo, queues)
+    wire = a._wire
     with psycopg.connect(conninfo, autocommit=True) as conn:
         run_id = client.start(waits, 1, queue=queues[0])
-        rows = a._poll(conn, queues[0], 1, a.workflow_lease)
-        state, cmds = a._run_workflow_task(rows[0][0], rows[0][3])
+        rows = wire.poll(conn, queues[0], a.worker_id, 1, a.workflow_lease)
+        state, cmds = a._run_workflow_task(rows[0][0], rows[0][3], wire)
         time.sleep(0.4)                                 # a's lease expires; b takes the task
         batch(b, conn, queues[0])
         a._complete_workflow_tasks(conn, rows, [cmds], [state])

@@ -1,0 +1,126 @@
+"""The two wire forms of dex's task API, behind one interface for the worker.
+
+Every task function of dex has a JSON form (``dex.poll_tasks``, ``dex.complete_tasks``, ...,
+``jsonb``) and a protobuf form (``dex.poll_tasks_pb``, ``dex.complete_tasks_pb``, ...,
+``bytea``).  Inside the SDK messages always have their canonical JSON shape (dicts); a
+:class:`Wire` only decides what goes over the connection: ``jsonb`` that psycopg parses
+with the C ``json`` module, or protobuf bytes that :mod:`dex._proto` converts in Python.
+
+Which is cheaper depends on the call (clients/python/README.md, "Wire format", has the
+figures): protobuf is a third of the bytes and less server work, but decoding it in pure
+Python costs more client CPU than ``json.loads`` unless most of it can be skipped, which is
+what a worker with the run's state cached does with a workflow task's history.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, List, Optional, Sequence, Tuple
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from . import _proto
+
+JSON = "json"
+PROTOBUF = "protobuf"
+
+
+class Wire:
+    """One wire form: the SQL to call and how to turn SDK values into parameters and back."""
+
+    name = ""
+    suffix = ""          # of the SQL functions: "" or "_pb"
+    array_type = ""      # of their message arrays: "jsonb[]" or "bytea[]"
+
+    def poll(self, conn: psycopg.Connection, queue: str, worker_id: str, n: int,
+             lease: float) -> List[Tuple]:
+        """Lease up to ``n`` tasks: rows of (run_id, task_id, lock_version, task as sent)."""
+        return conn.execute(
+            f"SELECT run_id, task_id, lock_version, task FROM dex.poll_tasks{self.suffix}"
+            "(%s, %s, %s, %s::interval)",
+            (queue, worker_id, n, f"{lease} seconds"), binary=True).fetchall()
+
+    def workflow_task(self, raw: Any, skip: int = 0) -> Tuple[dict, int]:
+        """A polled workflow task as a dict, and how many history events at its start were
+        left out (at most ``skip``; the JSON form always has them all)."""
+        raise NotImplementedError
+
+    def activity_task(self, raw: Any) -> dict:
+        raise NotImplementedError
+
+    def commands(self, commands: List[dict]) -> Any:
+        """A workflow task's commands as a parameter of dex.complete_tasks."""
+        raise NotImplementedError
+
+    def result(self, value: Any) -> Any:
+        """An activity's (JSON-serializable) result as a parameter of dex.complete_tasks."""
+        raise NotImplementedError
+
+    def failure(self, failure: dict) -> Any:
+        """A dex.v1.Failure (JSON shape) as a parameter of dex.fail_tasks."""
+        raise NotImplementedError
+
+    def complete(self, conn: psycopg.Connection, rows: Sequence[Tuple[Any, int, int]],
+                 values: Sequence[Any], fail: bool = False) -> List[Tuple]:
+        """dex.complete_tasks (or dex.fail_tasks) for (run_id, task_id, lock_version) rows
+        and their encoded values: rows of (run_id, task_id, done)."""
+        fn, col = ("fail_tasks", "failed") if fail else ("complete_tasks", "completed")
+        # Messages and run ids go as binary arrays (%b): in text form psycopg would
+        # hex-escape every bytea (twice the bytes) and backslash every quote of every JSON.
+        # Small integers are shorter as text (%t) than at 8 to 12 bytes each in binary.
+        return conn.execute(
+            f"SELECT run_id, task_id, {col} FROM dex.{fn}{self.suffix}("
+            f"%b::uuid[], %t::integer[], %t::bigint[], %b::{self.array_type})",
+            ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], list(values)),
+            binary=True).fetchall()
+
+
+class JsonWire(Wire):
+    name, suffix, array_type = JSON, "", "jsonb[]"
+
+    def workflow_task(self, raw: Any, skip: int = 0) -> Tuple[dict, int]:
+        return raw, 0
+
+    def activity_task(self, raw: Any) -> dict:
+        return raw
+
+    def commands(self, commands: List[dict]) -> Any:
+        return Jsonb(commands)
+
+    def result(self, value: Any) -> Any:
+        return None if value is None else Jsonb(value)
+
+    def failure(self, failure: dict) -> Any:
+        return Jsonb(failure)
+
+
+class ProtobufWire(Wire):
+    name, suffix, array_type = PROTOBUF, "_pb", "bytea[]"
+
+    def workflow_task(self, raw: Any, skip: int = 0) -> Tuple[dict, int]:
+        return _proto.decode_workflow_task(raw, skip)
+
+    def activity_task(self, raw: Any) -> dict:
+        return _proto.decode("dex.v1.ActivityTask", raw)
+
+    def commands(self, commands: List[dict]) -> Any:
+        return _proto.encode_commands(commands)
+
+    def result(self, value: Any) -> Any:
+        if value is None:
+            return None
+        return _proto.encode_json_payload(json.dumps(value, separators=(",", ":"),
+                                                     ensure_ascii=False))
+
+    def failure(self, failure: dict) -> Any:
+        return _proto.encode("dex.v1.Failure", failure)
+
+
+def wire(name: Optional[str]) -> Wire:
+    """The :class:`Wire` called ``name`` ("json" or "protobuf")."""
+    if name == JSON:
+        return JsonWire()
+    if name in (PROTOBUF, "pb"):
+        return ProtobufWire()
+    raise ValueError(f"unknown wire form {name!r} (use 'json' or 'protobuf')")
