@@ -861,6 +861,8 @@ class _Replayer:
         self.history_seen = int(task.get("historyLength", 0))
         self.shown = new
         self.sent = out
+        # what the context reads of the task (run id, names, queue), not its history
+        self.task = {k: v for k, v in task.items() if k != "history" and k != "newEvents"}
         # Every recorded command is matched by now: what is kept for the next task is the
         # workflow's own state, not the history it was rebuilt from.
         self.recorded, self.matched = {}, set()

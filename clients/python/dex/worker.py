@@ -320,6 +320,7 @@ class Worker:
             self._reporter.join(30)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+        self.cache.clear()
         self._started = False
         log.info("worker %s stopped", self.worker_id)
 
