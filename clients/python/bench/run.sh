@@ -9,7 +9,7 @@
 # PostgreSQL 15 cluster with test/lib.sh in /tmp/dex-test.* (stopped however this ends),
 # with a TCP listener on 127.0.0.1: wire.py counts bytes with the kernel's TCP counters. The
 # server and the benchmark share the machine: wire.py reads the server backends' CPU time in
-# /proc. About 3 minutes on 2 cores with the defaults.
+# /proc. About 2 minutes on 2 cores with the defaults (--worker: 1 minute).
 #
 # Environment: DEX_TEST_PORT (default 54460), DEX_SKIP_DEPS, DEX_SKIP_BUILD (test/lib.sh),
 # DEX_PYTHON (default /usr/bin/python3, which has Debian's psycopg).
