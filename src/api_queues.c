@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * api_queues.c
- *	  dex.create_queue: task queues and their partitions.
+ *	  dex.create_queue and dex.alter_queue: task queues, their partitions,
+ *	  capacity and pause.
  *
  * A queue is a row of dex.queue plus one partition of the task table of its
  * kind.  Both kinds are UNLOGGED: tasks are derived data, rebuilt after a
@@ -73,6 +74,17 @@ partition_name(const char *name, bool workflow)
 	return buf.data;
 }
 
+static void
+check_capacity(int32 capacity)
+{
+	if (capacity <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("queue capacity must be positive"),
+				 errdetail("The capacity was %d.", capacity),
+				 errhint("Leave it out (create_queue) or give 0 (alter_queue) for no limit.")));
+}
+
 static DexPlan lock_queues_plan = {
 	"LOCK TABLE dex.queue IN SHARE ROW EXCLUSIVE MODE", 0, {0}
 };
@@ -99,13 +111,13 @@ dex_create_queue(PG_FUNCTION_ARGS)
 	int32		queue_id;
 	StringInfoData ddl;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("queue name, kind and capacity must not be null")));
+				 errmsg("queue name and kind must not be null")));
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	kind = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	capacity = PG_GETARG_INT32(2);
+	capacity = PG_ARGISNULL(2) ? 0 : PG_GETARG_INT32(2);
 
 	validate_queue_name(name);
 	if (strcmp(kind, "workflow") == 0)
@@ -117,11 +129,8 @@ dex_create_queue(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid queue kind \"%s\"", kind),
 				 errhint("The kind is \"workflow\" or \"activity\".")));
-	if (capacity <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("queue capacity must be positive"),
-				 errdetail("The capacity was %d.", capacity)));
+	if (!PG_ARGISNULL(2))
+		check_capacity(capacity);
 	partition = partition_name(name, workflow);
 
 	SPI_connect();
@@ -150,7 +159,7 @@ dex_create_queue(PG_FUNCTION_ARGS)
 	values[1] = CStringGetTextDatum(kind);
 	values[2] = Int32GetDatum(capacity);
 	values[3] = CStringGetTextDatum(partition);
-	dex_spi_exec(&insert_queue_plan, values, NULL, 1);
+	dex_spi_exec(&insert_queue_plan, values, capacity > 0 ? NULL : "  n ", 1);
 	queue_id = (int32) dex_spi_getint64(0, 1);
 
 	initStringInfo(&ddl);
@@ -167,6 +176,60 @@ dex_create_queue(PG_FUNCTION_ARGS)
 	if (SPI_execute(ddl.data, false, 0) != SPI_OK_UTILITY)
 		elog(ERROR, "could not create partition \"%s\"", partition);
 
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* ----------------------------------------------------------------
+ * dex.alter_queue(name, capacity, paused)
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dex_alter_queue);
+
+/* capacity: NULL leaves it, 0 removes the limit; paused: NULL leaves it */
+static DexPlan alter_queue_plan = {
+	"UPDATE dex.queue SET "
+	"capacity = CASE WHEN $2 IS NULL THEN capacity WHEN $2 OPERATOR(pg_catalog.=) 0 THEN NULL ELSE $2 END, "
+	"status = CASE WHEN $3 IS NULL THEN status WHEN $3 THEN 'PAUSED' ELSE 'ACTIVE' END, "
+	"updated_at = pg_catalog.now() "
+	"WHERE name OPERATOR(pg_catalog.=) $1 RETURNING id",
+	3, {TEXTOID, INT4OID, BOOLOID}
+};
+
+/*
+ * dex.alter_queue: a paused queue hands out no task (its tasks wait, and
+ * new ones are added as usual); a capacity caps the tasks leased at once.
+ * Workers waiting on the queue are woken at commit, to look again.
+ */
+Datum
+dex_alter_queue(PG_FUNCTION_ARGS)
+{
+	Datum		values[3];
+	char		nulls[3] = {' ', ' ', ' '};
+	char	   *name;
+
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("queue name must not be null")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	if (!PG_ARGISNULL(1) && PG_GETARG_INT32(1) != 0)
+		check_capacity(PG_GETARG_INT32(1));
+	values[0] = CStringGetTextDatum(name);
+	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
+	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	nulls[1] = PG_ARGISNULL(1) ? 'n' : ' ';
+	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
+
+	SPI_connect();
+	dex_spi_exec(&alter_queue_plan, values, nulls, 0);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("queue \"%s\" does not exist", name)));
+	dex_queue_work_added((int32) dex_spi_getint64(0, 1));
+	dex_queue_cache_reset();
 	SPI_finish();
 	PG_RETURN_VOID();
 }

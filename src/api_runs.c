@@ -219,6 +219,7 @@ dex_create_run(PG_FUNCTION_ARGS)
 		values[2] = Int16GetDatum((int16) priority);
 		dex_spi_exec(&insert_task_plan, values, NULL, 0);
 		dex_queue_work_added(queue.id);
+		dex_stat_add(queue.id, DEX_STAT_TASKS_CREATED, 1);
 	}
 
 	SPI_finish();
@@ -380,6 +381,7 @@ dex_create_runs(PG_FUNCTION_ARGS)
 			nulls[6] = 'n';
 		dex_spi_exec(&insert_runs_plan, values, nulls, 0);
 		dex_queue_work_added(queue.id);
+		dex_stat_add(queue.id, DEX_STAT_TASKS_CREATED, (int64) SPI_processed);
 	}
 	SPI_finish();
 

@@ -92,6 +92,53 @@ static DexPlan lease_activity_plan = {
 	4, {INT4OID, INT4OID, TEXTOID, INTERVALOID}
 };
 
+/*
+ * Capacity: a queue with one hands out at most that many tasks leased at
+ * once.  Polls of such a queue take a transaction-level advisory lock on it,
+ * so that two polls cannot both see the same room; polls of other queues
+ * take none.
+ */
+#define DEX_ADVISORY_CLASS 0x646578	/* "dex": the first key of dex's advisory locks */
+
+static DexPlan lock_queue_polls_plan = {
+	"SELECT pg_catalog.pg_advisory_xact_lock($1, $2)", 2, {INT4OID, INT4OID}
+};
+
+static DexPlan leased_workflow_plan = {
+	"SELECT count(*) FROM (SELECT 1 FROM dex.workflow_task WHERE queue_id = $1 "
+	"  AND locked_by IS NOT NULL AND locked_until > now() LIMIT $2) s",
+	2, {INT4OID, INT4OID}
+};
+
+static DexPlan leased_activity_plan = {
+	"SELECT count(*) FROM (SELECT 1 FROM dex.activity_task WHERE queue_id = $1 "
+	"  AND locked_by IS NOT NULL AND locked_until > now() LIMIT $2) s",
+	2, {INT4OID, INT4OID}
+};
+
+/* How many more tasks the queue may lease now (INT_MAX: no limit, 0: paused). */
+static int32
+queue_room(const DexQueue *queue, bool lock)
+{
+	Datum		values[2];
+
+	if (queue->paused)
+		return 0;
+	if (queue->capacity == 0)
+		return PG_INT32_MAX;
+	if (lock)
+	{
+		values[0] = Int32GetDatum(DEX_ADVISORY_CLASS);
+		values[1] = Int32GetDatum(queue->id);
+		dex_spi_exec(&lock_queue_polls_plan, values, NULL, 0);
+	}
+	values[0] = Int32GetDatum(queue->id);
+	values[1] = Int32GetDatum(queue->capacity);
+	dex_spi_exec(queue->is_workflow ? &leased_workflow_plan : &leased_activity_plan,
+				 values, NULL, 1);
+	return queue->capacity - (int32) dex_spi_getint64(0, 1);
+}
+
 /* A leased task, read back from the lease statement */
 typedef struct Leased
 {
@@ -116,8 +163,9 @@ static DexPlan drop_tasks_plan = {
 
 /*
  * A cancellation withdraws a run's task with SKIP LOCKED (see dex_end_runs):
- * if a poll held it then, the task is still there after the run ended.  The
- * poll that leases it next deletes it instead of handing it out.
+ * if a poll held it then, the task is still there after the run ended (or,
+ * later, was deleted).  The poll that leases it next deletes it instead of
+ * handing it out.
  */
 static void
 drop_tasks_of_ended_runs(HTAB *runs, Leased *leased, uint64 n)
@@ -128,7 +176,7 @@ drop_tasks_of_ended_runs(HTAB *runs, Leased *leased, uint64 n)
 	{
 		DexRun	   *run = dex_find_run(runs, leased[i].run_id);
 
-		if (run != NULL && dex_status_is_terminal(run->status))
+		if (run == NULL || dex_status_is_terminal(run->status))
 		{
 			leased[i].dropped = true;
 			dex_array_add(ended, UUIDPGetDatum(leased[i].run_id), false);
@@ -275,15 +323,21 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("queue \"%s\" does not exist", queue_name)));
 
-	values[0] = Int32GetDatum(queue.id);
-	values[1] = Int32GetDatum(max_tasks);
-	values[2] = CStringGetTextDatum(worker_id);
-	values[3] = IntervalPGetDatum(lease);
-	dex_spi_exec(queue.is_workflow ? &lease_workflow_plan : &lease_activity_plan,
-				 values, NULL, 0);
+	/* a paused queue hands out nothing, a full one nothing more */
+	max_tasks = Min(max_tasks, queue_room(&queue, true));
+	n = 0;
+	if (max_tasks > 0)
+	{
+		values[0] = Int32GetDatum(queue.id);
+		values[1] = Int32GetDatum(max_tasks);
+		values[2] = CStringGetTextDatum(worker_id);
+		values[3] = IntervalPGetDatum(lease);
+		dex_spi_exec(queue.is_workflow ? &lease_workflow_plan : &lease_activity_plan,
+					 values, NULL, 0);
+		n = SPI_processed;
+	}
 
 	/* read the leases back before the next statement replaces SPI_tuptable */
-	n = SPI_processed;
 	leased = palloc0(sizeof(Leased) * Max(n, 1));
 	run_ids = palloc(sizeof(pg_uuid_t *) * Max(n, 1));
 	for (uint64 i = 0; i < n; i++)
@@ -369,6 +423,7 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 	}
 
+	dex_stat_poll(queue.id, tuplestore_tuple_count(rsinfo->setResult));
 	SPI_finish();
 	return (Datum) 0;
 }
@@ -440,7 +495,7 @@ completion_from_jsonb(Jsonb *json)
  */
 
 static DexPlan lock_activity_plan = {
-	"SELECT attempt, retry_policy, schedule_deadline FROM dex.activity_task WHERE run_id = $1 AND event_id = $2 "
+	"SELECT attempt, retry_policy, schedule_deadline, queue_id FROM dex.activity_task WHERE run_id = $1 AND event_id = $2 "
 	"AND lock_version = $3 AND locked_by IS NOT NULL FOR UPDATE",
 	3, {UUIDOID, INT4OID, INT8OID}
 };
@@ -454,7 +509,7 @@ static DexPlan count_task_failure_plan = {
 /* the fence: the failing worker's lease is withdrawn (a new lock version) */
 static DexPlan fence_failed_workflow_task_plan = {
 	"UPDATE dex.workflow_task SET lock_version = nextval('dex.lease_version'), locked_until = 'infinity' "
-	"WHERE run_id = $1 AND lock_version = $2 AND locked_by IS NOT NULL RETURNING run_id",
+	"WHERE run_id = $1 AND lock_version = $2 AND locked_by IS NOT NULL RETURNING run_id, queue_id",
 	2, {UUIDOID, INT8OID}
 };
 
@@ -498,9 +553,13 @@ fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *fail
 	{
 		dex_spi_exec(&fence_failed_workflow_task_plan, values, NULL, 0);
 		held = SPI_processed > 0;
+		if (held)
+			dex_stat_add((int32) dex_spi_getint64(0, 2), DEX_STAT_TASKS_FAILED, 1);
+		dex_queue_room_freed_spi(2);
 	}
 	if (!held)
 	{
+		dex_stat_add(0, DEX_STAT_LEASES_LOST, 1);
 		if (!raise_lost)
 			return false;
 		dex_report_lost_lease(run_id, 0, lock_version);
@@ -531,9 +590,12 @@ fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
 	{
 		dex_spi_exec(&lock_activity_plan, values, NULL, 1);
 		held = SPI_processed > 0;
+		if (held)
+			dex_stat_add((int32) dex_spi_getint64(0, 4), DEX_STAT_TASKS_FAILED, 1);
 	}
 	if (!held)
 	{
+		dex_stat_add(0, DEX_STAT_LEASES_LOST, 1);
 		if (!raise_lost)
 			return false;
 		dex_report_lost_lease(run_id, task_id, lock_version);
@@ -542,9 +604,14 @@ fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
 		bool		isnull;
 		Datum		deadline = dex_spi_getdatum(0, 3, &isnull);
 
+		int32		queue_id = (int32) dex_spi_getint64(0, 4);
+		DexQueue	queue;
+
 		dex_activity_attempt_failed(run_id, task_id, (int32) dex_spi_getint64(0, 1),
 									dex_spi_getbytea_copy(0, 2),
 									isnull ? DT_NOEND : DatumGetTimestampTz(deadline), failure);
+		if (dex_queue_by_id(queue_id, &queue) && queue.capacity > 0)
+			dex_queue_work_added(queue_id);
 	}
 	return true;
 }
@@ -777,16 +844,22 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 	/* read the generation first: work committed after this wakes us */
 	generation = dex_queue_generation(queue.id);
 	values[0] = Int32GetDatum(queue.id);
-	dex_spi_exec(queue.is_workflow ? &pollable_workflow_plan : &pollable_activity_plan,
-				 values, NULL, 1);
-	ready = dex_spi_getbool(0, 1);
+	ready = false;
+	if (queue_room(&queue, false) > 0)
+	{
+		dex_spi_exec(queue.is_workflow ? &pollable_workflow_plan : &pollable_activity_plan,
+					 values, NULL, 1);
+		ready = dex_spi_getbool(0, 1);
+	}
 	dex_pop_planner_settings(guc_level);
 
 	if (!ready && timeout_usecs > 0)
 	{
 		/* no snapshot, no xmin from here on */
 		SPI_commit();
+		dex_report_wait(psprintf("waiting for tasks on queue \"%s\"", queue_name));
 		ready = dex_queue_wait(queue.id, generation, (long) ((timeout_usecs + 999) / 1000));
+		dex_report_wait(NULL);
 	}
 	SPI_finish();
 

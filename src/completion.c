@@ -339,6 +339,7 @@ apply_schedule_activity(Completion *c, const Dex__V1__Command *cmd)
 	rows->n_activities++;
 	c->started_work++;
 	dex_queue_work_added(queue.id);
+	dex_stat_add(queue.id, DEX_STAT_TASKS_CREATED, 1);
 }
 
 /* The TimerElapsed row of timer "id", visible at fire_at */
@@ -598,6 +599,7 @@ apply_start_child_run(Completion *c, const Dex__V1__Command *cmd)
 	values[11] = BoolGetDatum(!has_key || dex_admit_run(child_id, sc->concurrency_key, priority));
 	dex_spi_exec(&insert_child_plan, values, nulls, 0);
 	dex_queue_work_added(queue.id);
+	dex_stat_add(queue.id, DEX_STAT_TASKS_CREATED, (int64) SPI_processed);
 	c->started_work++;
 }
 
@@ -881,7 +883,7 @@ complete_one_workflow_task(DexWorkflowCompletion *item, DexRun *run, BatchRows *
 static DexPlan fence_workflow_plan = {
 	"DELETE FROM dex.workflow_task t USING unnest($1::uuid[], $2::bigint[]) AS b(run_id, lock_version) "
 	"WHERE t.run_id = b.run_id AND t.lock_version = b.lock_version AND t.locked_by IS NOT NULL "
-	"RETURNING t.run_id, t.lock_version, t.started_at, t.inbox_ids, t.locked_by",
+	"RETURNING t.run_id, t.lock_version, t.started_at, t.inbox_ids, t.locked_by, t.queue_id",
 	2, {UUIDARRAYOID, INT8ARRAYOID}
 };
 
@@ -1190,6 +1192,7 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 			break;
 		}
 	}
+	dex_queue_room_freed_spi(6);
 
 	/* tasks left to runs that ended are refused; completions that end runs are checked */
 	for (int i = 0; i < n; i++)
@@ -1199,11 +1202,8 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 		if (!items[i].done)
 			continue;
 		run = dex_find_run(runs, items[i].run_id);
-		if (run == NULL)
-			elog(ERROR, "workflow run %s of a workflow task does not exist",
-				 dex_uuid_to_cstring(items[i].run_id));
-		if (dex_status_is_terminal(run->status))
-			items[i].done = false;
+		if (run == NULL || dex_status_is_terminal(run->status))
+			items[i].done = false;	/* left to a run that ended (or was deleted) */
 		else if (run->cancel_requested || ends_run(items[i].completion))
 		{
 			dex_array_add(ending, UUIDPGetDatum(items[i].run_id), false);
@@ -1211,6 +1211,8 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 			n_ending++;
 		}
 	}
+	for (int i = 0; i < n; i++)
+		dex_stat_add(0, DEX_STAT_LEASES_LOST, items[i].done ? 0 : 1);
 	if (raise_lost)
 		for (int i = 0; i < n; i++)
 			if (!items[i].done)
@@ -1234,6 +1236,7 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 				{
 					items[i].done = false;
 					items[i].superseded = true;
+					dex_stat_add(dex_find_run(runs, id)->queue_id, DEX_STAT_COMPLETIONS_SUPERSEDED, 1);
 					dex_array_add(again, UUIDPGetDatum(items[i].run_id), false);
 				}
 		}
@@ -1268,6 +1271,7 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 			elog(ERROR, "workflow run %s of a workflow task does not exist",
 				 dex_uuid_to_cstring(items[i].run_id));
 		complete_one_workflow_task(&items[i], run, &rows);
+		dex_stat_add(run->queue_id, DEX_STAT_TASKS_COMPLETED, 1);
 	}
 
 	if (rows.n_continued > 0)
@@ -1332,6 +1336,7 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 		values[0] = dex_array_result(rows.open);
 		dex_spi_exec(&requeue_plan, values, NULL, 0);
 		dex_queue_work_added_spi(1);
+		dex_stat_count_spi(DEX_STAT_TASKS_CREATED, 1);
 	}
 }
 
@@ -1345,7 +1350,7 @@ static DexPlan fence_activities_plan = {
 	"USING unnest($1::uuid[], $2::integer[], $3::bigint[]) AS b(run_id, event_id, lock_version) "
 	"WHERE t.run_id = b.run_id AND t.event_id = b.event_id AND t.lock_version = b.lock_version "
 	"AND t.locked_by IS NOT NULL "
-	"RETURNING t.run_id, t.event_id, t.lock_version, t.attempt",
+	"RETURNING t.run_id, t.event_id, t.lock_version, t.attempt, t.queue_id",
 	3, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID}
 };
 
@@ -1369,7 +1374,7 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	DexInboxBatch inbox;
 	int32	   *attempts = palloc0(sizeof(int32) * Max(n, 1));
-	bool	   *ended = palloc0(sizeof(bool) * Max(n, 1));
+	bool	   *ended = palloc(sizeof(bool) * Max(n, 1));
 
 	if (n == 0)
 		return;
@@ -1388,6 +1393,8 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 	 */
 	values[0] = dex_array_result(run_ids);
 	dex_lock_runs(values[0], true);
+	for (int i = 0; i < n; i++)
+		ended[i] = true;		/* a run that is gone counts as ended */
 	{
 		int			k = 0;
 
@@ -1424,6 +1431,7 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 				break;
 			items[i].done = true;
 			attempts[i] = (int32) dex_spi_getint64(r, 4);
+			dex_stat_add((int32) dex_spi_getint64(r, 5), DEX_STAT_TASKS_COMPLETED, 1);
 			if (attempts[i] > 1)
 			{
 				dex_array_add(retried_runs, UUIDPGetDatum(items[i].run_id), false);
@@ -1433,6 +1441,9 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 			break;
 		}
 	}
+	dex_queue_room_freed_spi(5);
+	for (int i = 0; i < n; i++)
+		dex_stat_add(0, DEX_STAT_LEASES_LOST, items[i].done ? 0 : 1);
 	if (raise_lost)
 		for (int i = 0; i < n; i++)
 			if (!items[i].done)

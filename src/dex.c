@@ -5,8 +5,9 @@
  *	  registration of the launcher background worker.
  *
  * dex works in two modes.  Preloaded (shared_preload_libraries = 'dex'),
- * _PG_init reserves shared memory and registers the static launcher, which
- * starts the scheduler for the database named by dex.database.  Loaded on
+ * _PG_init reserves shared memory, registers the static launcher, which
+ * starts the workers of the databases named by dex.database, and installs
+ * a utility hook that stops a database's workers before DROP DATABASE.  Loaded on
  * demand by a backend, the SQL API works but nothing schedules delayed work
  * (timers, activity retries, expired leases); functions that create such
  * work say so with a WARNING.
@@ -17,10 +18,13 @@
 
 #include <float.h>
 
+#include "commands/dbcommands.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "nodes/parsenodes.h"
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
+#include "tcop/utility.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -39,6 +43,9 @@ double		dex_retry_multiplier = 1.5;
 double		dex_retry_randomization = 0.3;
 int			dex_retry_max_delay_ms = 30 * 60 * 1000;
 int			dex_max_payload_size = 1024 * 1024;
+int			dex_retention_period_s = 7 * 24 * 3600;
+int			dex_retention_batch_size = 1000;
+int			dex_maintenance_naptime_ms = 60000;
 
 bool		dex_preloaded = false;
 
@@ -59,6 +66,52 @@ dex_shmem_startup_hook(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	dex_shmem_startup();
+}
+
+/*
+ * DROP DATABASE (and ALTER DATABASE ... RENAME) refuse to work on a
+ * database others are connected to: the dex workers of the database leave
+ * first, and are kept from starting again until the command ends.  CREATE
+ * DATABASE and CREATE EXTENSION dex wake the launcher when they commit: it
+ * may have a new database to serve.
+ */
+static ProcessUtility_hook_type prev_process_utility_hook = NULL;
+
+static void
+dex_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+					ProcessUtilityContext context, ParamListInfo params,
+					QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *stmt = pstmt->utilityStmt;
+	volatile Oid dropping = InvalidOid;
+
+	if (IsA(stmt, DropdbStmt))
+		dropping = get_database_oid(((DropdbStmt *) stmt)->dbname, true);
+	else if (IsA(stmt, RenameStmt) && ((RenameStmt *) stmt)->renameType == OBJECT_DATABASE)
+		dropping = get_database_oid(((RenameStmt *) stmt)->subname, true);
+	else if ((IsA(stmt, CreateExtensionStmt) &&
+			  strcmp(((CreateExtensionStmt *) stmt)->extname, "dex") == 0) ||
+			 IsA(stmt, CreatedbStmt))
+		dex_wake_launcher_at_commit();
+
+	if (!OidIsValid(dropping))
+	{
+		(prev_process_utility_hook ? prev_process_utility_hook : standard_ProcessUtility)
+			(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+		return;
+	}
+
+	dex_database_drop_begin(dropping);
+	PG_TRY();
+	{
+		(prev_process_utility_hook ? prev_process_utility_hook : standard_ProcessUtility)
+			(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+	}
+	PG_FINALLY();
+	{
+		dex_database_drop_done(dropping);
+	}
+	PG_END_TRY();
 }
 
 static void
@@ -114,15 +167,35 @@ define_settings(void)
 							PGC_SUSET, GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 
-	/* can't define a PGC_POSTMASTER variable after startup */
-	if (process_shared_preload_libraries_in_progress)
-		DefineCustomStringVariable("dex.database",
-								   "Database the dex scheduler serves.",
-								   NULL,
-								   &dex_database,
-								   "postgres",
-								   PGC_POSTMASTER, 0,
-								   NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.retention_period",
+							"How long runs that ended are kept before the maintenance worker deletes them.",
+							"A run goes with its history, inbox and tasks once it has been over this long. 0 keeps runs forever.",
+							&dex_retention_period_s,
+							7 * 24 * 3600, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.retention_batch_size",
+							"Runs the maintenance worker deletes per transaction.",
+							NULL,
+							&dex_retention_batch_size,
+							1000, 1, 100000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.maintenance_naptime",
+							"Time between two passes of the maintenance worker.",
+							NULL,
+							&dex_maintenance_naptime_ms,
+							60000, 100, INT_MAX / 2,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("dex.database",
+							   "Databases the dex workers serve.",
+							   "A name, a comma-separated list of names, or * for every database where dex is installed.",
+							   &dex_database,
+							   "postgres",
+							   PGC_SIGHUP, GUC_LIST_INPUT,
+							   NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("dex");
 }
@@ -164,6 +237,8 @@ _PG_init(void)
 	shmem_startup_hook = dex_shmem_startup_hook;
 
 	register_launcher();
+	prev_process_utility_hook = ProcessUtility_hook;
+	ProcessUtility_hook = dex_process_utility;
 }
 
 /*

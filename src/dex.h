@@ -9,6 +9,7 @@
  *	  codec.c		protobuf <-> bytea / canonical proto3 JSON
  *	  spi_util.c	prepared SPI plans kept across calls
  *	  wakeup.c		shared memory: scheduler latch, commit-time wake-ups
+ *	  stats.c		activity counters in shared memory (dex.stat_counters)
  *	  history.c		queue lookups, ids and times, events, inbox writes, retries
  *	  api_queues.c	dex.create_queue
  *	  api_codec.c	dex.to_json, dex.from_json, dex.payload_value
@@ -19,6 +20,7 @@
  *	  rebuild.c		rebuilding the UNLOGGED task tables after a crash
  *	  launcher.c	the static launcher background worker
  *	  scheduler.c	the per-database scheduler background worker
+ *	  maintenance.c	the per-database maintenance background worker (retention)
  *
  *-------------------------------------------------------------------------
  */
@@ -50,6 +52,9 @@ extern double dex_retry_multiplier;
 extern double dex_retry_randomization;
 extern int	dex_retry_max_delay_ms;
 extern int	dex_max_payload_size;
+extern int	dex_retention_period_s;
+extern int	dex_retention_batch_size;
+extern int	dex_maintenance_naptime_ms;
 
 /* dex.c */
 extern bool dex_preloaded;
@@ -59,7 +64,15 @@ extern void dex_check_payload_size(Size size, const char *what);
 extern void dex_shmem_request(void);
 extern void dex_shmem_startup(void);
 extern void dex_wakeup_init(void);
-extern void dex_scheduler_register(void);
+#define DEX_MAX_DATABASES 64
+extern bool dex_worker_register(bool scheduler);
+extern void dex_worker_no_extension(void);
+extern void dex_database_status(Oid dbid, bool *dropping, bool *no_extension);
+extern void dex_database_drop_begin(Oid dbid);
+extern void dex_database_drop_done(Oid dbid);
+extern void dex_launcher_register(void);
+extern void dex_wake_launcher_at_commit(void);
+extern uint64 dex_launcher_events(void);
 extern void dex_scheduler_set_next_wake(TimestampTz when);
 extern void dex_wake_scheduler_at_commit(TimestampTz due);
 extern void dex_warn_if_not_preloaded(const char *what);
@@ -67,6 +80,37 @@ extern void dex_queue_work_added(int32 queue_id);
 extern void dex_queue_work_added_spi(int col);
 extern uint64 dex_queue_generation(int32 queue_id);
 extern bool dex_queue_wait(int32 queue_id, uint64 generation, long timeout_ms);
+
+/* stats.c: the counters of dex.stat_counters(), per (database, queue) */
+typedef enum DexStatCounter
+{
+	/* a queue's */
+	DEX_STAT_TASKS_CREATED,
+	DEX_STAT_POLLS,
+	DEX_STAT_POLLS_EMPTY,
+	DEX_STAT_TASKS_LEASED,
+	DEX_STAT_TASKS_COMPLETED,
+	DEX_STAT_TASKS_FAILED,
+	DEX_STAT_COMPLETIONS_SUPERSEDED,
+	DEX_STAT_RETRIES_DUE,
+	DEX_STAT_LEASES_EXPIRED,
+	/* the database's own (queue id 0) */
+	DEX_STAT_LEASES_LOST,
+	DEX_STAT_RUNS_WOKEN,
+	DEX_STAT_SCHEDULER_PASSES,
+	DEX_STAT_SCHEDULER_ERRORS,
+	DEX_STAT_SCHEDULER_TIME,	/* microseconds */
+	DEX_STAT_SCHEDULER_MAX_TIME,	/* microseconds */
+	DEX_STAT_N
+} DexStatCounter;
+
+extern void dex_stats_shmem_request(void);
+extern void dex_stats_shmem_startup(void);
+extern void dex_stat_add(int32 queue_id, DexStatCounter counter, int64 n);
+extern void dex_stat_poll(int32 queue_id, int64 n);
+extern void dex_stat_count_spi(DexStatCounter counter, int col);
+extern void dex_stat_scheduler_pass(TimestampTz start, bool failed);
+extern void dex_report_wait(const char *what);
 
 /* spi_util.c */
 typedef struct DexPlan
@@ -92,11 +136,16 @@ typedef struct DexQueue
 	int32		id;
 	char	   *name;
 	bool		is_workflow;
+	bool		paused;			/* polls hand out nothing */
+	int32		capacity;		/* most tasks leased at once; 0: no limit */
 } DexQueue;
 
 extern bool dex_lookup_queue(const char *name, DexQueue *queue);
 extern DexQueue dex_require_queue(const char *name, bool want_workflow);
+extern bool dex_queue_by_id(int32 queue_id, DexQueue *queue);
 extern const char *dex_queue_name(int32 queue_id);
+extern void dex_queue_cache_reset(void);
+extern void dex_queue_room_freed_spi(int col);
 extern pg_uuid_t *dex_new_uuid(void);
 extern char *dex_uuid_to_cstring(const pg_uuid_t *uuid);
 extern Google__Protobuf__Timestamp *dex_pb_timestamp(TimestampTz ts);
@@ -210,6 +259,14 @@ extern void dex_end_runs(Datum run_ids);
 
 /* api_runs.c */
 extern void dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active);
+
+/* launcher.c */
+extern char dex_worker_database[];
+extern bool dex_worker_start(Datum main_arg, const char *type);
+extern void dex_worker_leave_without_extension(bool leave);
+
+/* maintenance.c */
+extern bool dex_lease_acquire(const char *name, int duration_ms);
 
 /* rebuild.c */
 extern bool dex_rebuild_tasks_if_needed(void);

@@ -79,21 +79,38 @@ queue_cache_check(void)
 }
 
 static void
-queue_cache_add(int32 id, const char *name, bool is_workflow)
+queue_cache_add(int row, const char *name)
 {
 	DexQueue   *q;
 
 	if (queue_cache_n == QUEUE_CACHE_SIZE)
 		queue_cache_n = 0;		/* start over: it is only a cache */
 	q = &queue_cache[queue_cache_n++];
-	q->id = id;
-	q->is_workflow = is_workflow;
+	q->id = (int32) dex_spi_getint64(row, 1);
 	q->name = MemoryContextStrdup(TopTransactionContext, name);
+	q->is_workflow = dex_spi_getbool(row, 3);
+	q->paused = dex_spi_getbool(row, 4);
+	{
+		bool		isnull;
+		Datum		d = dex_spi_getdatum(row, 5, &isnull);
+
+		q->capacity = isnull ? 0 : DatumGetInt32(d);
+	}
 }
 
+/* dex.alter_queue changed a queue: forget what this transaction cached */
+void
+dex_queue_cache_reset(void)
+{
+	queue_cache_n = 0;
+}
+
+#define QUEUE_COLUMNS \
+	"SELECT id, name, kind OPERATOR(pg_catalog.=) 'workflow', status OPERATOR(pg_catalog.=) 'PAUSED', " \
+	"capacity FROM dex.queue "
+
 static DexPlan lookup_queue_plan = {
-	"SELECT id, kind OPERATOR(pg_catalog.=) 'workflow' FROM dex.queue WHERE name OPERATOR(pg_catalog.=) $1",
-	1, {TEXTOID}
+	QUEUE_COLUMNS "WHERE name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}
 };
 
 bool
@@ -113,7 +130,7 @@ dex_lookup_queue(const char *name, DexQueue *queue)
 	dex_spi_exec(&lookup_queue_plan, values, NULL, 1);
 	if (SPI_processed == 0)
 		return false;
-	queue_cache_add((int32) dex_spi_getint64(0, 1), name, dex_spi_getbool(0, 2));
+	queue_cache_add(0, name);
 	*queue = queue_cache[queue_cache_n - 1];
 	return true;
 }
@@ -147,28 +164,61 @@ dex_require_queue(const char *name, bool want_workflow)
 	return queue;
 }
 
-static DexPlan queue_name_plan = {
-	"SELECT name, kind OPERATOR(pg_catalog.=) 'workflow' FROM dex.queue WHERE id OPERATOR(pg_catalog.=) $1",
-	1, {INT4OID}
+static DexPlan queue_by_id_plan = {
+	QUEUE_COLUMNS "WHERE id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}
 };
 
-const char *
-dex_queue_name(int32 queue_id)
+/* The queue with that id; false if there is none. */
+bool
+dex_queue_by_id(int32 queue_id, DexQueue *queue)
 {
 	Datum		values[1] = {Int32GetDatum(queue_id)};
-	char	   *name;
 
 	queue_cache_check();
 	for (int i = 0; i < queue_cache_n; i++)
 		if (queue_cache[i].id == queue_id)
-			return queue_cache[i].name;
+		{
+			*queue = queue_cache[i];
+			return true;
+		}
 
-	dex_spi_exec(&queue_name_plan, values, NULL, 1);
+	dex_spi_exec(&queue_by_id_plan, values, NULL, 1);
 	if (SPI_processed == 0)
-		return "";
-	name = dex_spi_gettext_copy(0, 1);
-	queue_cache_add(queue_id, name, dex_spi_getbool(0, 2));
-	return queue_cache[queue_cache_n - 1].name;
+		return false;
+	queue_cache_add(0, dex_spi_gettext_copy(0, 2));
+	*queue = queue_cache[queue_cache_n - 1];
+	return true;
+}
+
+const char *
+dex_queue_name(int32 queue_id)
+{
+	DexQueue	queue;
+
+	return dex_queue_by_id(queue_id, &queue) ? queue.name : "";
+}
+
+/*
+ * Tasks of these queues (column "col" of the current SPI result) ended or
+ * left their leases: a queue with a capacity may have room again, so its
+ * waiting workers are told at commit.
+ */
+void
+dex_queue_room_freed_spi(int col)
+{
+	int32	   *ids = palloc(sizeof(int32) * Max(SPI_processed, 1));
+	uint64		n = SPI_processed;
+
+	for (uint64 i = 0; i < n; i++)
+		ids[i] = (int32) dex_spi_getint64(i, col);
+	for (uint64 i = 0; i < n; i++)
+	{
+		DexQueue	queue;
+
+		if ((i == 0 || ids[i] != ids[i - 1]) &&
+			dex_queue_by_id(ids[i], &queue) && queue.capacity > 0)
+			dex_queue_work_added(ids[i]);
+	}
 }
 
 /* ----------------------------------------------------------------
@@ -434,6 +484,7 @@ dex_ensure_workflow_tasks(Datum run_ids)
 
 	dex_spi_exec(&ensure_tasks_plan, values, NULL, 0);
 	dex_queue_work_added_spi(1);
+	dex_stat_count_spi(DEX_STAT_TASKS_CREATED, 1);
 }
 
 static DexPlan lock_runs_plan = {
@@ -779,6 +830,7 @@ dex_release_keys(Datum run_ids)
 			if (SPI_processed > 0)
 			{
 				dex_queue_work_added_spi(1);
+				dex_stat_count_spi(DEX_STAT_TASKS_CREATED, 1);
 				break;
 			}
 			/* no task: the run's wait row went away before we locked it */

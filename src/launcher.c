@@ -2,20 +2,40 @@
  *
  * launcher.c
  *	  The dex launcher: a static background worker, registered by _PG_init
- *	  when dex is preloaded, that keeps one scheduler running for the
- *	  database named by dex.database.
+ *	  when dex is preloaded, that keeps two workers running for every
+ *	  database it serves: a scheduler (scheduler.c) and a maintenance worker
+ *	  (maintenance.c).
  *
- * The launcher connects to no database (only shared catalogs).  It starts the scheduler as a
- * dynamic background worker with itself as bgw_notify_pid, so it is
- * signalled when the scheduler starts or stops, and restarts a scheduler
- * that exited after a backoff that doubles from 1 s up to 60 s (reset once
- * a scheduler has run for a minute), spread by +/- 20 % so that many
- * servers restarting at once do not retry in lockstep.
+ * dex.database names the databases served: one name, a comma-separated
+ * list, or "*" for every database that has dex installed.  A listed
+ * database is served whether dex is installed there or not (the workers
+ * wait for CREATE EXTENSION); with "*" the launcher starts a scheduler in
+ * every database that allows connections, which leaves at once where dex is
+ * not installed, and the launcher tries that database again when a CREATE
+ * EXTENSION dex commits anywhere, or after PROBE_INTERVAL_MS.  The list is
+ * read again on SIGHUP.
+ *
+ * The launcher connects to no database (it reads pg_database, a shared
+ * catalog).  It starts each worker as a dynamic background worker with
+ * itself as bgw_notify_pid, so it is signalled when one starts or stops, and
+ * restarts a worker that exited after a backoff that doubles from 1 s up to
+ * 60 s (reset once the worker has run for a minute), spread by +/- 20 % so
+ * that many servers restarting at once do not retry in lockstep.  A
+ * persistent error therefore costs one attempt a minute, never a crash
+ * loop.  While DROP DATABASE runs, the database's workers are stopped (by
+ * dex.c's utility hook) and not started again; a database that is gone is
+ * no longer served.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/pg_database.h"
 #include "common/pg_prng.h"
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -23,7 +43,13 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "utils/varlena.h"
 
 #include "dex.h"
 
@@ -33,8 +59,94 @@ PGDLLEXPORT void dex_launcher_main(Datum main_arg);
 #define MAX_BACKOFF_MS 60000
 #define HEALTHY_RUN_MS 60000
 
+/* bgw_main_arg of the per-database workers */
+#define WORKER_LEAVE_IF_NO_EXTENSION 1	/* served through "*" */
+
+/* the name of the database this worker serves */
+char		dex_worker_database[NAMEDATALEN];
+
+/*
+ * The start of every per-database worker: signals, the connection to its
+ * database (named in bgw_extra), and the settings of the API functions (see
+ * spi_util.c): every statement names its schema, and plans stay on indexes
+ * at any table size.  Returns whether the worker should leave when dex is
+ * not installed in its database.
+ */
+bool
+dex_worker_start(Datum main_arg, const char *type)
+{
+	bool		leave;
+
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	strlcpy(dex_worker_database, MyBgworkerEntry->bgw_extra, NAMEDATALEN);
+	BackgroundWorkerInitializeConnection(dex_worker_database, NULL, 0);
+	pgstat_report_appname(type);
+	if (!dex_worker_register(strcmp(type, "dex scheduler") == 0))
+		proc_exit(0);			/* DROP DATABASE is under way */
+	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_hashjoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("enable_mergejoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	leave = (DatumGetInt32(main_arg) & WORKER_LEAVE_IF_NO_EXTENSION) != 0;
+	/* probes of databases that may not have dex would fill the log */
+	ereport(leave ? DEBUG1 : LOG,
+			(errmsg("%s started for database \"%s\"", type, dex_worker_database)));
+	return leave;
+}
+
+/*
+ * A worker that found dex not installed: with "*" it leaves (and the
+ * launcher waits for a CREATE EXTENSION); for a listed database it stays.
+ */
+void
+dex_worker_leave_without_extension(bool leave)
+{
+	if (!leave)
+		return;
+	dex_worker_no_extension();
+	proc_exit(0);
+}
+
+/* A per-database worker the launcher keeps running */
+typedef struct WorkerSlot
+{
+	BackgroundWorkerHandle *handle; /* NULL while not running */
+	TimestampTz started_at;
+	TimestampTz next_start;		/* when to start it again */
+	int			backoff_ms;
+} WorkerSlot;
+
+static const char *const worker_types[] = {"dex scheduler", "dex maintenance"};
+static const char *const worker_functions[] = {"dex_scheduler_main", "dex_maintenance_main"};
+
+#define SCHEDULER 0
+#define MAINTENANCE 1
+#define N_WORKERS 2
+
+/* A database the launcher serves */
+typedef struct ServedDatabase
+{
+	char		name[NAMEDATALEN];
+	Oid			dbid;
+	bool		probing;		/* found through "*": dex may not be installed */
+	bool		without_dex;	/* "*": its scheduler found no dex; wait */
+	TimestampTz probe_at;		/* "*": when to look again anyway */
+	bool		wanted;			/* still to be served after the last refresh */
+	WorkerSlot	workers[N_WORKERS];
+} ServedDatabase;
+
+#define PROBE_INTERVAL_MS (5 * 60 * 1000)
+
+static ServedDatabase served[DEX_MAX_DATABASES];
+static int	n_served = 0;
+static uint64 events_seen = 0;
+
 static BackgroundWorkerHandle *
-start_scheduler(void)
+start_worker(ServedDatabase *db, int which)
 {
 	BackgroundWorker worker;
 	BackgroundWorkerHandle *handle;
@@ -44,16 +156,18 @@ start_scheduler(void)
 	worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
 	worker.bgw_restart_time = BGW_NEVER_RESTART;
 	snprintf(worker.bgw_library_name, BGW_MAXLEN, "dex");
-	snprintf(worker.bgw_function_name, BGW_MAXLEN, "dex_scheduler_main");
-	snprintf(worker.bgw_name, BGW_MAXLEN, "dex scheduler for database %s", dex_database);
-	snprintf(worker.bgw_type, BGW_MAXLEN, "dex scheduler");
+	snprintf(worker.bgw_function_name, BGW_MAXLEN, "%s", worker_functions[which]);
+	snprintf(worker.bgw_name, BGW_MAXLEN, "%s for database %s", worker_types[which], db->name);
+	snprintf(worker.bgw_type, BGW_MAXLEN, "%s", worker_types[which]);
+	strlcpy(worker.bgw_extra, db->name, BGW_EXTRALEN);
+	worker.bgw_main_arg = Int32GetDatum(db->probing ? WORKER_LEAVE_IF_NO_EXTENSION : 0);
 	worker.bgw_notify_pid = MyProcPid;
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))
 	{
 		ereport(WARNING,
 				(errcode(ERRCODE_INSUFFICIENT_RESOURCES),
-				 errmsg("could not start the dex scheduler"),
+				 errmsg("could not start the %s for database \"%s\"", worker_types[which], db->name),
 				 errhint("Consider increasing the configuration parameter \"%s\".",
 						 "max_worker_processes")));
 		return NULL;
@@ -61,78 +175,259 @@ start_scheduler(void)
 	return handle;
 }
 
+static void
+stop_worker(WorkerSlot *slot)
+{
+	if (slot->handle != NULL)
+	{
+		TerminateBackgroundWorker(slot->handle);
+		pfree(slot->handle);
+		slot->handle = NULL;
+	}
+}
+
+/*
+ * Keep one worker running: notice that it stopped, and start it again when
+ * its backoff has passed (unless start is false).  Returns how long the
+ * launcher may sleep for this worker (-1: until signalled).
+ */
+static long
+tend_worker(ServedDatabase *db, int which, bool start, TimestampTz now)
+{
+	WorkerSlot *slot = &db->workers[which];
+	pid_t		pid;
+
+	if (slot->handle != NULL &&
+		GetBackgroundWorkerPid(slot->handle, &pid) == BGWH_STOPPED)
+	{
+		pfree(slot->handle);
+		slot->handle = NULL;
+		if (!start)
+			return -1;
+		/* a worker that ran long enough was healthy: restart soon */
+		if (TimestampDifferenceExceeds(slot->started_at, now, HEALTHY_RUN_MS))
+			slot->backoff_ms = MIN_BACKOFF_MS;
+		slot->next_start = TimestampTzPlusMilliseconds(now,
+													   (int) (slot->backoff_ms * (0.8 + 0.4 * pg_prng_double(&pg_global_prng_state))));
+		ereport(LOG,
+				(errmsg("%s for database \"%s\" exited; restarting in %d ms",
+						worker_types[which], db->name,
+						(int) TimestampDifferenceMilliseconds(now, slot->next_start))));
+		slot->backoff_ms = Min(slot->backoff_ms * 2, MAX_BACKOFF_MS);
+	}
+
+	if (slot->handle != NULL || !start)
+		return -1;
+	if (now >= slot->next_start)
+	{
+		slot->handle = start_worker(db, which);
+		slot->started_at = now;
+		if (slot->handle != NULL)
+			return -1;
+		slot->next_start = TimestampTzPlusMilliseconds(now, slot->backoff_ms);
+		slot->backoff_ms = Min(slot->backoff_ms * 2, MAX_BACKOFF_MS);
+	}
+	return Max(1, TimestampDifferenceMilliseconds(now, slot->next_start));
+}
+
+static ServedDatabase *
+find_served(const char *name)
+{
+	for (int i = 0; i < n_served; i++)
+		if (strcmp(served[i].name, name) == 0)
+			return &served[i];
+	return NULL;
+}
+
+static void
+serve(const char *name, Oid dbid, bool probing)
+{
+	ServedDatabase *db = find_served(name);
+
+	if (db == NULL)
+	{
+		if (n_served == DEX_MAX_DATABASES)
+		{
+			ereport(WARNING,
+					(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+					 errmsg("dex serves at most %d databases; database \"%s\" is not served",
+							DEX_MAX_DATABASES, name)));
+			return;
+		}
+		db = &served[n_served++];
+		memset(db, 0, sizeof(*db));
+		strlcpy(db->name, name, NAMEDATALEN);
+		for (int w = 0; w < N_WORKERS; w++)
+			db->workers[w].backoff_ms = MIN_BACKOFF_MS;
+	}
+	db->dbid = dbid;
+	db->probing = probing;
+	db->wanted = true;
+}
+
+/*
+ * Read dex.database and pg_database again: serve the databases wanted,
+ * stop serving the others.
+ */
+static void
+refresh_databases(void)
+{
+	char	   *list = pstrdup(dex_database ? dex_database : "");
+	List	   *names = NIL;
+	bool		all = false;
+	Relation	rel;
+	TableScanDesc scan;
+	HeapTuple	tup;
+
+	if (!SplitGUCList(list, ',', &names))
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid list syntax in parameter \"%s\"", "dex.database")));
+		names = NIL;
+	}
+	if (list_length(names) == 1 && strcmp((char *) linitial(names), "*") == 0)
+		all = true;
+
+	for (int i = 0; i < n_served; i++)
+		served[i].wanted = false;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	rel = table_open(DatabaseRelationId, AccessShareLock);
+	scan = table_beginscan_catalog(rel, 0, NULL);
+	while ((tup = heap_getnext(scan, ForwardScanDirection)) != NULL)
+	{
+		Form_pg_database d = (Form_pg_database) GETSTRUCT(tup);
+		const char *name = NameStr(d->datname);
+		bool		listed = false;
+		ListCell   *lc;
+
+		foreach(lc, names)
+			if (strcmp((char *) lfirst(lc), name) == 0)
+				listed = true;
+		if (listed || (all && d->datallowconn && !d->datistemplate))
+			serve(name, d->oid, !listed);
+	}
+	table_endscan(scan);
+	table_close(rel, AccessShareLock);
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+
+	/* databases no longer wanted (dropped, or not listed any more) */
+	for (int i = 0; i < n_served;)
+	{
+		if (served[i].wanted)
+		{
+			i++;
+			continue;
+		}
+		for (int w = 0; w < N_WORKERS; w++)
+			stop_worker(&served[i].workers[w]);
+		served[i] = served[--n_served];
+	}
+}
+
 void
 dex_launcher_main(Datum main_arg)
 {
-	BackgroundWorkerHandle *scheduler = NULL;
-	TimestampTz started_at = 0;
-	TimestampTz next_start = 0;
-	int			backoff_ms = MIN_BACKOFF_MS;
-
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, SignalHandlerForShutdownRequest);
 	BackgroundWorkerUnblockSignals();
 	/* shared catalogs only: the launcher serves no database itself */
 	BackgroundWorkerInitializeConnection(NULL, NULL, 0);
 	pgstat_report_appname("dex launcher");
+	dex_launcher_register();
 
 	ereport(LOG,
 			(errmsg("dex launcher started"),
-			 errdetail("The scheduler serves database \"%s\".", dex_database)));
+			 errdetail("The workers serve database \"%s\".", dex_database)));
+	events_seen = dex_launcher_events();
+	refresh_databases();
 
 	while (!ShutdownRequestPending)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 		long		timeout_ms = -1;
-		pid_t		pid;
+		bool		refresh = false;
+		uint64		created;
+		int			rc;
 
 		if (ConfigReloadPending)
 		{
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
+			refresh = true;
+		}
+		/* CREATE EXTENSION dex or CREATE DATABASE: look at the databases again */
+		created = dex_launcher_events();
+		if (created != events_seen)
+		{
+			events_seen = created;
+			refresh = true;
+			for (int i = 0; i < n_served; i++)
+				served[i].without_dex = false;
 		}
 
-		if (scheduler != NULL &&
-			GetBackgroundWorkerPid(scheduler, &pid) == BGWH_STOPPED)
+		for (int i = 0; i < n_served; i++)
 		{
-			/* a scheduler that ran long enough was healthy: restart soon */
-			if (TimestampDifferenceExceeds(started_at, now, HEALTHY_RUN_MS))
-				backoff_ms = MIN_BACKOFF_MS;
-			next_start = TimestampTzPlusMilliseconds(now,
-													 (int) (backoff_ms * (0.8 + 0.4 * pg_prng_double(&pg_global_prng_state))));
-			ereport(LOG,
-					(errmsg("dex scheduler for database \"%s\" exited; restarting in %d ms",
-							dex_database,
-							(int) TimestampDifferenceMilliseconds(now, next_start))));
-			backoff_ms = Min(backoff_ms * 2, MAX_BACKOFF_MS);
-			pfree(scheduler);
-			scheduler = NULL;
-		}
+			ServedDatabase *db = &served[i];
+			bool		dropping;
+			bool		no_extension;
+			bool		start;
 
-		if (scheduler == NULL)
-		{
-			if (now >= next_start)
+			dex_database_status(db->dbid, &dropping, &no_extension);
+			if (no_extension && db->probing)
 			{
-				scheduler = start_scheduler();
-				started_at = now;
-				if (scheduler == NULL)
-				{
-					next_start = TimestampTzPlusMilliseconds(now, backoff_ms);
-					backoff_ms = Min(backoff_ms * 2, MAX_BACKOFF_MS);
-				}
+				db->without_dex = true;
+				db->probe_at = TimestampTzPlusMilliseconds(now, PROBE_INTERVAL_MS);
 			}
-			if (scheduler == NULL)
-				timeout_ms = Max(1, TimestampDifferenceMilliseconds(now, next_start));
+			if (db->without_dex && now >= db->probe_at)
+				db->without_dex = false;
+
+			start = !dropping && !db->without_dex;
+			for (int w = 0; w < N_WORKERS; w++)
+			{
+				/* while probing, the scheduler goes first: it finds out whether dex is there */
+				bool		start_this = start &&
+					(w == SCHEDULER || !db->probing || db->workers[SCHEDULER].handle != NULL);
+				long		t = tend_worker(db, w, start_this, now);
+
+				if (t >= 0 && (timeout_ms < 0 || t < timeout_ms))
+					timeout_ms = t;
+			}
+			if (db->without_dex)
+			{
+				long		t = Max(1, TimestampDifferenceMilliseconds(now, db->probe_at));
+
+				if (timeout_ms < 0 || t < timeout_ms)
+					timeout_ms = t;
+			}
+		}
+		if (refresh)
+		{
+			refresh_databases();
+			continue;
 		}
 
-		(void) WaitLatch(MyLatch,
-						 WL_LATCH_SET | WL_EXIT_ON_PM_DEATH | (timeout_ms >= 0 ? WL_TIMEOUT : 0),
-						 timeout_ms, PG_WAIT_EXTENSION);
+		rc = WaitLatch(MyLatch,
+					   WL_LATCH_SET | WL_EXIT_ON_PM_DEATH | (timeout_ms >= 0 ? WL_TIMEOUT : 0),
+					   timeout_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
+
+		/*
+		 * Woken (a worker started or stopped, a DROP DATABASE ended): the
+		 * databases may have changed.  Reading pg_database is cheap, and
+		 * this is rare.
+		 */
+		if (rc & WL_LATCH_SET)
+			refresh_databases();
 	}
 
-	if (scheduler != NULL)
-		TerminateBackgroundWorker(scheduler);
+	for (int i = 0; i < n_served; i++)
+		for (int w = 0; w < N_WORKERS; w++)
+			stop_worker(&served[i].workers[w]);
 	proc_exit(0);
 }

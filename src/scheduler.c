@@ -91,7 +91,8 @@ static DexPlan due_activities_plan = {
 
 /* expired activity leases, with their runs locked (SKIP LOCKED, as above) */
 static DexPlan expired_leases_plan = {
-	"SELECT a.run_id, a.event_id, a.attempt, a.retry_policy, a.locked_by, a.schedule_deadline, r.status "
+	"SELECT a.run_id, a.event_id, a.attempt, a.retry_policy, a.locked_by, a.schedule_deadline, r.status, "
+	"       a.queue_id "
 	"FROM dex.activity_task a JOIN dex.workflow_run r ON r.id = a.run_id "
 	"WHERE a.locked_by IS NOT NULL AND a.locked_until < now() "
 	"ORDER BY a.locked_until LIMIT $1 "
@@ -184,15 +185,18 @@ scheduler_pass(bool *extension_seen)
 
 	if (dex_rebuild_tasks_if_needed())
 		ereport(LOG, (errmsg("dex scheduler rebuilt the task tables of database \"%s\"",
-							 dex_database)));
+							 dex_worker_database)));
 
 	dex_spi_exec(&due_events_plan, limit, NULL, 0);
 	dex_queue_work_added_spi(1);
+	dex_stat_count_spi(DEX_STAT_TASKS_CREATED, 1);
+	dex_stat_add(0, DEX_STAT_RUNS_WOKEN, (int64) SPI_processed);
 	if (SPI_processed > 0 && dex_spi_getint64(0, 2) >= BATCH_SIZE)
 		more = true;
 
 	dex_spi_exec(&due_activities_plan, limit, NULL, 0);
 	dex_queue_work_added_spi(1);
+	dex_stat_count_spi(DEX_STAT_RETRIES_DUE, 1);
 	if (SPI_processed >= BATCH_SIZE)
 		more = true;
 
@@ -216,6 +220,11 @@ scheduler_pass(bool *extension_seen)
 			SPI_tuptable = expired;
 			reclaim_expired_lease((int) i);
 		}
+		/* a queue with a capacity has room again */
+		SPI_tuptable = expired;
+		SPI_processed = n;
+		dex_stat_count_spi(DEX_STAT_LEASES_EXPIRED, 8);
+		dex_queue_room_freed_spi(8);
 	}
 
 	if (more)
@@ -246,6 +255,7 @@ done:
 	CommitTransactionCommand();
 	pgstat_report_stat(false);
 	pgstat_report_activity(STATE_IDLE, NULL);
+	dex_stat_scheduler_pass(GetCurrentStatementStartTimestamp(), false);
 	return next;
 }
 
@@ -253,27 +263,14 @@ void
 dex_scheduler_main(Datum main_arg)
 {
 	MemoryContext pass_context;
-	bool		extension_seen = false;
+	volatile bool extension_seen = true;
+	bool		leave_without_dex;
 
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-
-	BackgroundWorkerInitializeConnection(dex_database, NULL, 0);
-	pgstat_report_appname("dex scheduler");
-	dex_scheduler_register();
-	/* every statement below names its schema; nothing resolves through the path */
-	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
-	/* the planner settings of the API functions (see spi_util.c) */
-	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("enable_hashjoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("enable_mergejoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	leave_without_dex = dex_worker_start(main_arg, "dex scheduler");
 
 	pass_context = AllocSetContextCreate(TopMemoryContext, "dex scheduler pass",
 										 ALLOCSET_DEFAULT_SIZES);
 
-	ereport(LOG, (errmsg("dex scheduler started for database \"%s\"", dex_database)));
 
 	for (;;)
 	{
@@ -301,7 +298,10 @@ dex_scheduler_main(Datum main_arg)
 		MemoryContextSwitchTo(pass_context);
 		PG_TRY();
 		{
-			next = scheduler_pass(&extension_seen);
+			bool		seen = true;
+
+			next = scheduler_pass(&seen);
+			extension_seen = seen;
 		}
 		PG_CATCH();
 		{
@@ -310,11 +310,14 @@ dex_scheduler_main(Datum main_arg)
 			FlushErrorState();
 			AbortCurrentTransaction();
 			pgstat_report_activity(STATE_IDLE, NULL);
+			dex_stat_scheduler_pass(GetCurrentStatementStartTimestamp(), true);
 			next = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ERROR_RETRY_MS);
 		}
 		PG_END_TRY();
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(pass_context);
+		if (!extension_seen)
+			dex_worker_leave_without_extension(leave_without_dex);
 
 		now = GetCurrentTimestamp();
 		if (next <= now)
@@ -325,6 +328,8 @@ dex_scheduler_main(Datum main_arg)
 		dex_scheduler_set_next_wake(TimestampTzPlusMilliseconds(now, timeout_ms));
 		pg_memory_barrier();
 
+		/* PostgreSQL 15 has no custom wait events: say what the wait is for */
+		pgstat_report_activity(STATE_IDLE, "dex scheduler: sleeping until work falls due or a commit wakes it");
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 timeout_ms, PG_WAIT_EXTENSION);
 	}

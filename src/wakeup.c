@@ -1,13 +1,17 @@
 /*-------------------------------------------------------------------------
  *
  * wakeup.c
- *	  Shared memory of dex and the wake-ups that replace polling.
+ *	  Shared memory of dex and the wake-ups that replace polling.  (The
+ *	  activity counters, also in shared memory, are stats.c's.)
  *
- * The scheduler publishes its latch and the time it next plans to wake.  A
- * backend that creates work falling due earlier than that (a timer, an
- * activity retry, a lease that expires sooner) asks for a wake-up; the latch
- * is set when its transaction commits, never before, so the scheduler never
- * looks for rows it cannot see yet.  Aborted transactions wake nobody.
+ * Each served database has an entry (up to DEX_MAX_DATABASES): its workers'
+ * pids, whether DROP DATABASE is under way, and its scheduler's latch and
+ * the time it next plans to wake.  A backend that creates work falling due
+ * earlier than that (a timer, an activity retry, a lease that expires
+ * sooner) asks for a wake-up of its database's scheduler; the latch is set
+ * when its transaction commits, never before, so the scheduler never looks
+ * for rows it cannot see yet.  Aborted transactions wake nobody.  The
+ * launcher's latch is set likewise when CREATE EXTENSION dex commits.
  *
  * Workers waiting for tasks (dex.wait_for_tasks) sleep on a condition
  * variable of their queue's wait slot.  A transaction that makes tasks
@@ -17,8 +21,8 @@
  * commit between its look and its sleep is never missed.  Queues share slots
  * by hash; a shared slot only costs a spurious wake-up.
  *
- * Locking: the latch pointer is written by the scheduler under the spinlock
- * and read under it; next_wake is a 64-bit atomic written by the scheduler
+ * Locking: the database entries and latch pointers are written and read
+ * under the spinlock; next_wake is a 64-bit atomic written by the scheduler
  * and read without a lock (a stale read only costs one spurious wake-up or,
  * for a time already passed, none is needed).  Slot generations are atomics;
  * condition variables have their own locking.
@@ -26,6 +30,8 @@
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
+
+#include <signal.h>
 
 #include "access/xact.h"
 #include "fmgr.h"
@@ -51,12 +57,24 @@ typedef struct DexWaitSlot
 	ConditionVariable cv;
 } DexWaitSlot;
 
-typedef struct DexSharedState
+/* The workers of one database (see launcher.c); a free entry has no dbid. */
+typedef struct DexDatabaseState
 {
-	slock_t		mutex;
+	Oid			dbid;
 	Latch	   *scheduler_latch;	/* NULL while no scheduler runs */
 	pid_t		scheduler_pid;
+	pid_t		maintenance_pid;
+	bool		no_extension;	/* a worker found dex not installed, and left */
+	bool		dropping;		/* DROP DATABASE is under way: do not start workers */
 	pg_atomic_uint64 scheduler_next_wake;	/* TimestampTz */
+} DexDatabaseState;
+
+typedef struct DexSharedState
+{
+	slock_t		mutex;			/* protects the database entries but next_wake */
+	Latch	   *launcher_latch;
+	uint64		launcher_events;	/* CREATE EXTENSION dex, CREATE DATABASE commits */
+	DexDatabaseState databases[DEX_MAX_DATABASES];
 	DexWaitSlot wait_slots[DEX_WAIT_SLOTS];
 } DexSharedState;
 
@@ -77,6 +95,7 @@ void
 dex_shmem_request(void)
 {
 	RequestAddinShmemSpace(MAXALIGN(sizeof(DexSharedState)));
+	dex_stats_shmem_request();
 }
 
 void
@@ -89,48 +108,274 @@ dex_shmem_startup(void)
 	if (!found)
 	{
 		SpinLockInit(&dex_shared->mutex);
-		dex_shared->scheduler_latch = NULL;
-		dex_shared->scheduler_pid = 0;
-		pg_atomic_init_u64(&dex_shared->scheduler_next_wake, (uint64) DT_NOEND);
+		dex_shared->launcher_latch = NULL;
+		dex_shared->launcher_events = 0;
+		for (int i = 0; i < DEX_MAX_DATABASES; i++)
+		{
+			DexDatabaseState *db = &dex_shared->databases[i];
+
+			db->dbid = InvalidOid;
+			db->scheduler_latch = NULL;
+			db->scheduler_pid = 0;
+			db->maintenance_pid = 0;
+			db->no_extension = false;
+			db->dropping = false;
+			pg_atomic_init_u64(&db->scheduler_next_wake, (uint64) DT_NOEND);
+		}
 		for (int i = 0; i < DEX_WAIT_SLOTS; i++)
 		{
 			pg_atomic_init_u64(&dex_shared->wait_slots[i].generation, 0);
 			ConditionVariableInit(&dex_shared->wait_slots[i].cv);
 		}
 	}
+	dex_stats_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 
-static void
-clear_scheduler(int code, Datum arg)
+/*
+ * The entry of a database, under the mutex; with "create", a free one is
+ * taken if it has none.  NULL if none (or all are taken).
+ */
+static DexDatabaseState *
+database_entry(Oid dbid, bool create)
 {
-	SpinLockAcquire(&dex_shared->mutex);
-	if (dex_shared->scheduler_pid == MyProcPid)
+	DexDatabaseState *free_entry = NULL;
+
+	for (int i = 0; i < DEX_MAX_DATABASES; i++)
 	{
-		dex_shared->scheduler_latch = NULL;
-		dex_shared->scheduler_pid = 0;
+		DexDatabaseState *db = &dex_shared->databases[i];
+
+		if (db->dbid == dbid)
+			return db;
+		if (free_entry == NULL && db->dbid == InvalidOid)
+			free_entry = db;
+	}
+	if (!create || free_entry == NULL)
+		return NULL;
+	free_entry->dbid = dbid;
+	free_entry->scheduler_latch = NULL;
+	free_entry->scheduler_pid = 0;
+	free_entry->maintenance_pid = 0;
+	free_entry->no_extension = false;
+	free_entry->dropping = false;
+	pg_atomic_write_u64(&free_entry->scheduler_next_wake, (uint64) DT_NOEND);
+	return free_entry;
+}
+
+/* the entry is free again when no worker of its database is left */
+static void
+release_if_unused(DexDatabaseState *db)
+{
+	if (db->scheduler_pid == 0 && db->maintenance_pid == 0 && !db->dropping &&
+		!db->no_extension)
+		db->dbid = InvalidOid;
+}
+
+static void
+clear_worker(int code, Datum arg)
+{
+	bool		scheduler = DatumGetBool(arg);
+	DexDatabaseState *db;
+
+	SpinLockAcquire(&dex_shared->mutex);
+	db = database_entry(MyDatabaseId, false);
+	if (db != NULL)
+	{
+		if (scheduler && db->scheduler_pid == MyProcPid)
+		{
+			db->scheduler_latch = NULL;
+			db->scheduler_pid = 0;
+		}
+		else if (!scheduler && db->maintenance_pid == MyProcPid)
+			db->maintenance_pid = 0;
+		release_if_unused(db);
 	}
 	SpinLockRelease(&dex_shared->mutex);
 }
 
 /*
- * Called by the scheduler at start: publish its latch.
+ * Called by a per-database worker at start: publish it (the scheduler with
+ * its latch).  Returns false if DROP DATABASE is under way: the worker must
+ * leave at once.
  */
-void
-dex_scheduler_register(void)
+bool
+dex_worker_register(bool scheduler)
 {
+	DexDatabaseState *db;
+	bool		ok = true;
+
 	Assert(dex_shared != NULL);
-	before_shmem_exit(clear_scheduler, (Datum) 0);
+	before_shmem_exit(clear_worker, BoolGetDatum(scheduler));
 	SpinLockAcquire(&dex_shared->mutex);
-	dex_shared->scheduler_latch = MyLatch;
-	dex_shared->scheduler_pid = MyProcPid;
+	db = database_entry(MyDatabaseId, true);
+	if (db == NULL || db->dropping)
+		ok = false;
+	else if (scheduler)
+	{
+		db->scheduler_latch = MyLatch;
+		db->scheduler_pid = MyProcPid;
+		db->no_extension = false;
+	}
+	else
+		db->maintenance_pid = MyProcPid;
+	SpinLockRelease(&dex_shared->mutex);
+	return ok;
+}
+
+/* A worker found dex not installed in its database and leaves: say so. */
+void
+dex_worker_no_extension(void)
+{
+	DexDatabaseState *db;
+
+	SpinLockAcquire(&dex_shared->mutex);
+	db = database_entry(MyDatabaseId, false);
+	if (db != NULL)
+		db->no_extension = true;
 	SpinLockRelease(&dex_shared->mutex);
 }
+
+/*
+ * For the launcher: whether workers of the database may start now, and
+ * whether one found dex missing (reset: the launcher then waits to be told
+ * of a CREATE EXTENSION).
+ */
+void
+dex_database_status(Oid dbid, bool *dropping, bool *no_extension)
+{
+	DexDatabaseState *db;
+
+	*dropping = false;
+	*no_extension = false;
+	SpinLockAcquire(&dex_shared->mutex);
+	db = database_entry(dbid, false);
+	if (db != NULL)
+	{
+		*dropping = db->dropping;
+		*no_extension = db->no_extension;
+		db->no_extension = false;
+		release_if_unused(db);
+	}
+	SpinLockRelease(&dex_shared->mutex);
+}
+
+/*
+ * DROP DATABASE (dex.c's utility hook): stop the database's workers and keep
+ * the launcher from starting them again, so that they do not block the
+ * drop.  Waits up to 10 s for them to leave.  dex_database_drop_done ends
+ * the state, whether the drop went through or failed.
+ */
+void
+dex_database_drop_begin(Oid dbid)
+{
+	DexDatabaseState *db;
+
+	if (dex_shared == NULL)
+		return;
+	for (int waited_ms = 0; waited_ms <= 10000; waited_ms += 10)
+	{
+		pid_t		pids[2] = {0, 0};
+
+		SpinLockAcquire(&dex_shared->mutex);
+		db = database_entry(dbid, true);
+		if (db != NULL)
+		{
+			db->dropping = true;
+			pids[0] = db->scheduler_pid;
+			pids[1] = db->maintenance_pid;
+		}
+		SpinLockRelease(&dex_shared->mutex);
+		if (pids[0] == 0 && pids[1] == 0)
+			return;
+		for (int i = 0; i < 2; i++)
+			if (pids[i] != 0)
+				(void) kill(pids[i], SIGTERM);
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(10000L);
+	}
+}
+
+void
+dex_database_drop_done(Oid dbid)
+{
+	DexDatabaseState *db;
+
+	if (dex_shared == NULL)
+		return;
+	SpinLockAcquire(&dex_shared->mutex);
+	db = database_entry(dbid, false);
+	if (db != NULL)
+	{
+		db->dropping = false;
+		release_if_unused(db);
+	}
+	if (dex_shared->launcher_latch)
+		SetLatch(dex_shared->launcher_latch);
+	SpinLockRelease(&dex_shared->mutex);
+}
+
+/* The launcher publishes its latch, to be told of CREATE EXTENSION and drops. */
+void
+dex_launcher_register(void)
+{
+	SpinLockAcquire(&dex_shared->mutex);
+	dex_shared->launcher_latch = MyLatch;
+	SpinLockRelease(&dex_shared->mutex);
+}
+
+/* How many CREATE EXTENSION dex and CREATE DATABASE committed since the start. */
+uint64
+dex_launcher_events(void)
+{
+	uint64		n;
+
+	SpinLockAcquire(&dex_shared->mutex);
+	n = dex_shared->launcher_events;
+	SpinLockRelease(&dex_shared->mutex);
+	return n;
+}
+
+/* the scheduler's own entry, found once */
+static DexDatabaseState *my_scheduler_entry = NULL;
 
 void
 dex_scheduler_set_next_wake(TimestampTz when)
 {
-	pg_atomic_write_u64(&dex_shared->scheduler_next_wake, (uint64) when);
+	if (my_scheduler_entry == NULL)
+	{
+		SpinLockAcquire(&dex_shared->mutex);
+		my_scheduler_entry = database_entry(MyDatabaseId, false);
+		SpinLockRelease(&dex_shared->mutex);
+		if (my_scheduler_entry == NULL)
+			return;
+	}
+	pg_atomic_write_u64(&my_scheduler_entry->scheduler_next_wake, (uint64) when);
+}
+
+/* Wake the scheduler of this database if it plans to sleep past "due". */
+static void
+wake_scheduler(TimestampTz due)
+{
+	DexDatabaseState *db = NULL;
+
+	for (int i = 0; i < DEX_MAX_DATABASES; i++)
+		if (dex_shared->databases[i].dbid == MyDatabaseId)
+			db = &dex_shared->databases[i];
+	if (db == NULL || due >= (TimestampTz) pg_atomic_read_u64(&db->scheduler_next_wake))
+		return;
+	SpinLockAcquire(&dex_shared->mutex);
+	if (db->dbid == MyDatabaseId && db->scheduler_latch)
+		SetLatch(db->scheduler_latch);
+	SpinLockRelease(&dex_shared->mutex);
+}
+
+/* CREATE EXTENSION dex or CREATE DATABASE: the launcher may serve a new database. */
+static bool pending_launcher_wake = false;
+
+void
+dex_wake_launcher_at_commit(void)
+{
+	pending_launcher_wake = true;
 }
 
 static void
@@ -168,23 +413,22 @@ dex_xact_callback(XactEvent event, void *arg)
 			if (n_pending_slots > 0 || pending_all_slots)
 				wake_pending_slots();
 			if (pending_wake != DT_NOEND && dex_shared != NULL)
+				wake_scheduler(pending_wake);
+			if (pending_launcher_wake && dex_shared != NULL)
 			{
-				TimestampTz next = (TimestampTz)
-				pg_atomic_read_u64(&dex_shared->scheduler_next_wake);
-
-				if (pending_wake < next)
-				{
-					SpinLockAcquire(&dex_shared->mutex);
-					if (dex_shared->scheduler_latch)
-						SetLatch(dex_shared->scheduler_latch);
-					SpinLockRelease(&dex_shared->mutex);
-				}
+				SpinLockAcquire(&dex_shared->mutex);
+				dex_shared->launcher_events++;
+				if (dex_shared->launcher_latch)
+					SetLatch(dex_shared->launcher_latch);
+				SpinLockRelease(&dex_shared->mutex);
 			}
 			pending_wake = DT_NOEND;
+			pending_launcher_wake = false;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			pending_wake = DT_NOEND;
+			pending_launcher_wake = false;
 			n_pending_slots = 0;
 			pending_all_slots = false;
 			break;

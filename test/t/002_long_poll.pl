@@ -46,6 +46,16 @@ sub wait_until_sleeping
 # 1. a waiting worker holds no xmin and wakes on a new run
 my ($h, $out) = start_waiter('wf', '60s');
 ok(wait_until_sleeping('wf'), 'the worker sleeps in dex.wait_for_tasks');
+# PostgreSQL 15 has no custom wait events: the query text says what it waits for
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM pg_stat_activity
+	 WHERE query LIKE '%-- dex: waiting for tasks on queue "wf"' AND state = 'active'}),
+	'1', 'pg_stat_activity shows the queue it waits for');
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE backend_type = 'dex scheduler' AND wait_event_type = 'Extension'
+	   AND query LIKE 'dex scheduler: sleeping%'}),
+	'and the sleeping scheduler that it sleeps');
 is($node->safe_psql('postgres', q{
 	SELECT count(*) FROM pg_stat_activity
 	 WHERE query LIKE 'CALL dex.wait_for_tasks%' AND backend_xmin IS NULL AND backend_xid IS NULL}),

@@ -1,0 +1,303 @@
+/*-------------------------------------------------------------------------
+ *
+ * maintenance.c
+ *	  The dex maintenance worker: a background worker per database that
+ *	  deletes runs once they have been over for dex.retention_period.
+ *
+ * Retention is slow bulk work, kept apart from the scheduler so that it can
+ * never delay a timer or a lease expiry.  (Lease expiries are due-time work
+ * like timers, and stay with the scheduler, which sleeps exactly until the
+ * next one.)
+ *
+ * A run goes with everything it owns: history, inbox, recorded external
+ * events, retry records, and tasks left behind by a cancellation (see
+ * dex_end_runs).  A run that still has such a task that someone holds is
+ * kept for a later pass.
+ *
+ * dex.workflow_run has no index on completion time, on purpose (its updates
+ * stay HOT; see the install script).  Run ids are UUIDv7, ordered by
+ * creation time, and a run ends after it was created: the worker sweeps the
+ * primary key from the oldest id up to the id of the retention cutoff, one
+ * batch of dex.retention_batch_size runs per transaction, and deletes those
+ * that ended before the cutoff.  A sweep resumes where the last batch
+ * stopped; runs created long ago that are still active are only looked at
+ * again by the next sweep.
+ *
+ * Each batch is a short transaction of its own.  A named lease in
+ * dex.lease ("maintenance") makes sure one worker does this per database,
+ * even if two were started (the lease table is UNLOGGED: a crash drops the
+ * lease with its holder).  An error aborts the pass, is logged, and the
+ * next pass comes after dex.maintenance_naptime.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+
+#include "dex.h"
+
+PGDLLEXPORT void dex_maintenance_main(Datum main_arg);
+
+/* batches per pass at most, so that a reload or shutdown is seen in time */
+#define MAX_BATCHES_PER_PASS 100
+
+/* ----------------------------------------------------------------
+ * Leases
+ * ----------------------------------------------------------------
+ */
+
+static DexPlan acquire_lease_plan = {
+	"INSERT INTO dex.lease (name, holder, acquired_at, expires_at) "
+	"VALUES ($1, $2, now(), now() + make_interval(secs => $3 / 1000.0)) "
+	"ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, "
+	"  acquired_at = CASE WHEN dex.lease.holder = EXCLUDED.holder THEN dex.lease.acquired_at "
+	"                     ELSE EXCLUDED.acquired_at END, "
+	"  expires_at = EXCLUDED.expires_at "
+	"WHERE dex.lease.holder = EXCLUDED.holder OR dex.lease.expires_at < now() "
+	"RETURNING name",
+	3, {TEXTOID, TEXTOID, INT4OID}
+};
+
+/*
+ * Take or renew the named lease for this process for duration_ms, in the
+ * current transaction.  Returns false if another holder's lease is live.
+ */
+bool
+dex_lease_acquire(const char *name, int duration_ms)
+{
+	Datum		values[3];
+
+	values[0] = CStringGetTextDatum(name);
+	values[1] = CStringGetTextDatum(psprintf("%s pid %d", MyBgworkerEntry ?
+											 MyBgworkerEntry->bgw_type : "backend",
+											 MyProcPid));
+	values[2] = Int32GetDatum(duration_ms);
+	dex_spi_exec(&acquire_lease_plan, values, NULL, 0);
+	return SPI_processed > 0;
+}
+
+/* ----------------------------------------------------------------
+ * Retention
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * The next batch of the sweep, and whether each run is due for deletion:
+ * ended before the cutoff, and no task left that someone holds.
+ */
+static DexPlan retention_scan_plan = {
+	"SELECT r.id, r.status = ANY ('{COMPLETED,FAILED,CANCELLED}'::text[]) AND r.completed_at < $3 "
+	"       AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id AND t.locked_by IS NOT NULL "
+	"                         AND t.locked_until > now()) "
+	"       AND NOT EXISTS (SELECT 1 FROM dex.activity_task a WHERE a.run_id = r.id AND a.locked_by IS NOT NULL "
+	"                         AND a.locked_until > now()) "
+	"FROM dex.workflow_run r WHERE r.id > $1 AND r.id < $2 ORDER BY r.id LIMIT $4",
+	4, {UUIDOID, UUIDOID, TIMESTAMPTZOID, INT4OID}
+};
+
+static DexPlan retention_delete_plan = {
+	"WITH h AS (DELETE FROM dex.workflow_history WHERE run_id = ANY ($1)), "
+	"     i AS (DELETE FROM dex.workflow_inbox WHERE run_id = ANY ($1)), "
+	"     e AS (DELETE FROM dex.external_event WHERE run_id = ANY ($1)), "
+	"     ar AS (DELETE FROM dex.activity_retry WHERE run_id = ANY ($1)), "
+	"     t AS (DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)), "
+	"     a AS (DELETE FROM dex.activity_task WHERE run_id = ANY ($1)), "
+	"     n AS (DELETE FROM dex.run_instance WHERE run_id = ANY ($1)) "
+	"DELETE FROM dex.workflow_run r WHERE r.id = ANY ($1) "
+	"AND r.status = ANY ('{COMPLETED,FAILED,CANCELLED}'::text[])",
+	1, {UUIDARRAYOID}
+};
+
+/* where the sweep goes on: the last run id looked at (all zero: the start) */
+static pg_uuid_t sweep_position;
+
+/* The smallest UUIDv7 of the given time: 48 bits of Unix milliseconds, then zeros. */
+static void
+uuid_v7_floor(TimestampTz ts, pg_uuid_t *uuid)
+{
+	int64		unix_ms = (ts + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY) / 1000;
+
+	memset(uuid, 0, sizeof(*uuid));
+	if (unix_ms < 0)
+		return;
+	for (int i = 0; i < 6; i++)
+		uuid->data[i] = (uint8) (unix_ms >> (8 * (5 - i)));
+}
+
+/*
+ * One batch of the sweep, in the caller's transaction: look at the next
+ * runs, delete those due.  Returns the number deleted; *more is false when
+ * the sweep reached the cutoff (and starts over next time).
+ */
+static int
+retention_batch(TimestampTz cutoff, bool *more)
+{
+	pg_uuid_t	cutoff_id;
+	Datum		values[4];
+	ArrayBuildState *due = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	uint64		n;
+
+	uuid_v7_floor(cutoff, &cutoff_id);
+	values[0] = UUIDPGetDatum(&sweep_position);
+	values[1] = UUIDPGetDatum(&cutoff_id);
+	values[2] = TimestampTzGetDatum(cutoff);
+	values[3] = Int32GetDatum(dex_retention_batch_size);
+	dex_spi_exec(&retention_scan_plan, values, NULL, 0);
+	n = SPI_processed;
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+		Datum		id = dex_spi_getdatum(i, 1, &isnull);
+
+		if (dex_spi_getbool(i, 2))
+			dex_array_add(due, id, false);
+		if (i == n - 1)
+			memcpy(&sweep_position, DatumGetUUIDP(id), sizeof(pg_uuid_t));
+	}
+	*more = n >= (uint64) dex_retention_batch_size;
+	if (!*more)
+		memset(&sweep_position, 0, sizeof(sweep_position));
+	if (due->nelems == 0)
+		return 0;
+
+	values[0] = dex_array_result(due);
+	dex_spi_exec(&retention_delete_plan, values, NULL, 0);
+	return (int) SPI_processed;
+}
+
+/* ----------------------------------------------------------------
+ * The worker
+ * ----------------------------------------------------------------
+ */
+
+/* Start a transaction with SPI and a snapshot; false if dex is not installed. */
+static bool
+begin_batch(void)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	SPI_connect();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	return OidIsValid(get_extension_oid("dex", true));
+}
+
+static void
+end_batch(void)
+{
+	SPI_finish();
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+}
+
+/*
+ * One pass: batches until the sweep reaches the cutoff or MAX_BATCHES_PER_PASS.
+ * Returns whether more is left to do now.
+ */
+static bool
+maintenance_pass(bool leave_without_dex)
+{
+	int64		deleted = 0;
+	bool		more = false;
+	bool		held;
+	TimestampTz cutoff;
+
+	pgstat_report_activity(STATE_RUNNING, "dex maintenance: retention");
+
+	/* the lease outlives the pass; a worker that dies leaves it to expire */
+	if (!begin_batch())
+	{
+		end_batch();
+		dex_worker_leave_without_extension(leave_without_dex);
+		goto done;
+	}
+	held = dex_lease_acquire("maintenance", dex_maintenance_naptime_ms * 3 + 60000);
+	end_batch();
+	if (!held || dex_retention_period_s == 0)
+		goto done;
+
+	cutoff = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+										 -(int64) dex_retention_period_s * 1000);
+	for (int batch = 0; batch < MAX_BATCHES_PER_PASS; batch++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+			break;
+		if (begin_batch())
+			deleted += retention_batch(cutoff, &more);
+		else
+			more = false;
+		end_batch();
+		if (!more)
+			break;
+	}
+	if (deleted > 0)
+		ereport(DEBUG1,
+				(errmsg("dex maintenance deleted " INT64_FORMAT " runs that ended before %s",
+						deleted, timestamptz_to_str(cutoff))));
+
+done:
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return more;
+}
+
+void
+dex_maintenance_main(Datum main_arg)
+{
+	MemoryContext pass_context;
+	bool		leave_without_dex = dex_worker_start(main_arg, "dex maintenance");
+
+	pass_context = AllocSetContextCreate(TopMemoryContext, "dex maintenance pass",
+										 ALLOCSET_DEFAULT_SIZES);
+
+	for (;;)
+	{
+		bool		more = false;
+		MemoryContext old;
+
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+
+		old = MemoryContextSwitchTo(pass_context);
+		PG_TRY();
+		{
+			more = maintenance_pass(leave_without_dex);
+		}
+		PG_CATCH();
+		{
+			/* log it and try again after the nap, like autovacuum */
+			MemoryContextSwitchTo(pass_context);
+			EmitErrorReport();
+			FlushErrorState();
+			AbortOutOfAnyTransaction();
+			pgstat_report_activity(STATE_IDLE, NULL);
+		}
+		PG_END_TRY();
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(pass_context);
+
+		(void) WaitLatch(MyLatch,
+						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 more ? 10 : dex_maintenance_naptime_ms, PG_WAIT_EXTENSION);
+	}
+}
