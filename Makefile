@@ -5,7 +5,7 @@
 #   bash test/demo.sh        the demo on a throwaway cluster
 
 EXTENSION = dex
-DATA = dex--1.0.sql
+DATA = dex--1.0.sql dex--1.1.sql dex--1.0--1.1.sql
 MODULE_big = dex
 
 PROTOS = common event command task
@@ -23,7 +23,7 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
             -Wno-sign-compare -Wno-cast-function-type
 SHLIB_LINK = -lprotobuf-c
 
-REGRESS = setup codec queues runs tasks errors batch events control listing children keys timeouts capacity monitoring bad_input
+REGRESS = setup codec queues runs tasks errors batch events control listing children keys timeouts capacity monitoring bad_input roles
 REGRESS_OPTS = --load-extension=dex
 
 EXTRA_CLEAN = src/gen

@@ -19,15 +19,19 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "funcapi.h"
 #include "nodes/parsenodes.h"
 #include "utils/array.h"
 #include "utils/lsyscache.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 
 #include "dex.h"
@@ -800,9 +804,24 @@ static DexPlan pollable_activity_plan = {
  * so that it can end its transaction before it sleeps: a waiting worker holds
  * no snapshot and no xmin.  It must be called outside a transaction block.
  */
+static Oid
+procedure_owner(Oid proc_oid)
+{
+	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(proc_oid));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for function %u", proc_oid);
+	owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
+	ReleaseSysCache(tup);
+	return owner;
+}
+
 Datum
 dex_wait_for_tasks(PG_FUNCTION_ARGS)
 {
+	Oid			save_userid;
+	int			save_sec_context;
 	char	   *queue_name;
 	Interval   *timeout;
 	int64		timeout_usecs;
@@ -834,6 +853,13 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("timeout must be between 0 and 1 day")));
 
+	/*
+	 * A procedure that commits cannot be SECURITY DEFINER: it reads the queue
+	 * and task tables with its owner's rights by itself, until it commits.
+	 */
+	GetUserIdAndSecContext(&save_userid, &save_sec_context);
+	SetUserIdAndSecContext(procedure_owner(fcinfo->flinfo->fn_oid),
+						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	SPI_connect_ext(SPI_OPT_NONATOMIC);
 	guc_level = dex_push_planner_settings();
 	if (!dex_lookup_queue(queue_name, &queue))
@@ -852,6 +878,7 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 		ready = dex_spi_getbool(0, 1);
 	}
 	dex_pop_planner_settings(guc_level);
+	SetUserIdAndSecContext(save_userid, save_sec_context);
 
 	if (!ready && timeout_usecs > 0)
 	{

@@ -1,0 +1,137 @@
+# Upgrades: install dex 1.0, leave runs in flight (an activity leased, a timer
+# pending, a wait for an event), ALTER EXTENSION dex UPDATE to 1.1, and finish
+# them; the updated database then has exactly the objects of a fresh 1.1
+# install (functions with their definitions, rights and comments, tables,
+# columns, indexes, constraints, views, grants).
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('dex');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'dex'
+dex.database = 'postgres'
+});
+$node->start;
+
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION dex VERSION '1.0';
+	SELECT dex.create_queue('wf', 'workflow');
+	SELECT dex.create_queue('act', 'activity');
+});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
+	'1.0', 'dex 1.0 is installed');
+
+# run A: an activity, leased; run B: a timer; run C: waits for an event
+$node->safe_psql('postgres', q{
+	CREATE TABLE lease AS SELECT NULL::uuid AS run_id, 0 AS task_id, 0::bigint AS lock_version WHERE false;
+	SELECT dex.create_run('a', 'wf', instance_id => 'A');
+	SELECT dex.create_run('b', 'wf', instance_id => 'B');
+	SELECT dex.create_run('c', 'wf', instance_id => 'C');
+	SELECT dex.complete_task(t.run_id, 0, t.lock_version,
+	         CASE r.instance_id
+	           WHEN 'A' THEN '[{"id": 1, "scheduleActivity": {"name": "charge", "queue": "act"}}]'::jsonb
+	           WHEN 'B' THEN '[{"id": 1, "startTimer": {"delay": "1s"}}]'::jsonb
+	           ELSE '[{"id": 1, "waitExternalEvent": {"eventId": "go", "timeout": "3600s"}}]'::jsonb END)
+	  FROM dex.poll_tasks('wf', 'w', 10) t JOIN dex.workflow_run r ON r.id = t.run_id;
+	INSERT INTO lease SELECT run_id, task_id, lock_version FROM dex.poll_tasks('act', 'w');
+});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM lease}), '1', 'the activity is leased under 1.0');
+
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE TO '1.1'});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
+	'1.1', 'dex is updated to 1.1');
+is($node->safe_psql('postgres', q{SELECT string_agg(coalesce(capacity::text, 'none'), ',') FROM dex.queue}),
+	'none,none', 'queues keep no limit: 1.0 did not enforce its capacity');
+
+# the runs go on: the lease taken under 1.0 still completes, the event arrives, the timer fires
+$node->safe_psql('postgres', q{
+	SELECT dex.complete_task(run_id, task_id, lock_version, '"charged"') FROM lease;
+	SELECT dex.send_external_event_to_instance('C', 'go', '"now"');
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 3 FROM dex.workflow_task t JOIN dex.workflow_run r ON r.id = t.run_id}),
+	'each run has a workflow task again');
+$node->safe_psql('postgres', q{
+	SELECT dex.complete_task(run_id, 0, lock_version, '[{"completeRun": {}}]')
+	  FROM dex.poll_tasks('wf', 'w', 10);
+});
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(instance_id || ':' || status, ' ' ORDER BY instance_id) FROM dex.workflow_run}),
+	'A:COMPLETED B:COMPLETED C:COMPLETED', 'the runs started under 1.0 complete under 1.1');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(r.instance_id || ':' || (SELECT string_agg((SELECT k FROM jsonb_object_keys(h.event - 'id' - 'timestamp') k), ',' ORDER BY h.sequence)
+	                                              FROM dex.run_history(r.id) h
+	                                             WHERE h.sequence > 4), ' ' ORDER BY r.instance_id)
+	  FROM dex.workflow_run r}),
+	'A:activityTaskCreated,workflowTaskStarted,activityTaskCompleted,workflowTaskCompleted,runCompleted '
+	. 'B:timerCreated,workflowTaskStarted,timerElapsed,workflowTaskCompleted,runCompleted '
+	. 'C:externalEventWaitStarted,workflowTaskStarted,externalEventReceived,workflowTaskCompleted,runCompleted',
+	'their histories run on from 1.0 to 1.1');
+
+# the updated schema is the fresh 1.1 schema
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+$node->safe_psql('fresh', 'CREATE EXTENSION dex');
+my $catalog = q{
+SELECT string_agg(x, E'\n' ORDER BY x) FROM (
+  SELECT 'function ' || p.oid::regprocedure || ' ' || pg_get_functiondef(p.oid)
+         || ' acl=' || coalesce(p.proacl::text, '') || ' comment=' || coalesce(obj_description(p.oid, 'pg_proc'), '') AS x
+    FROM pg_proc p WHERE p.pronamespace = 'dex'::regnamespace AND p.prokind <> 'a'
+  UNION ALL
+  SELECT 'relation ' || c.relname || ' kind=' || c.relkind::text || ' persistence=' || c.relpersistence::text
+         || ' acl=' || coalesce(c.relacl::text, '') || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '')
+         || ' options=' || coalesce(c.reloptions::text, '')
+    FROM pg_class c WHERE c.relnamespace = 'dex'::regnamespace AND c.relname !~ '_task_q_'
+  UNION ALL
+  SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+         || ' notnull=' || a.attnotnull || ' default=' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+         || ' acl=' || coalesce(a.attacl::text, '')
+    FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+   WHERE c.relnamespace = 'dex'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+     AND c.relname !~ '_task_q_'
+  UNION ALL
+  SELECT 'index ' || pg_get_indexdef(i.indexrelid)
+    FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid
+   WHERE c.relnamespace = 'dex'::regnamespace AND c.relname !~ '_task_q_'
+  UNION ALL
+  SELECT 'constraint ' || conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(oid)
+    FROM pg_constraint WHERE connamespace = 'dex'::regnamespace AND conrelid::regclass::text !~ '_task_q_'
+  UNION ALL
+  SELECT 'view ' || c.relname || ' ' || pg_get_viewdef(c.oid)
+    FROM pg_class c WHERE c.relnamespace = 'dex'::regnamespace AND c.relkind = 'v'
+  UNION ALL
+  SELECT 'statistics ' || stxname || ' ' || stxkind::text[]::text FROM pg_statistic_ext WHERE stxnamespace = 'dex'::regnamespace
+  UNION ALL
+  SELECT 'schema acl ' || coalesce(nspacl::text, '') FROM pg_namespace WHERE nspname = 'dex'
+  UNION ALL
+  SELECT 'member ' || r.rolname || ' of ' || g.rolname FROM pg_auth_members m
+    JOIN pg_roles r ON r.oid = m.member JOIN pg_roles g ON g.oid = m.roleid WHERE g.rolname LIKE 'dex\_%'
+) s};
+my $updated = $node->safe_psql('postgres', $catalog);
+my $fresh = $node->safe_psql('fresh', $catalog);
+my @u = split /\n/, $updated;
+my @f = split /\n/, $fresh;
+my %in_u = map { $_ => 1 } @u;
+my %in_f = map { $_ => 1 } @f;
+my @missing = grep { !$in_u{$_} } @f;
+my @extra = grep { !$in_f{$_} } @u;
+ok(@f > 100, 'the catalog comparison sees the schema (' . scalar(@f) . ' objects)');
+is(scalar(@missing) + scalar(@extra), 0, 'the updated schema equals a fresh 1.1 install')
+  or diag("missing after the update:\n" . join("\n", map { substr($_, 0, 300) } @missing)
+	. "\nonly after the update:\n" . join("\n", map { substr($_, 0, 300) } @extra));
+
+# and the roles of 1.1 work in the updated database
+$node->safe_psql('postgres', q{
+	CREATE ROLE upgraded_client IN ROLE dex_client;
+	SET ROLE upgraded_client;
+	SELECT dex.create_run('d', 'wf');
+});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.workflow_run WHERE workflow_name = 'd'}),
+	'1', 'a dex_client starts a run in the updated database');
+
+$node->stop;
+done_testing();
