@@ -58,5 +58,5 @@ dex_payload_value(PG_FUNCTION_ARGS)
 {
 	bytea	   *data = PG_GETARG_BYTEA_PP(0);
 
-	PG_RETURN_JSONB_P(dex_payload_to_jsonb(dex_payload_from_bytea(data, "payload")));
+	PG_RETURN_JSONB_P(dex_payload_to_jsonb(dex_payload_unpack(data, "payload")));
 }

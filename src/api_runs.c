@@ -245,12 +245,19 @@ static DexPlan history_plan = {
 Datum
 dex_run_history(PG_FUNCTION_ARGS)
 {
-	pg_uuid_t  *run_id = PG_GETARG_UUID_P(0);
+	pg_uuid_t  *run_id;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		values[1] = {UUIDPGetDatum(run_id)};
+	Datum		values[1];
 	MemoryContext per_query;
 	MemoryContext old;
 
+	/* not STRICT: a null run id is an error, as everywhere else */
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("run id must not be null")));
+	run_id = PG_GETARG_UUID_P(0);
+	values[0] = UUIDPGetDatum(run_id);
 	InitMaterializedSRF(fcinfo, 0);
 	per_query = rsinfo->econtext->ecxt_per_query_memory;
 
@@ -671,15 +678,21 @@ dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
 Datum
 dex_cancel_run(PG_FUNCTION_ARGS)
 {
+	char	   *reason = "";
+
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				 errmsg("run id must not be null")));
+	if (!PG_ARGISNULL(1))
+	{
+		/* stored in the history like a payload: the same limit */
+		dex_check_payload_size(VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(1)), "cancellation reason");
+		reason = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	}
 	SPI_connect();
 	dex_wait_for_rebuild();
-	dex_cancel_run_internal(PG_GETARG_UUID_P(0),
-							PG_ARGISNULL(1) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(1)),
-							false);
+	dex_cancel_run_internal(PG_GETARG_UUID_P(0), reason, false);
 	SPI_finish();
 	PG_RETURN_VOID();
 }

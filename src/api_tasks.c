@@ -23,6 +23,7 @@
 #include "access/xact.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type.h"
+#include "common/int.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "funcapi.h"
@@ -45,6 +46,35 @@ PG_FUNCTION_INFO_V1(dex_fail_task_pb);
 
 #define MAX_TASKS_PER_POLL 1000
 #define MAX_LEASE_USECS ((int64) 365 * USECS_PER_DAY)
+
+/*
+ * An interval's length in microseconds, a month counting 30 days; false if
+ * it does not fit in an int64 (then it is far out of any range dex accepts).
+ */
+static bool
+interval_usecs(const Interval *iv, int64 *usecs)
+{
+	int64		months;
+	int64		days;
+
+	if (pg_mul_s64_overflow((int64) iv->month, DAYS_PER_MONTH * USECS_PER_DAY, &months) ||
+		pg_mul_s64_overflow((int64) iv->day, USECS_PER_DAY, &days) ||
+		pg_add_s64_overflow(months, days, usecs) ||
+		pg_add_s64_overflow(*usecs, iv->time, usecs))
+		return false;
+	return true;
+}
+
+static void
+check_lease_duration(Interval *lease)
+{
+	int64		usecs;
+
+	if (!interval_usecs(lease, &usecs) || usecs <= 0 || usecs > MAX_LEASE_USECS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("lease duration must be positive and at most 365 days")));
+}
 
 /* ----------------------------------------------------------------
  * dex.poll_tasks
@@ -254,7 +284,7 @@ activity_task_datum(Leased *t, const char *queue_name, bool as_json)
 	task.task_id = t->task_id;
 	task.name = t->name;
 	task.queue = (char *) queue_name;
-	task.argument = t->argument ? dex_payload_from_bytea(t->argument, "argument") : NULL;
+	task.argument = t->argument ? dex_payload_unpack(t->argument, "argument") : NULL;
 	task.attempt = t->attempt;
 	task.lock_version = t->lock_version;
 	task.locked_until = dex_pb_timestamp(t->locked_until);
@@ -263,7 +293,7 @@ activity_task_datum(Leased *t, const char *queue_name, bool as_json)
 					  (uint8 *) VARDATA_ANY(t->retry_policy),
 					  VARSIZE_ANY_EXHDR(t->retry_policy), "retry policy");
 	if (t->heartbeat_details)
-		task.heartbeat_details = dex_payload_from_bytea(t->heartbeat_details, "heartbeat details");
+		task.heartbeat_details = dex_payload_unpack(t->heartbeat_details, "heartbeat details");
 	if (t->last_failure)
 		task.last_failure = (Dex__V1__Failure *)
 			dex_pb_unpack(&dex__v1__failure__descriptor,
@@ -282,7 +312,6 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 	char	   *worker_id;
 	int32		max_tasks;
 	Interval   *lease;
-	int64		lease_usecs;
 	DexQueue	queue;
 	Datum		values[4];
 	Leased	   *leased;
@@ -311,12 +340,7 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max tasks must be between 1 and %d", MAX_TASKS_PER_POLL),
 				 errdetail("It was %d.", max_tasks)));
-	lease_usecs = lease->time + (int64) lease->day * USECS_PER_DAY +
-		(int64) lease->month * DAYS_PER_MONTH * USECS_PER_DAY;
-	if (lease_usecs <= 0 || lease_usecs > MAX_LEASE_USECS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease duration must be positive and at most 365 days")));
+	check_lease_duration(lease);
 
 	InitMaterializedSRF(fcinfo, 0);
 
@@ -629,6 +653,8 @@ fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
 static Dex__V1__WorkflowTaskCompletion *
 completion_from(Datum result, bool isnull, bool protobuf)
 {
+	Dex__V1__WorkflowTaskCompletion *completion;
+
 	if (isnull)
 		ereport(ERROR,
 				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -639,7 +665,7 @@ completion_from(Datum result, bool isnull, bool protobuf)
 		bytea	   *data = DatumGetByteaPP(result);
 
 		dex_check_payload_size(VARSIZE_ANY_EXHDR(data), "command list");
-		return (Dex__V1__WorkflowTaskCompletion *)
+		completion = (Dex__V1__WorkflowTaskCompletion *)
 			dex_pb_unpack(&dex__v1__workflow_task_completion__descriptor,
 						  (uint8 *) VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data),
 						  "workflow task completion");
@@ -649,8 +675,10 @@ completion_from(Datum result, bool isnull, bool protobuf)
 		Jsonb	   *json = DatumGetJsonbP(result);
 
 		dex_check_payload_size(VARSIZE(json), "command list");
-		return completion_from_jsonb(json);
+		completion = completion_from_jsonb(json);
 	}
+	dex_pb_check_payloads((ProtobufCMessage *) completion, "workflow task completion");
+	return completion;
 }
 
 /* The result of an activity, from either form; NULL for none */
@@ -730,12 +758,14 @@ dex_complete_task_pb(PG_FUNCTION_ARGS)
 static Dex__V1__Failure *
 failure_from(Datum failure, bool protobuf)
 {
+	Dex__V1__Failure *f;
+
 	if (protobuf)
 	{
 		bytea	   *data = DatumGetByteaPP(failure);
 
 		dex_check_payload_size(VARSIZE_ANY_EXHDR(data), "failure");
-		return (Dex__V1__Failure *)
+		f = (Dex__V1__Failure *)
 			dex_pb_unpack(&dex__v1__failure__descriptor, (uint8 *) VARDATA_ANY(data),
 						  VARSIZE_ANY_EXHDR(data), "failure");
 	}
@@ -744,9 +774,11 @@ failure_from(Datum failure, bool protobuf)
 		Jsonb	   *json = DatumGetJsonbP(failure);
 
 		dex_check_payload_size(VARSIZE(json), "failure");
-		return (Dex__V1__Failure *)
+		f = (Dex__V1__Failure *)
 			dex_pb_from_jsonb(&dex__v1__failure__descriptor, json, "failure");
 	}
+	dex_pb_check_payloads((ProtobufCMessage *) f, "failure");
+	return f;
 }
 
 static void
@@ -846,9 +878,8 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 				 errmsg("queue and timeout must not be null")));
 	queue_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	timeout = PG_GETARG_INTERVAL_P(1);
-	timeout_usecs = timeout->time + (int64) timeout->day * USECS_PER_DAY +
-		(int64) timeout->month * DAYS_PER_MONTH * USECS_PER_DAY;
-	if (timeout_usecs < 0 || timeout_usecs > MAX_WAIT_USECS)
+	if (!interval_usecs(timeout, &timeout_usecs) ||
+		timeout_usecs < 0 || timeout_usecs > MAX_WAIT_USECS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("timeout must be between 0 and 1 day")));
@@ -981,13 +1012,18 @@ read_task_batch(FunctionCallInfo fcinfo, Oid value_type, const char *value_name)
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
 				 errmsg("the arrays of a batch must have one element per task"),
+				 value_type != InvalidOid ?
 				 errdetail("There are %d run ids, %d task ids, %d lock versions and %d %s.",
-						   n1, n2, n3, n4, value_name)));
+						   n1, n2, n3, n4, value_name) :
+				 errdetail("There are %d run ids, %d task ids and %d lock versions.",
+						   n1, n2, n3)));
 	if (n1 > MAX_BATCH)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("a batch holds at most %d tasks", MAX_BATCH),
 				 errdetail("This one has %d.", n1)));
+	for (int i = 0; i < n1; i++)
+		check_task_id(DatumGetInt32(b.task_ids[i]));
 	b.n = n1;
 	return b;
 }
@@ -1023,7 +1059,6 @@ complete_tasks(FunctionCallInfo fcinfo, bool protobuf)
 	{
 		int32		task_id = DatumGetInt32(b.task_ids[i]);
 
-		check_task_id(task_id);
 		if (task_id == 0)
 		{
 			wf[n_wf].run_id = DatumGetUUIDP(b.run_ids[i]);
@@ -1149,18 +1184,6 @@ static DexPlan heartbeat_plan = {
 	4, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INTERVALOID}
 };
 
-static void
-check_lease_duration(Interval *lease)
-{
-	int64		usecs = lease->time + (int64) lease->day * USECS_PER_DAY +
-		(int64) lease->month * DAYS_PER_MONTH * USECS_PER_DAY;
-
-	if (usecs <= 0 || usecs > MAX_LEASE_USECS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("lease duration must be positive and at most 365 days")));
-}
-
 /* Run the heartbeat statement for arrays of tasks; SPI_tuptable holds the held ones. */
 static void
 heartbeat(Datum run_ids, Datum task_ids, Datum lock_versions, Interval *lease)
@@ -1229,7 +1252,7 @@ Datum
 dex_heartbeat_tasks(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	TaskBatch	b = read_task_batch(fcinfo, InvalidOid, "");
+	TaskBatch	b = read_task_batch(fcinfo, InvalidOid, NULL);
 
 	if (PG_ARGISNULL(3))
 		ereport(ERROR,

@@ -53,6 +53,7 @@
 #include <string.h>
 
 #include "common/base64.h"
+#include "common/jsonapi.h"
 #include "common/shortest_dec.h"
 #include "datatype/timestamp.h"
 #include "lib/stringinfo.h"
@@ -786,6 +787,112 @@ dex_pb_unpack(const ProtobufCMessageDescriptor *desc,
 
 	pb_check_decoded(&ds, msg, NULL, NULL);
 	return msg;
+}
+
+/* ------------------------------------------------------------------------
+ * Payloads of client input
+ * ------------------------------------------------------------------------
+ */
+
+/* Numbers as jsonb_in takes them: numeric_in refuses exponents it cannot hold */
+static void
+payload_json_scalar(void *state, char *token, JsonTokenType tokentype)
+{
+	if (tokentype == JSON_TOKEN_NUMBER)
+		(void) DirectFunctionCall3(numeric_in, CStringGetDatum(token),
+								   ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));
+}
+
+static void
+check_payload_json(const Dex__V1__Payload *payload, const char *what,
+				   StringInfo path)
+{
+	JsonLexContext *lex;
+	JsonSemAction sem;
+	JsonParseErrorType result;
+	const char *text = payload->json ? payload->json : "";
+
+	memset(&sem, 0, sizeof(sem));
+	sem.scalar = payload_json_scalar;
+	/* escapes are decoded, so that \u0000 is refused as jsonb_in refuses it */
+	lex = makeJsonLexContextCstringLen((char *) text, strlen(text), PG_UTF8, true);
+	result = pg_parse_json(lex, &sem);
+	if (result != JSON_SUCCESS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TEXT_REPRESENTATION),
+				 errmsg("invalid %s", what),
+				 errdetail("Field \"%s%sjson\" is not valid JSON text. %s",
+						   path->data, path->len > 0 ? "." : "",
+						   json_errdetail(result, lex)),
+				 errhint("The \"json\" field of a payload holds the text of one JSON value, such as \"[1, 2]\".")));
+}
+
+static void
+check_payloads(const ProtobufCMessage *msg, const char *what, StringInfo path)
+{
+	const ProtobufCMessageDescriptor *desc = msg->descriptor;
+	unsigned	i;
+
+	check_stack_depth();
+
+	if (desc == &dex__v1__payload__descriptor)
+	{
+		const Dex__V1__Payload *payload = (const Dex__V1__Payload *) msg;
+
+		if (payload->content_case == DEX__V1__PAYLOAD__CONTENT_JSON)
+			check_payload_json(payload, what, path);
+		return;
+	}
+
+	for (i = 0; i < desc->n_fields; i++)
+	{
+		const ProtobufCFieldDescriptor *field = &desc->fields[i];
+		const char *member = MEMBER_PTR(msg, field->offset);
+		size_t		n = 1;
+		size_t		j;
+		int			saved = path->len;
+
+		if (field->type != PROTOBUF_C_TYPE_MESSAGE || !pb_field_is_set(msg, field))
+			continue;
+		if (field->label == PROTOBUF_C_LABEL_REPEATED)
+		{
+			n = *(const size_t *) MEMBER_PTR(msg, field->quantifier_offset);
+			member = *(const char *const *) member;
+		}
+
+		for (j = 0; j < n; j++)
+		{
+			const ProtobufCMessage *sub =
+				*(const ProtobufCMessage *const *) (member + j * sizeof(ProtobufCMessage *));
+
+			if (sub == NULL)
+				continue;
+			if (saved > 0)
+				appendStringInfoChar(path, '.');
+			appendStringInfoString(path, pb_json_name(field->name));
+			if (field->label == PROTOBUF_C_LABEL_REPEATED)
+				appendStringInfo(path, "[%zu]", j);
+			check_payloads(sub, what, path);
+			path->len = saved;
+			path->data[saved] = '\0';
+		}
+	}
+}
+
+/*
+ * Client input: the json field of every dex.v1.Payload in the message must
+ * hold JSON text that jsonb_in accepts, or the payload could not be read
+ * back.  ERRCODE_INVALID_TEXT_REPRESENTATION otherwise.  Done once where
+ * client input becomes a message, never when stored messages are read.
+ */
+void
+dex_pb_check_payloads(const ProtobufCMessage *msg, const char *what)
+{
+	StringInfoData path;
+
+	initStringInfo(&path);
+	check_payloads(msg, what ? what : "value", &path);
+	pfree(path.data);
 }
 
 uint8 *

@@ -38,6 +38,11 @@ extern const ProtobufCMessageDescriptor *dex_pb_descriptor_by_name(const char *f
 extern ProtobufCMessage *dex_pb_unpack(const ProtobufCMessageDescriptor *desc,
 									   const uint8 *data, size_t len,
 									   const char *what);
+/*
+ * Client input: every dex.v1.Payload's json field must hold JSON text
+ * (ERRCODE_INVALID_TEXT_REPRESENTATION otherwise).  "what" as above.
+ */
+extern void dex_pb_check_payloads(const ProtobufCMessage *msg, const char *what);
 /* Encode to a palloc'd bytea. */
 extern bytea *dex_pb_pack_bytea(const ProtobufCMessage *msg);
 /* Encode to a palloc'd buffer; *len receives its length. */

@@ -396,6 +396,11 @@ apply_wait_external_event(Completion *c, const Dex__V1__Command *cmd)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("command waitExternalEvent %d needs an event id", id)));
+	/* dex.send_external_event takes no longer ids: the wait could not end */
+	if (strlen(w->event_id) > 255)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command waitExternalEvent %d has an event id of more than 255 bytes", id)));
 	ev = add_event(c, id);
 	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_EXTERNAL_EVENT_WAIT_STARTED;
 	ev->external_event_wait_started = palloc(sizeof(Dex__V1__ExternalEventWaitStarted));
@@ -516,7 +521,19 @@ apply_start_child_run(Completion *c, const Dex__V1__Command *cmd)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("command startChildRun %d has no workflow name", id)));
-	if (priority < 0 || priority > 100)
+	/* as dex.create_run checks them; 0 and "" are proto3's "not set" */
+	if (strlen(sc->workflow_name) > 255 ||
+		(has_instance && strlen(sc->instance_id) > 255) ||
+		(has_key && strlen(sc->concurrency_key) > 255))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("workflow name, instance id and concurrency key of child run %d must have at most 255 bytes", id)));
+	if (sc->workflow_version < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("workflow version of child run %d must be positive", id),
+				 errdetail("The version was %d.", sc->workflow_version)));
+	if (sc->priority < 0 || priority > 100)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("priority of child run %d must be between 0 and 100", id)));
@@ -603,6 +620,49 @@ apply_start_child_run(Completion *c, const Dex__V1__Command *cmd)
 	c->started_work++;
 }
 
+static DexPlan history_batches_plan = {
+	"SELECT events FROM dex.workflow_history WHERE run_id = $1 ORDER BY sequence DESC",
+	1, {UUIDOID}
+};
+
+/* Whether one of the events is the start of timer "id": startTimer, or waitExternalEvent */
+static bool
+starts_timer(Dex__V1__WorkflowEvent **events, size_t n, int32 id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (events[i]->id == id &&
+			(events[i]->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_TIMER_CREATED ||
+			 events[i]->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_EXTERNAL_EVENT_WAIT_STARTED))
+			return true;
+	return false;
+}
+
+/*
+ * Whether the run started timer "id": in this task's events, or in its
+ * history (read only for cancelTimer commands, newest batches first).
+ */
+static bool
+run_started_timer(Completion *c, int32 id)
+{
+	Datum		values[1] = {UUIDPGetDatum(c->run_id)};
+
+	if (starts_timer(c->events, c->n_events, id))
+		return true;
+	dex_spi_exec(&history_batches_plan, values, NULL, 0);
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		bool		isnull;
+		bytea	   *data = DatumGetByteaPP(dex_spi_getdatum((int) row, 1, &isnull));
+		Dex__V1__EventBatch *batch = (Dex__V1__EventBatch *)
+			dex_pb_unpack(&dex__v1__event_batch__descriptor, (uint8 *) VARDATA_ANY(data),
+						  VARSIZE_ANY_EXHDR(data), "history");
+
+		if (starts_timer(batch->events, batch->n_events, id))
+			return true;
+	}
+	return false;
+}
+
 /* Cancelling a timer: its TimerElapsed is withdrawn if not delivered yet */
 static void
 apply_cancel_timer(Completion *c, const Dex__V1__Command *cmd)
@@ -614,6 +674,11 @@ apply_cancel_timer(Completion *c, const Dex__V1__Command *cmd)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("command cancelTimer names timer %d, which the run did not start", timer)));
+	if (!run_started_timer(c, timer))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command cancelTimer names event %d, which is not a timer", timer),
+				 errdetail("Timers are started by startTimer, and by waitExternalEvent with a timeout.")));
 	ev = add_event(c, cmd->id);
 	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_TIMER_CANCELLED;
 	ev->timer_cancelled = palloc(sizeof(Dex__V1__TimerCancelled));
@@ -723,6 +788,18 @@ check_determinism(Completion *c, Dex__V1__WorkflowTaskCompletion *completion)
 	int32		last = c->last_event_id;
 	Dex__V1__WorkflowEvent *ev;
 	Dex__V1__Failure *failure;
+
+	/* a negative id is malformed input, not a replay gone wrong */
+	for (size_t i = 0; i < completion->n_commands; i++)
+	{
+		const Dex__V1__Command *cmd = completion->commands[i];
+
+		if (cmd->id < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("command %s has negative id %d", command_name(cmd), cmd->id),
+					 errdetail("Command ids are positive event ids, or 0 for commands that create nothing.")));
+	}
 
 	for (size_t i = 0; i < completion->n_commands; i++)
 	{
@@ -1019,7 +1096,7 @@ dex_end_runs(Datum run_ids)
 			ev->child_run_completed = palloc(sizeof(Dex__V1__ChildRunCompleted));
 			dex__v1__child_run_completed__init(ev->child_run_completed);
 			ev->child_run_completed->child_run_created_event_id = event_id;
-			ev->child_run_completed->result = result ? dex_payload_from_bytea(result, "result") : NULL;
+			ev->child_run_completed->result = result ? dex_payload_unpack(result, "result") : NULL;
 		}
 		else
 		{

@@ -154,6 +154,7 @@ extern int64 dex_duration_ms(const Google__Protobuf__Duration *d);
 extern Dex__V1__WorkflowEvent *dex_new_event(int32 id, TimestampTz ts);
 extern Dex__V1__Payload *dex_payload_from_jsonb(Jsonb *value);
 extern Dex__V1__Payload *dex_payload_from_bytea(bytea *data, const char *what);
+extern Dex__V1__Payload *dex_payload_unpack(bytea *data, const char *what);
 extern Jsonb *dex_payload_to_jsonb(const Dex__V1__Payload *payload);
 extern void dex_array_add(ArrayBuildState *state, Datum value, bool isnull);
 extern Datum dex_array_result(ArrayBuildState *state);

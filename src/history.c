@@ -325,12 +325,32 @@ dex_payload_from_jsonb(Jsonb *value)
 	return payload;
 }
 
+/*
+ * A payload a client sends as protobuf: within dex.max_payload_size, its
+ * JSON text valid.
+ */
 Dex__V1__Payload *
 dex_payload_from_bytea(bytea *data, const char *what)
 {
+	Dex__V1__Payload *payload;
+
 	if (data == NULL)
 		return NULL;
 	dex_check_payload_size(VARSIZE_ANY_EXHDR(data), what);
+	payload = dex_payload_unpack(data, what);
+	dex_pb_check_payloads((ProtobufCMessage *) payload, what);
+	return payload;
+}
+
+/*
+ * A stored payload: it was checked when it came in, and reads are never
+ * limited (dex.max_payload_size may have been lowered since).
+ */
+Dex__V1__Payload *
+dex_payload_unpack(bytea *data, const char *what)
+{
+	if (data == NULL)
+		return NULL;
 	return (Dex__V1__Payload *)
 		dex_pb_unpack(&dex__v1__payload__descriptor,
 					  (uint8 *) VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data), what);

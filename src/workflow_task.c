@@ -228,7 +228,7 @@ run_created_subject(DexRun *run)
 	rc->workflow_version = run->workflow_version;
 	rc->queue = pstrdup(dex_queue_name(run->queue_id));
 	rc->argument = run->argument ?
-		dex_payload_from_bytea(run->argument, "run argument") : NULL;
+		dex_payload_unpack(run->argument, "run argument") : NULL;
 	if (run->instance_id)
 		rc->instance_id = run->instance_id;
 	rc->priority = run->priority;

@@ -16,7 +16,8 @@
  *			  WorkflowTaskCompletion.
  *
  * A decode may fail, but only with the SQLSTATEs the codec documents for
- * malformed input.  A message that decodes must:
+ * malformed input; so may dex_pb_check_payloads of what decodes (22P02 for
+ * JSON text that jsonb would refuse).  A message that decodes must:
  *
  *	- satisfy what the rest of the engine takes for granted of a decoded
  *	  message (check_message): strings and repeated elements never NULL,
@@ -127,6 +128,14 @@ static const ProtobufCMessageDescriptor *fuzz_types[lengthof(fuzz_type_names)];
 static const int pb_rejections[] = {
 	ERRCODE_INVALID_BINARY_REPRESENTATION,
 	ERRCODE_STATEMENT_TOO_COMPLEX,	/* stack depth */
+	0
+};
+
+/* dex_pb_check_payloads: JSON text jsonb_in would refuse */
+static const int payload_rejections[] = {
+	ERRCODE_INVALID_TEXT_REPRESENTATION,
+	ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+	ERRCODE_STATEMENT_TOO_COMPLEX,
 	0
 };
 
@@ -243,6 +252,30 @@ call_from_jsonb(void *arg)
 	c->result_msg = dex_pb_from_jsonb(c->desc, c->json, "fuzz input");
 }
 
+static void check_rejection(const char *what, const ProtobufCMessageDescriptor *desc,
+							const FuzzError *e, const int *allowed);
+
+static void
+call_check_payloads(void *arg)
+{
+	CodecCall  *c = arg;
+
+	dex_pb_check_payloads(c->msg, "fuzz input");
+}
+
+/* What the API does next with a decoded client message: it may refuse it, nothing else */
+static void
+check_payloads(ProtobufCMessage *msg)
+{
+	CodecCall	c = {0};
+	FuzzError	e;
+
+	c.msg = msg;
+	if (!fuzz_try(call_check_payloads, &c, &e))
+		check_rejection("checking the payloads", msg->descriptor, &e,
+						payload_rejections);
+}
+
 static void
 call_pack(void *arg)
 {
@@ -336,6 +369,7 @@ fuzz_decode_pb(const ProtobufCMessageDescriptor *desc, const uint8 *data,
 	}
 	if (c.result_msg == NULL || c.result_msg->descriptor != desc)
 		fuzz_fail("dex_pb_unpack returned no %s", desc->name);
+	check_payloads(c.result_msg);
 	return c.result_msg;
 }
 
@@ -354,6 +388,7 @@ fuzz_decode_jsonb(const ProtobufCMessageDescriptor *desc, Jsonb *json)
 	}
 	if (c.result_msg == NULL || c.result_msg->descriptor != desc)
 		fuzz_fail("dex_pb_from_jsonb returned no %s", desc->name);
+	check_payloads(c.result_msg);
 	return c.result_msg;
 }
 

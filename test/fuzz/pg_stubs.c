@@ -20,6 +20,8 @@
  *   numeric_in without a typmod never rounds, so that text is exact.
  * - The server encoding is UTF-8: pg_any_to_server(..., PG_UTF8) verifies
  *   the string (an ERROR if it is not UTF-8), pg_server_to_any returns it.
+ * - json_errdetail, missing from the frontend JSON parser, names the error
+ *   by its number.
  *
  * libpgcommon and libpgport (frontend builds) provide the rest: base64,
  * shortest float output, UTF-8 verification, the JSON lexer and parser,
@@ -37,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/jsonapi.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
@@ -803,4 +806,14 @@ pg_mbcliplen(const char *mbstr, int len, int limit)
 		mbstr += l;
 	}
 	return clen;
+}
+
+/*
+ * The frontend build of the JSON parser has no json_errdetail (it reports
+ * through elog); the codec only puts its text in an error detail.
+ */
+char *
+json_errdetail(JsonParseErrorType error, JsonLexContext *lex)
+{
+	return psprintf("JSON parse error %d.", (int) error);
 }
