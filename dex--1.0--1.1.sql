@@ -17,6 +17,28 @@
 ALTER TABLE dex.queue ALTER COLUMN capacity DROP NOT NULL, ALTER COLUMN capacity DROP DEFAULT;
 UPDATE dex.queue SET capacity = NULL;
 
+/* A null run id is an error (22004), as for every other function taking one. */
+CREATE OR REPLACE FUNCTION dex.get_run(run_id uuid)
+RETURNS dex.runs
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    run dex.runs;
+BEGIN
+    IF get_run.run_id IS NULL THEN
+        RAISE EXCEPTION 'run id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    SELECT * INTO run FROM dex.runs r WHERE r.id OPERATOR(pg_catalog.=) get_run.run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'workflow run % does not exist', get_run.run_id
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN run;
+END
+$$;
+ALTER FUNCTION dex.run_history(uuid) CALLED ON NULL INPUT;
+
 CREATE OR REPLACE FUNCTION dex.create_queue(name text, kind text, capacity integer DEFAULT NULL)
 RETURNS void
 LANGUAGE C

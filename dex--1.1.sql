@@ -424,12 +424,15 @@ COMMENT ON FUNCTION dex.list_runs(text, text, jsonb, timestamptz, timestamptz, t
 
 CREATE FUNCTION dex.get_run(run_id uuid)
 RETURNS dex.runs
-LANGUAGE plpgsql STRICT STABLE
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     run dex.runs;
 BEGIN
+    IF get_run.run_id IS NULL THEN
+        RAISE EXCEPTION 'run id must not be null' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
     SELECT * INTO run FROM dex.runs r WHERE r.id OPERATOR(pg_catalog.=) get_run.run_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'workflow run % does not exist', get_run.run_id
@@ -443,7 +446,7 @@ COMMENT ON FUNCTION dex.get_run(uuid) IS
 
 CREATE FUNCTION dex.run_history(run_id uuid)
 RETURNS TABLE (sequence integer, event jsonb)
-LANGUAGE C STRICT STABLE
+LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_run_history';

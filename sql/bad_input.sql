@@ -219,11 +219,8 @@ SELECT pg_temp.fingerprint() = :'before' AS nothing_changed;
 --
 SELECT * FROM dex.get_run('00000000-0000-7000-8000-000000000000');
 SELECT * FROM dex.get_run('');
--- KNOWN: dex.get_run is STRICT and returns one row of nulls for a null run id, as if a run
--- existed; dex.run_history(NULL) returns no rows. The other functions that take a run id
--- raise 22004: these should too.
--- SELECT * FROM dex.get_run(NULL);
--- SELECT * FROM dex.run_history(NULL);
+SELECT * FROM dex.get_run(NULL);
+SELECT * FROM dex.run_history(NULL);
 SELECT * FROM dex.run_history('00000000-0000-7000-8000-000000000000');
 SELECT * FROM dex.list_runs(status => 'BOGUS');
 SELECT * FROM dex.list_runs(status => 'running');
