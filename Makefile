@@ -14,7 +14,7 @@ PROTO_SRCS = $(PROTOS:%=src/gen/dex/v1/%.pb-c.c) $(WKT_PROTOS:%=src/gen/google/p
 PROTO_HDRS = $(PROTO_SRCS:.c=.h)
 
 SRCS = src/dex.c src/codec.c src/api_codec.c src/spi_util.c src/wakeup.c src/stats.c src/api_queues.c \
-       src/api_runs.c src/api_tasks.c src/history.c src/workflow_task.c src/completion.c \
+       src/api_runs.c src/api_tasks.c src/history.c src/workflow_task.c src/commands.c src/completion.c \
        src/rebuild.c src/launcher.c src/scheduler.c src/maintenance.c
 OBJS = $(SRCS:.c=.o) $(PROTO_SRCS:.c=.o)
 

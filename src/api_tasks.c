@@ -649,7 +649,7 @@ fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
  * ----------------------------------------------------------------
  */
 
-/* The commands of a workflow task, from either form */
+/* The commands of a workflow task, from either form, checked as far as they can be alone */
 static Dex__V1__WorkflowTaskCompletion *
 completion_from(Datum result, bool isnull, bool protobuf)
 {
@@ -678,6 +678,7 @@ completion_from(Datum result, bool isnull, bool protobuf)
 		completion = completion_from_jsonb(json);
 	}
 	dex_pb_check_payloads((ProtobufCMessage *) completion, "workflow task completion");
+	dex_check_commands(completion);
 	return completion;
 }
 

@@ -13,7 +13,11 @@
  * The fence comes first: a task row is deleted only with its current lock
  * version.  A task whose lease is lost is skipped (done = false) before
  * anything is written for it, or, with raise_lost, reported as an error.
- * Invalid commands fail the whole call, which then writes nothing.
+ * Invalid commands fail the whole call, which then writes nothing.  What
+ * makes a command malformed whatever its run (ids, names, priorities, delays,
+ * the order of the commands) was checked as the completion was parsed
+ * (dex_check_commands, commands.c); the checks left here need the database:
+ * queues, the run's history, its pending work.
  *
  *-------------------------------------------------------------------------
  */
@@ -30,8 +34,6 @@
 #include "utils/timestamp.h"
 
 #include "dex.h"
-
-#define MAX_DELAY_MS ((int64) 100 * 365 * 24 * 3600 * 1000)
 
 /* ----------------------------------------------------------------
  * Lost leases
@@ -234,74 +236,17 @@ add_event(Completion *c, int32 id)
 	return ev;
 }
 
-/* The JSON name of a command's kind ("scheduleActivity"), for messages */
-static const char *
-command_name(const Dex__V1__Command *cmd)
-{
-	const ProtobufCFieldDescriptor *f =
-		protobuf_c_message_descriptor_get_field(&dex__v1__command__descriptor,
-												cmd->kind_case);
-	char	   *name;
-	char	   *out;
-
-	if (f == NULL)
-		return "empty";
-	name = pstrdup(f->name);
-	out = name;
-	for (const char *p = f->name; *p; p++)
-	{
-		if (*p == '_' && p[1])
-			*out++ = pg_toupper((unsigned char) *++p);
-		else
-			*out++ = *p;
-	}
-	*out = '\0';
-	return name;
-}
-
-static int32
-required_command_id(const Dex__V1__Command *cmd)
-{
-	if (cmd->id <= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("command %s needs a positive id", command_name(cmd)),
-				 errdetail("Commands that create something carry the event id the workflow assigned to it.")));
-	return cmd->id;
-}
-
-/* A timeout of a scheduleActivity command, in milliseconds: positive, or unset */
-static int64
-timeout_ms(const Google__Protobuf__Duration *d, int32 id)
-{
-	int64		ms = dex_duration_ms(d);
-
-	if (d != NULL && (ms <= 0 || ms > MAX_DELAY_MS))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("the timeouts of activity %d must be positive and at most 100 years", id)));
-	return ms;
-}
-
 static void
 apply_schedule_activity(Completion *c, const Dex__V1__Command *cmd)
 {
 	const Dex__V1__ScheduleActivity *sa = cmd->schedule_activity;
-	int32		id = required_command_id(cmd);
+	int32		id = cmd->id;
 	DexQueue	queue;
 	Dex__V1__RetryPolicy *policy;
 	Dex__V1__ActivityTaskCreated *created;
 	Dex__V1__WorkflowEvent *ev;
 	BatchRows  *rows = c->rows;
 
-	if (sa->name == NULL || sa->name[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("command scheduleActivity %d has no activity name", id)));
-	if (sa->priority < 0 || sa->priority > 100)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("priority of activity %d must be between 0 and 100", id)));
 	queue = dex_require_queue(sa->queue, false);
 	policy = dex_effective_retry_policy(sa->retry_policy);
 
@@ -329,12 +274,12 @@ apply_schedule_activity(Completion *c, const Dex__V1__Command *cmd)
 				  sa->argument == NULL);
 	dex_array_add(rows->a_retry_policy,
 				  PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) policy)), false);
-	dex_array_add(rows->a_start_to_close, Int64GetDatum(timeout_ms(sa->start_to_close_timeout, id)),
+	dex_array_add(rows->a_start_to_close, Int64GetDatum(dex_duration_ms(sa->start_to_close_timeout)),
 				  sa->start_to_close_timeout == NULL);
-	dex_array_add(rows->a_heartbeat_timeout, Int64GetDatum(timeout_ms(sa->heartbeat_timeout, id)),
+	dex_array_add(rows->a_heartbeat_timeout, Int64GetDatum(dex_duration_ms(sa->heartbeat_timeout)),
 				  sa->heartbeat_timeout == NULL);
 	dex_array_add(rows->a_deadline,
-				  TimestampTzGetDatum(c->now + timeout_ms(sa->schedule_to_close_timeout, id) * 1000),
+				  TimestampTzGetDatum(c->now + dex_duration_ms(sa->schedule_to_close_timeout) * 1000),
 				  sa->schedule_to_close_timeout == NULL);
 	rows->n_activities++;
 	c->started_work++;
@@ -359,16 +304,9 @@ static void
 apply_start_timer(Completion *c, const Dex__V1__Command *cmd)
 {
 	const Dex__V1__StartTimer *st = cmd->start_timer;
-	int32		id = required_command_id(cmd);
-	int64		delay_ms = dex_duration_ms(st->delay);
-	TimestampTz fire_at;
+	int32		id = cmd->id;
+	TimestampTz fire_at = c->now + dex_duration_ms(st->delay) * 1000;
 	Dex__V1__WorkflowEvent *ev;
-
-	if (st->delay == NULL || delay_ms < 0 || delay_ms > MAX_DELAY_MS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("timer %d needs a delay between 0 and 100 years", id)));
-	fire_at = c->now + delay_ms * 1000;
 
 	ev = add_event(c, id);
 	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_TIMER_CREATED;
@@ -389,18 +327,9 @@ static void
 apply_wait_external_event(Completion *c, const Dex__V1__Command *cmd)
 {
 	const Dex__V1__WaitExternalEvent *w = cmd->wait_external_event;
-	int32		id = required_command_id(cmd);
+	int32		id = cmd->id;
 	Dex__V1__WorkflowEvent *ev;
 
-	if (w->event_id == NULL || w->event_id[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("command waitExternalEvent %d needs an event id", id)));
-	/* dex.send_external_event takes no longer ids: the wait could not end */
-	if (strlen(w->event_id) > 255)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("command waitExternalEvent %d has an event id of more than 255 bytes", id)));
 	ev = add_event(c, id);
 	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_EXTERNAL_EVENT_WAIT_STARTED;
 	ev->external_event_wait_started = palloc(sizeof(Dex__V1__ExternalEventWaitStarted));
@@ -408,14 +337,8 @@ apply_wait_external_event(Completion *c, const Dex__V1__Command *cmd)
 	ev->external_event_wait_started->event_id = w->event_id;
 	if (w->timeout)
 	{
-		int64		timeout_ms = dex_duration_ms(w->timeout);
-		TimestampTz timeout_at;
+		TimestampTz timeout_at = c->now + dex_duration_ms(w->timeout) * 1000;
 
-		if (timeout_ms < 0 || timeout_ms > MAX_DELAY_MS)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("the timeout of waitExternalEvent %d must be between 0 and 100 years", id)));
-		timeout_at = c->now + timeout_ms * 1000;
 		ev->external_event_wait_started->timeout_at = dex_pb_timestamp(timeout_at);
 		add_timer_elapsed(c, id, timeout_at);
 	}
@@ -504,7 +427,7 @@ static void
 apply_start_child_run(Completion *c, const Dex__V1__Command *cmd)
 {
 	const Dex__V1__StartChildRun *sc = cmd->start_child_run;
-	int32		id = required_command_id(cmd);
+	int32		id = cmd->id;
 	DexQueue	queue;
 	pg_uuid_t  *child_id = dex_new_uuid();
 	int32		version = sc->workflow_version > 0 ? sc->workflow_version : 1;
@@ -517,26 +440,6 @@ apply_start_child_run(Completion *c, const Dex__V1__Command *cmd)
 	Datum		values[12];
 	char		nulls[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 
-	if (sc->workflow_name == NULL || sc->workflow_name[0] == '\0')
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("command startChildRun %d has no workflow name", id)));
-	/* as dex.create_run checks them; 0 and "" are proto3's "not set" */
-	if (strlen(sc->workflow_name) > 255 ||
-		(has_instance && strlen(sc->instance_id) > 255) ||
-		(has_key && strlen(sc->concurrency_key) > 255))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("workflow name, instance id and concurrency key of child run %d must have at most 255 bytes", id)));
-	if (sc->workflow_version < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("workflow version of child run %d must be positive", id),
-				 errdetail("The version was %d.", sc->workflow_version)));
-	if (sc->priority < 0 || priority > 100)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("priority of child run %d must be between 0 and 100", id)));
 	if (sc->queue && sc->queue[0] != '\0')
 		queue = dex_require_queue(sc->queue, true);
 	else
@@ -670,7 +573,8 @@ apply_cancel_timer(Completion *c, const Dex__V1__Command *cmd)
 	int32		timer = cmd->cancel_timer->timer_created_event_id;
 	Dex__V1__WorkflowEvent *ev;
 
-	if (timer <= 0 || timer > c->last_event_id)
+	/* dex_check_commands refused timer ids that are not positive */
+	if (timer > c->last_event_id)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("command cancelTimer names timer %d, which the run did not start", timer)));
@@ -694,12 +598,9 @@ apply_command(Completion *c, const Dex__V1__Command *cmd)
 {
 	Dex__V1__WorkflowEvent *ev;
 
+	/* after continueAsNew (dex_check_commands refused the others' followers) */
 	if (c->new_status != NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("command %s follows the command that ended the run",
-						command_name(cmd)),
-				 errdetail("completeRun, failRun and continueAsNew must be the last command.")));
+		dex_refuse_command_after_end(cmd);
 	if (cmd->id != 0)
 		c->last_event_id = cmd->id;
 
@@ -724,7 +625,7 @@ apply_command(Completion *c, const Dex__V1__Command *cmd)
 			apply_start_child_run(c, cmd);
 			break;
 		case DEX__V1__COMMAND__KIND_RECORD_SIDE_EFFECT:
-			ev = add_event(c, required_command_id(cmd));
+			ev = add_event(c, cmd->id);
 			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_SIDE_EFFECT_EXECUTED;
 			ev->side_effect_executed = palloc(sizeof(Dex__V1__SideEffectExecuted));
 			dex__v1__side_effect_executed__init(ev->side_effect_executed);
@@ -750,10 +651,6 @@ apply_command(Completion *c, const Dex__V1__Command *cmd)
 			c->new_status = "COMPLETED";
 			break;
 		case DEX__V1__COMMAND__KIND_FAIL_RUN:
-			if (cmd->fail_run->failure == NULL)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("command failRun needs a failure")));
 			ev = add_event(c, cmd->id);
 			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_FAILED;
 			ev->run_failed = palloc(sizeof(Dex__V1__RunFailed));
@@ -762,16 +659,10 @@ apply_command(Completion *c, const Dex__V1__Command *cmd)
 			c->failure = cmd->fail_run->failure;
 			c->new_status = "FAILED";
 			break;
-		case DEX__V1__COMMAND__KIND__NOT_SET:
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("command %d has no kind", cmd->id),
-					 errhint("Set exactly one of scheduleActivity, startTimer, cancelTimer, waitExternalEvent, startChildRun, recordSideEffect, setCustomStatus, completeRun, failRun, continueAsNew.")));
-			break;
 		default:
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-					 errmsg("command %s is not supported yet", command_name(cmd))));
+					 errmsg("command %s is not supported yet", dex_command_name(cmd))));
 	}
 }
 
@@ -788,18 +679,6 @@ check_determinism(Completion *c, Dex__V1__WorkflowTaskCompletion *completion)
 	int32		last = c->last_event_id;
 	Dex__V1__WorkflowEvent *ev;
 	Dex__V1__Failure *failure;
-
-	/* a negative id is malformed input, not a replay gone wrong */
-	for (size_t i = 0; i < completion->n_commands; i++)
-	{
-		const Dex__V1__Command *cmd = completion->commands[i];
-
-		if (cmd->id < 0)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("command %s has negative id %d", command_name(cmd), cmd->id),
-					 errdetail("Command ids are positive event ids, or 0 for commands that create nothing.")));
-	}
 
 	for (size_t i = 0; i < completion->n_commands; i++)
 	{
@@ -818,7 +697,7 @@ check_determinism(Completion *c, Dex__V1__WorkflowTaskCompletion *completion)
 		failure->terminal = true;
 		failure->message = psprintf("command %s has id %d, but ids up to %d are already used: "
 									"the workflow did not replay its history deterministically",
-									command_name(cmd), cmd->id, last);
+									dex_command_name(cmd), cmd->id, last);
 		ev = add_event(c, 0);
 		ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_FAILED;
 		ev->run_failed = palloc(sizeof(Dex__V1__RunFailed));

@@ -16,6 +16,7 @@
  *	  api_runs.c	dex.create_run(s), dex.run_history
  *	  api_tasks.c	dex.poll_tasks, complete/fail/heartbeat, dex.wait_for_tasks
  *	  workflow_task.c	runs, histories and inbox events of workflow tasks
+ *	  commands.c	checks of a workflow task's commands that need no database
  *	  completion.c	applying completions, many tasks per statement
  *	  rebuild.c		rebuilding the UNLOGGED task tables after a crash
  *	  launcher.c	the static launcher background worker
@@ -150,7 +151,6 @@ extern pg_uuid_t *dex_new_uuid(void);
 extern char *dex_uuid_to_cstring(const pg_uuid_t *uuid);
 extern Google__Protobuf__Timestamp *dex_pb_timestamp(TimestampTz ts);
 extern TimestampTz dex_timestamp_from_pb(const Google__Protobuf__Timestamp *ts);
-extern int64 dex_duration_ms(const Google__Protobuf__Duration *d);
 extern Dex__V1__WorkflowEvent *dex_new_event(int32 id, TimestampTz ts);
 extern Dex__V1__Payload *dex_payload_from_jsonb(Jsonb *value);
 extern Dex__V1__Payload *dex_payload_from_bytea(bytea *data, const char *what);
@@ -227,6 +227,12 @@ extern Dex__V1__WorkflowEvent *dex_run_created_event(DexRun *run);
 extern Dex__V1__WorkflowEvent **dex_build_new_events(DexRun *run, const char *worker_id,
 													 TimestampTz started_at, int extra,
 													 size_t *n_events);
+
+/* commands.c */
+extern int64 dex_duration_ms(const Google__Protobuf__Duration *d);
+extern const char *dex_command_name(const Dex__V1__Command *cmd);
+extern void dex_check_commands(const Dex__V1__WorkflowTaskCompletion *completion);
+extern void dex_refuse_command_after_end(const Dex__V1__Command *cmd) pg_attribute_noreturn();
 
 /* completion.c */
 typedef struct DexWorkflowCompletion

@@ -285,15 +285,6 @@ dex_timestamp_from_pb(const Google__Protobuf__Timestamp *ts)
 	return ts->seconds * USECS_PER_SEC + ts->nanos / 1000 - UNIX_TO_PG_USECS;
 }
 
-/* Milliseconds of a Duration, rounded up so that a positive one stays positive */
-int64
-dex_duration_ms(const Google__Protobuf__Duration *d)
-{
-	if (d == NULL)
-		return 0;
-	return d->seconds * 1000 + (d->nanos + 999999) / 1000000;
-}
-
 /* ----------------------------------------------------------------
  * Events and payloads
  * ----------------------------------------------------------------

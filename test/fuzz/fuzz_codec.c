@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * fuzz_codec.c
- *	  The fuzz targets of src/codec.c and what they check.
+ *	  The fuzz targets of src/codec.c and src/commands.c, and what they
+ *	  check.
  *
  * Three targets, each one libFuzzer binary (fuzz_main.c):
  *
@@ -13,7 +14,8 @@
  *			  commands: the input is decoded both as JSON (a bare array of
  *			  commands, each decoded as dex.v1.Command, or a
  *			  WorkflowTaskCompletion object) and as protobuf bytes of a
- *			  WorkflowTaskCompletion.
+ *			  WorkflowTaskCompletion.  What decodes is then checked by
+ *			  dex_check_commands (commands.c), as dex.complete_task does.
  *
  * A decode may fail, but only with the SQLSTATEs the codec documents for
  * malformed input; so may dex_pb_check_payloads of what decodes (22P02 for
@@ -31,6 +33,15 @@
  *	- still decode inside the bigger messages dex wraps around what it accepts
  *	  (check_embeddable): a Failure under a timeout Failure in an event of a
  *	  history and of a workflow task, a Command in a WorkflowTaskCompletion.
+ *
+ * dex_check_commands of a decoded completion may refuse it, but only with
+ * ERRCODE_INVALID_PARAMETER_VALUE, a value out of range or a payload's
+ * SQLSTATE; and it must refuse exactly the completions that break a rule
+ * of what completion.c takes for granted, restated here independently
+ * (commands_flaw): kinds set, ids, the ending command last, names, event
+ * ids, priorities, versions, and delays whose microseconds cannot overflow.
+ * The commands after a continueAsNew are left to the server (only their ids
+ * are checked), as dex_check_commands leaves them.
  *
  * Equality ignores unknown fields (JSON has no room for them), compares maps
  * as maps (the last of duplicate keys wins, as in protobuf and in jsonb),
@@ -54,6 +65,7 @@
 #include "utils/jsonb.h"
 
 #include "codec.h"
+#include "dex.h"
 #include "google/protobuf/duration.pb-c.h"
 #include "google/protobuf/timestamp.pb-c.h"
 
@@ -135,6 +147,16 @@ static const int pb_rejections[] = {
 static const int payload_rejections[] = {
 	ERRCODE_INVALID_TEXT_REPRESENTATION,
 	ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+	ERRCODE_STATEMENT_TOO_COMPLEX,
+	0
+};
+
+/* dex_check_commands: malformed commands (and what payload checks raise) */
+static const int command_rejections[] = {
+	ERRCODE_INVALID_PARAMETER_VALUE,
+	ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+	ERRCODE_DATETIME_VALUE_OUT_OF_RANGE,
+	ERRCODE_INVALID_TEXT_REPRESENTATION,
 	ERRCODE_STATEMENT_TOO_COMPLEX,
 	0
 };
@@ -1040,6 +1062,164 @@ fuzz_commands_from_jsonb(Jsonb *json)
 	return completion;
 }
 
+/* ------------------------------------------------------------------------
+ * Command validation
+ * ------------------------------------------------------------------------
+ */
+
+/* 100 years in whole seconds: the longest delay or timeout of a command */
+#define MAX_DELAY_SECONDS	INT64CONST(3153600000)
+
+/*
+ * Whether d, rounded up to whole milliseconds as the engine rounds it, is
+ * unset or between min_ms (0 or 1) and 100 years, worked out on seconds and
+ * nanos (a Duration's nanos have its seconds' sign) rather than on
+ * milliseconds.
+ */
+static bool
+delay_ok(const Google__Protobuf__Duration *d, int min_ms)
+{
+	bool		above;
+
+	if (d == NULL)
+		return true;
+	if (min_ms > 0)
+		above = d->seconds > 0 || (d->seconds == 0 && d->nanos > 0);
+	else
+		above = d->seconds > 0 || (d->seconds == 0 && d->nanos > -1000000);
+	return above && (d->seconds < MAX_DELAY_SECONDS ||
+					 (d->seconds == MAX_DELAY_SECONDS && d->nanos <= 0));
+}
+
+static bool
+name_ok(const char *s, bool required)
+{
+	if (s == NULL || s[0] == '\0')
+		return !required;
+	return strlen(s) <= 255;
+}
+
+/*
+ * What makes a completion malformed, for completion.c to apply it; NULL if
+ * nothing does.
+ */
+static const char *
+commands_flaw(const Dex__V1__WorkflowTaskCompletion *completion)
+{
+	for (size_t i = 0; i < completion->n_commands; i++)
+	{
+		const Dex__V1__Command *cmd = completion->commands[i];
+		bool		creates = false;
+
+		if (cmd->id < 0)
+			return "a negative id";
+		if (i + 1 < completion->n_commands &&
+			(cmd->kind_case == DEX__V1__COMMAND__KIND_COMPLETE_RUN ||
+			 cmd->kind_case == DEX__V1__COMMAND__KIND_FAIL_RUN))
+			return "a command after the one that ends the run";
+		switch (cmd->kind_case)
+		{
+			case DEX__V1__COMMAND__KIND__NOT_SET:
+				return "a command without a kind";
+			case DEX__V1__COMMAND__KIND_SCHEDULE_ACTIVITY:
+				{
+					const Dex__V1__ScheduleActivity *sa = cmd->schedule_activity;
+
+					creates = true;
+					if (sa->name == NULL || sa->name[0] == '\0')
+						return "an activity without a name";
+					if (sa->priority < 0 || sa->priority > 100)
+						return "an activity priority out of range";
+					if (!delay_ok(sa->start_to_close_timeout, 1) ||
+						!delay_ok(sa->heartbeat_timeout, 1) ||
+						!delay_ok(sa->schedule_to_close_timeout, 1))
+						return "an activity timeout out of range";
+					break;
+				}
+			case DEX__V1__COMMAND__KIND_START_TIMER:
+				creates = true;
+				if (cmd->start_timer->delay == NULL ||
+					!delay_ok(cmd->start_timer->delay, 0))
+					return "a timer delay missing or out of range";
+				break;
+			case DEX__V1__COMMAND__KIND_CANCEL_TIMER:
+				if (cmd->cancel_timer->timer_created_event_id <= 0)
+					return "a cancelled timer id that is not positive";
+				break;
+			case DEX__V1__COMMAND__KIND_WAIT_EXTERNAL_EVENT:
+				creates = true;
+				if (!name_ok(cmd->wait_external_event->event_id, true))
+					return "an external event id missing or too long";
+				if (!delay_ok(cmd->wait_external_event->timeout, 0))
+					return "an external event timeout out of range";
+				break;
+			case DEX__V1__COMMAND__KIND_START_CHILD_RUN:
+				{
+					const Dex__V1__StartChildRun *sc = cmd->start_child_run;
+
+					creates = true;
+					if (!name_ok(sc->workflow_name, true) ||
+						!name_ok(sc->instance_id, false) ||
+						!name_ok(sc->concurrency_key, false))
+						return "a child run name, instance id or key missing or too long";
+					if (sc->workflow_version < 0)
+						return "a negative child run version";
+					if (sc->priority < 0 || sc->priority > 100)
+						return "a child run priority out of range";
+					break;
+				}
+			case DEX__V1__COMMAND__KIND_RECORD_SIDE_EFFECT:
+				creates = true;
+				break;
+			case DEX__V1__COMMAND__KIND_FAIL_RUN:
+				if (cmd->fail_run->failure == NULL)
+					return "failRun without a failure";
+				break;
+			default:
+				break;
+		}
+		if (creates && cmd->id == 0)
+			return "a command that creates something without an id";
+		if (cmd->kind_case == DEX__V1__COMMAND__KIND_CONTINUE_AS_NEW)
+		{
+			/* completion.c refuses what follows, but only after its check of pending work */
+			for (size_t j = i + 1; j < completion->n_commands; j++)
+				if (completion->commands[j]->id < 0)
+					return "a negative id";
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+static void
+call_check_commands(void *arg)
+{
+	dex_check_commands(arg);
+}
+
+/* What dex.complete_task does with a completion the codec accepted */
+static void
+check_commands(const Dex__V1__WorkflowTaskCompletion *completion)
+{
+	FuzzError	e;
+	const char *flaw = commands_flaw(completion);
+
+	if (fuzz_try(call_check_commands, (void *) completion, &e))
+	{
+		if (flaw != NULL)
+			fuzz_fail("dex_check_commands accepted a completion with %s", flaw);
+		return;
+	}
+	check_rejection("checking the commands", completion->base.descriptor, &e,
+					command_rejections);
+	if (flaw == NULL)
+		fuzz_fail("dex_check_commands refused a well-formed completion: %s: %s",
+				  fuzz_sqlstate(e.sqlerrcode), e.message ? e.message : "");
+	if (fuzz_verbose)
+		fprintf(stderr, "commands refused (%s): %s\n", flaw, e.message ? e.message : "");
+}
+
 void
 fuzz_commands_input(const uint8 *data, size_t size)
 {
@@ -1051,10 +1231,16 @@ fuzz_commands_input(const uint8 *data, size_t size)
 	{
 		msg = (ProtobufCMessage *) fuzz_commands_from_jsonb(json);
 		if (msg != NULL)
+		{
 			fuzz_check_decoded(msg, true);
+			check_commands((Dex__V1__WorkflowTaskCompletion *) msg);
+		}
 	}
 
 	msg = fuzz_decode_pb(&dex__v1__workflow_task_completion__descriptor, data, size);
 	if (msg != NULL)
+	{
 		fuzz_check_decoded(msg, false);
+		check_commands((Dex__V1__WorkflowTaskCompletion *) msg);
+	}
 }

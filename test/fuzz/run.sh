@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the fuzz targets of the codec (make fuzz-build) and runs each for a bounded time,
-# starting from the corpus kept in test/fuzz/corpus/<target>. What the targets check is in
-# fuzz_codec.c. Used by "make fuzz" and by the fuzz suite of test/run-tests.sh.
+# Builds the fuzz targets of the codec and of command validation (make fuzz-build) and runs
+# each for a bounded time, starting from the corpus kept in test/fuzz/corpus/<target>. What the
+# targets check is in fuzz_codec.c. Used by "make fuzz" and by the fuzz suite of test/run-tests.sh.
 #
 #   bash test/fuzz/run.sh [TARGET...]        default: pb json commands
 #

@@ -1,0 +1,287 @@
+/*-------------------------------------------------------------------------
+ *
+ * commands.c
+ *	  The checks of a workflow task's commands that need nothing but the
+ *	  commands themselves.
+ *
+ * This file owns what makes a WorkflowTaskCompletion well formed, whatever
+ * the run it completes: every command has a kind; ids are not negative, and
+ * positive for the commands that create something; the command that ends
+ * the run (completeRun, failRun, continueAsNew) comes last; names and event
+ * ids are non-empty and at most 255 bytes where dex stores them as keys;
+ * priorities are 0..100, versions not negative; delays and timeouts are in
+ * range (at most 100 years); failRun carries a failure.  A violation is
+ * ERRCODE_INVALID_PARAMETER_VALUE.
+ *
+ * The commands after a continueAsNew are left to completion.c: there a run
+ * with pending work refuses the continueAsNew itself
+ * (ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE) before the command that
+ * follows it is refused, and that order is kept.
+ *
+ * dex_check_commands runs once per completion, as it is parsed (api_tasks.c),
+ * before any run is locked or anything written, so that a malformed
+ * completion fails its call whatever the state of its task and run.  The
+ * checks that need the database stay where the commands are applied
+ * (completion.c): that a queue exists and has the right kind, that a timer
+ * being cancelled was started by the run, that command ids grow over the
+ * run's history (determinism), that nothing is pending at continueAsNew;
+ * and the retry policy is checked where its defaults apply (history.c).
+ *
+ * Nothing here uses SPI, tables or settings: the fuzz harness (test/fuzz)
+ * links this file outside the server.
+ *
+ * IDENTIFICATION
+ *	  src/commands.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "dex.h"
+
+/* The longest delay or timeout a command may ask for: 100 years */
+#define MAX_DELAY_MS ((int64) 100 * 365 * 24 * 3600 * 1000)
+
+/* The longest names and keys dex stores, as dex.create_run checks them */
+#define MAX_NAME_LEN 255
+
+/* Milliseconds of a Duration, rounded up so that a positive one stays positive */
+int64
+dex_duration_ms(const Google__Protobuf__Duration *d)
+{
+	if (d == NULL)
+		return 0;
+	return d->seconds * 1000 + (d->nanos + 999999) / 1000000;
+}
+
+/* The JSON name of a command's kind ("scheduleActivity"), for messages */
+const char *
+dex_command_name(const Dex__V1__Command *cmd)
+{
+	const ProtobufCFieldDescriptor *f =
+		protobuf_c_message_descriptor_get_field(&dex__v1__command__descriptor,
+												cmd->kind_case);
+	char	   *name;
+	char	   *out;
+
+	if (f == NULL)
+		return "empty";
+	name = pstrdup(f->name);
+	out = name;
+	for (const char *p = f->name; *p; p++)
+	{
+		if (*p == '_' && p[1])
+			*out++ = pg_toupper((unsigned char) *++p);
+		else
+			*out++ = *p;
+	}
+	*out = '\0';
+	return name;
+}
+
+/* Whether a Duration is unset or at most 100 years and at least min_ms */
+static bool
+duration_ok(const Google__Protobuf__Duration *d, int64 min_ms)
+{
+	int64		ms = dex_duration_ms(d);
+
+	return d == NULL || (ms >= min_ms && ms <= MAX_DELAY_MS);
+}
+
+static void
+require_positive_id(const Dex__V1__Command *cmd)
+{
+	if (cmd->id <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command %s needs a positive id", dex_command_name(cmd)),
+				 errdetail("Commands that create something carry the event id the workflow assigned to it.")));
+}
+
+static void
+check_schedule_activity(const Dex__V1__Command *cmd)
+{
+	const Dex__V1__ScheduleActivity *sa = cmd->schedule_activity;
+	int32		id = cmd->id;
+
+	require_positive_id(cmd);
+	if (sa->name == NULL || sa->name[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command scheduleActivity %d has no activity name", id)));
+	if (sa->priority < 0 || sa->priority > 100)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("priority of activity %d must be between 0 and 100", id)));
+	/* positive, or unset */
+	if (!duration_ok(sa->start_to_close_timeout, 1) ||
+		!duration_ok(sa->heartbeat_timeout, 1) ||
+		!duration_ok(sa->schedule_to_close_timeout, 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the timeouts of activity %d must be positive and at most 100 years", id)));
+}
+
+static void
+check_start_timer(const Dex__V1__Command *cmd)
+{
+	const Dex__V1__StartTimer *st = cmd->start_timer;
+
+	require_positive_id(cmd);
+	if (st->delay == NULL || !duration_ok(st->delay, 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timer %d needs a delay between 0 and 100 years", cmd->id)));
+}
+
+/* A timer the run started has a positive id; completion.c checks the run started it */
+static void
+check_cancel_timer(const Dex__V1__Command *cmd)
+{
+	int32		timer = cmd->cancel_timer->timer_created_event_id;
+
+	if (timer <= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command cancelTimer names timer %d, which the run did not start", timer)));
+}
+
+static void
+check_wait_external_event(const Dex__V1__Command *cmd)
+{
+	const Dex__V1__WaitExternalEvent *w = cmd->wait_external_event;
+	int32		id = cmd->id;
+
+	require_positive_id(cmd);
+	if (w->event_id == NULL || w->event_id[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command waitExternalEvent %d needs an event id", id)));
+	/* dex.send_external_event takes no longer ids: the wait could not end */
+	if (strlen(w->event_id) > MAX_NAME_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command waitExternalEvent %d has an event id of more than 255 bytes", id)));
+	if (!duration_ok(w->timeout, 0))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the timeout of waitExternalEvent %d must be between 0 and 100 years", id)));
+}
+
+/* A child run's priority 0 and version 0 mean "not set": the parent's priority, version 1 */
+static void
+check_start_child_run(const Dex__V1__Command *cmd)
+{
+	const Dex__V1__StartChildRun *sc = cmd->start_child_run;
+	int32		id = cmd->id;
+
+	require_positive_id(cmd);
+	if (sc->workflow_name == NULL || sc->workflow_name[0] == '\0')
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command startChildRun %d has no workflow name", id)));
+	/* as dex.create_run checks them */
+	if (strlen(sc->workflow_name) > MAX_NAME_LEN ||
+		(sc->instance_id != NULL && strlen(sc->instance_id) > MAX_NAME_LEN) ||
+		(sc->concurrency_key != NULL && strlen(sc->concurrency_key) > MAX_NAME_LEN))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("workflow name, instance id and concurrency key of child run %d must have at most 255 bytes", id)));
+	if (sc->workflow_version < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("workflow version of child run %d must be positive", id),
+				 errdetail("The version was %d.", sc->workflow_version)));
+	if (sc->priority < 0 || sc->priority > 100)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("priority of child run %d must be between 0 and 100", id)));
+}
+
+/* One command, by its kind */
+static void
+check_command(const Dex__V1__Command *cmd)
+{
+	switch (cmd->kind_case)
+	{
+		case DEX__V1__COMMAND__KIND_SCHEDULE_ACTIVITY:
+			check_schedule_activity(cmd);
+			break;
+		case DEX__V1__COMMAND__KIND_START_TIMER:
+			check_start_timer(cmd);
+			break;
+		case DEX__V1__COMMAND__KIND_CANCEL_TIMER:
+			check_cancel_timer(cmd);
+			break;
+		case DEX__V1__COMMAND__KIND_WAIT_EXTERNAL_EVENT:
+			check_wait_external_event(cmd);
+			break;
+		case DEX__V1__COMMAND__KIND_START_CHILD_RUN:
+			check_start_child_run(cmd);
+			break;
+		case DEX__V1__COMMAND__KIND_RECORD_SIDE_EFFECT:
+			require_positive_id(cmd);
+			break;
+		case DEX__V1__COMMAND__KIND_FAIL_RUN:
+			if (cmd->fail_run->failure == NULL)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("command failRun needs a failure")));
+			break;
+		case DEX__V1__COMMAND__KIND__NOT_SET:
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("command %d has no kind", cmd->id),
+					 errhint("Set exactly one of scheduleActivity, startTimer, cancelTimer, waitExternalEvent, startChildRun, recordSideEffect, setCustomStatus, completeRun, failRun, continueAsNew.")));
+			break;
+		default:
+			/* setCustomStatus, completeRun, continueAsNew: nothing to check */
+			break;
+	}
+}
+
+/* A command came after completeRun, failRun or continueAsNew */
+void
+dex_refuse_command_after_end(const Dex__V1__Command *cmd)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("command %s follows the command that ended the run",
+					dex_command_name(cmd)),
+			 errdetail("completeRun, failRun and continueAsNew must be the last command.")));
+}
+
+/*
+ * Check a workflow task's commands; raise ERRCODE_INVALID_PARAMETER_VALUE
+ * for the first that is malformed.  Negative ids are looked for first, in
+ * all commands: such a completion was not made by a workflow replaying its
+ * history, and any other message would mislead.  The commands after a
+ * continueAsNew are not checked (see the header comment).
+ */
+void
+dex_check_commands(const Dex__V1__WorkflowTaskCompletion *completion)
+{
+	for (size_t i = 0; i < completion->n_commands; i++)
+	{
+		const Dex__V1__Command *cmd = completion->commands[i];
+
+		if (cmd->id < 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("command %s has negative id %d", dex_command_name(cmd), cmd->id),
+					 errdetail("Command ids are positive event ids, or 0 for commands that create nothing.")));
+	}
+
+	for (size_t i = 0; i < completion->n_commands; i++)
+	{
+		const Dex__V1__Command *cmd = completion->commands[i];
+
+		check_command(cmd);
+		if (cmd->kind_case == DEX__V1__COMMAND__KIND_CONTINUE_AS_NEW)
+			break;				/* what follows is completion.c's to refuse */
+		if (i + 1 < completion->n_commands &&
+			(cmd->kind_case == DEX__V1__COMMAND__KIND_COMPLETE_RUN ||
+			 cmd->kind_case == DEX__V1__COMMAND__KIND_FAIL_RUN))
+			dex_refuse_command_after_end(completion->commands[i + 1]);
+	}
+}
