@@ -411,6 +411,8 @@ dex_launcher_main(Datum main_arg)
 			continue;
 		}
 
+		/* PostgreSQL 15 has no custom wait events: say what the wait is for */
+		pgstat_report_activity(STATE_IDLE, "dex launcher: waiting for a worker to start or exit, or a database to serve");
 		rc = WaitLatch(MyLatch,
 					   WL_LATCH_SET | WL_EXIT_ON_PM_DEATH | (timeout_ms >= 0 ? WL_TIMEOUT : 0),
 					   timeout_ms, PG_WAIT_EXTENSION);

@@ -56,6 +56,11 @@ ok($node->poll_query_until('postgres', q{
 	 WHERE backend_type = 'dex scheduler' AND wait_event_type = 'Extension'
 	   AND query LIKE 'dex scheduler: sleeping%'}),
 	'and the sleeping scheduler that it sleeps');
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE backend_type = 'dex launcher' AND wait_event_type = 'Extension'
+	   AND query LIKE 'dex launcher: waiting%'}),
+	'and so does the launcher');
 is($node->safe_psql('postgres', q{
 	SELECT count(*) FROM pg_stat_activity
 	 WHERE query LIKE 'CALL dex.wait_for_tasks%' AND backend_xmin IS NULL AND backend_xid IS NULL}),
