@@ -12,7 +12,9 @@
  * A run goes with everything it owns: history, inbox, recorded external
  * events, retry records, and tasks left behind by a cancellation (see
  * dex_end_runs).  A run that still has such a task that someone holds is
- * kept for a later pass.
+ * kept for a later pass.  (Its instance id and concurrency key were freed
+ * when it ended.)  Every delete goes through a primary key that starts
+ * with the run id.
  *
  * dex.workflow_run has no index on completion time, on purpose (its updates
  * stay HOT; see the install script).  Run ids are UUIDv7, ordered by
@@ -116,8 +118,7 @@ static DexPlan retention_delete_plan = {
 	"     e AS (DELETE FROM dex.external_event WHERE run_id = ANY ($1)), "
 	"     ar AS (DELETE FROM dex.activity_retry WHERE run_id = ANY ($1)), "
 	"     t AS (DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)), "
-	"     a AS (DELETE FROM dex.activity_task WHERE run_id = ANY ($1)), "
-	"     n AS (DELETE FROM dex.run_instance WHERE run_id = ANY ($1)) "
+	"     a AS (DELETE FROM dex.activity_task WHERE run_id = ANY ($1)) "
 	"DELETE FROM dex.workflow_run r WHERE r.id = ANY ($1) "
 	"AND r.status = ANY ('{COMPLETED,FAILED,CANCELLED}'::text[])",
 	1, {UUIDARRAYOID}
@@ -296,6 +297,8 @@ dex_maintenance_main(Datum main_arg)
 		MemoryContextSwitchTo(old);
 		MemoryContextReset(pass_context);
 
+		/* PostgreSQL 15 has no custom wait events: say what the wait is for */
+		pgstat_report_activity(STATE_IDLE, "dex maintenance: sleeping until the next retention pass");
 		(void) WaitLatch(MyLatch,
 						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 more ? 10 : dex_maintenance_naptime_ms, PG_WAIT_EXTENSION);
