@@ -272,12 +272,22 @@ serve(const char *name, Oid dbid, bool probing)
 static void
 refresh_databases(void)
 {
-	char	   *list = pstrdup(dex_database ? dex_database : "");
+	static MemoryContext refresh_context = NULL;
+	MemoryContext old_context;
+	char	   *list;
 	List	   *names = NIL;
 	bool		all = false;
 	Relation	rel;
 	TableScanDesc scan;
 	HeapTuple	tup;
+
+	/* the list and its names live until the next refresh */
+	if (refresh_context == NULL)
+		refresh_context = AllocSetContextCreate(TopMemoryContext, "dex launcher refresh",
+												ALLOCSET_SMALL_SIZES);
+	MemoryContextReset(refresh_context);
+	old_context = MemoryContextSwitchTo(refresh_context);
+	list = pstrdup(dex_database ? dex_database : "");
 
 	if (!SplitGUCList(list, ',', &names))
 	{
@@ -314,6 +324,7 @@ refresh_databases(void)
 	table_close(rel, AccessShareLock);
 	PopActiveSnapshot();
 	CommitTransactionCommand();
+	MemoryContextSwitchTo(old_context);
 
 	/* databases no longer wanted (dropped, or not listed any more) */
 	for (int i = 0; i < n_served;)
