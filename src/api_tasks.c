@@ -523,8 +523,9 @@ completion_from_jsonb(Jsonb *json)
  */
 
 static DexPlan lock_activity_plan = {
-	"SELECT attempt, retry_policy, schedule_deadline, queue_id FROM dex.activity_task WHERE run_id = $1 AND event_id = $2 "
-	"AND lock_version = $3 AND locked_by IS NOT NULL FOR UPDATE",
+	"SELECT attempt, retry_policy, schedule_deadline, queue_id, " DEX_QUEUE_LIMITED_SQL " "
+	"FROM dex.activity_task t WHERE run_id = $1 AND event_id = $2 "
+	"AND lock_version = $3 AND locked_by IS NOT NULL FOR UPDATE OF t",
 	3, {UUIDOID, INT4OID, INT8OID}
 };
 
@@ -536,8 +537,9 @@ static DexPlan count_task_failure_plan = {
 
 /* the fence: the failing worker's lease is withdrawn (a new lock version) */
 static DexPlan fence_failed_workflow_task_plan = {
-	"UPDATE dex.workflow_task SET lock_version = nextval('dex.lease_version'), locked_until = 'infinity' "
-	"WHERE run_id = $1 AND lock_version = $2 AND locked_by IS NOT NULL RETURNING run_id, queue_id",
+	"UPDATE dex.workflow_task t SET lock_version = nextval('dex.lease_version'), locked_until = 'infinity' "
+	"WHERE t.run_id = $1 AND t.lock_version = $2 AND t.locked_by IS NOT NULL "
+	"RETURNING t.run_id, t.queue_id, " DEX_QUEUE_LIMITED_SQL,
 	2, {UUIDOID, INT8OID}
 };
 
@@ -583,7 +585,7 @@ fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *fail
 		held = SPI_processed > 0;
 		if (held)
 			dex_stat_add((int32) dex_spi_getint64(0, 2), DEX_STAT_TASKS_FAILED, 1);
-		dex_queue_room_freed_spi(2);
+		dex_queue_room_freed_spi(2, 3);
 	}
 	if (!held)
 	{
@@ -633,12 +635,13 @@ fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
 		Datum		deadline = dex_spi_getdatum(0, 3, &isnull);
 
 		int32		queue_id = (int32) dex_spi_getint64(0, 4);
-		DexQueue	queue;
+		bool		limited = dex_spi_getbool(0, 5);
 
 		dex_activity_attempt_failed(run_id, task_id, (int32) dex_spi_getint64(0, 1),
 									dex_spi_getbytea_copy(0, 2),
 									isnull ? DT_NOEND : DatumGetTimestampTz(deadline), failure);
-		if (dex_queue_by_id(queue_id, &queue) && queue.capacity > 0)
+		/* the lease ended: a queue with a capacity has room again */
+		if (limited)
 			dex_queue_work_added(queue_id);
 	}
 	return true;

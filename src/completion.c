@@ -839,7 +839,8 @@ complete_one_workflow_task(DexWorkflowCompletion *item, DexRun *run, BatchRows *
 static DexPlan fence_workflow_plan = {
 	"DELETE FROM dex.workflow_task t USING unnest($1::uuid[], $2::bigint[]) AS b(run_id, lock_version) "
 	"WHERE t.run_id = b.run_id AND t.lock_version = b.lock_version AND t.locked_by IS NOT NULL "
-	"RETURNING t.run_id, t.lock_version, t.started_at, t.inbox_ids, t.locked_by, t.queue_id",
+	"RETURNING t.run_id, t.lock_version, t.started_at, t.inbox_ids, t.locked_by, t.queue_id, "
+	DEX_QUEUE_LIMITED_SQL,
 	2, {UUIDARRAYOID, INT8ARRAYOID}
 };
 
@@ -1148,7 +1149,7 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 			break;
 		}
 	}
-	dex_queue_room_freed_spi(6);
+	dex_queue_room_freed_spi(6, 7);
 
 	/* tasks left to runs that ended are refused; completions that end runs are checked */
 	for (int i = 0; i < n; i++)
@@ -1306,7 +1307,7 @@ static DexPlan fence_activities_plan = {
 	"USING unnest($1::uuid[], $2::integer[], $3::bigint[]) AS b(run_id, event_id, lock_version) "
 	"WHERE t.run_id = b.run_id AND t.event_id = b.event_id AND t.lock_version = b.lock_version "
 	"AND t.locked_by IS NOT NULL "
-	"RETURNING t.run_id, t.event_id, t.lock_version, t.attempt, t.queue_id",
+	"RETURNING t.run_id, t.event_id, t.lock_version, t.attempt, t.queue_id, " DEX_QUEUE_LIMITED_SQL,
 	3, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID}
 };
 
@@ -1397,7 +1398,7 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 			break;
 		}
 	}
-	dex_queue_room_freed_spi(5);
+	dex_queue_room_freed_spi(5, 6);
 	for (int i = 0; i < n; i++)
 		dex_stat_add(0, DEX_STAT_LEASES_LOST, items[i].done ? 0 : 1);
 	if (raise_lost)

@@ -146,7 +146,10 @@ extern DexQueue dex_require_queue(const char *name, bool want_workflow);
 extern bool dex_queue_by_id(int32 queue_id, DexQueue *queue);
 extern const char *dex_queue_name(int32 queue_id);
 extern void dex_queue_cache_reset(void);
-extern void dex_queue_room_freed_spi(int col);
+/* a statement's column: whether the queue of task t has a capacity */
+#define DEX_QUEUE_LIMITED_SQL \
+	"(SELECT q.capacity IS NOT NULL FROM dex.queue q WHERE q.id = t.queue_id)"
+extern void dex_queue_room_freed_spi(int queue_col, int limited_col);
 extern pg_uuid_t *dex_new_uuid(void);
 extern char *dex_uuid_to_cstring(const pg_uuid_t *uuid);
 extern Google__Protobuf__Timestamp *dex_pb_timestamp(TimestampTz ts);

@@ -199,26 +199,17 @@ dex_queue_name(int32 queue_id)
 }
 
 /*
- * Tasks of these queues (column "col" of the current SPI result) ended or
- * left their leases: a queue with a capacity may have room again, so its
- * waiting workers are told at commit.
+ * Tasks ended or left their leases: the rows of the current SPI result whose
+ * queue has a capacity (column "limited_col", read by the statement itself
+ * with DEX_QUEUE_LIMITED_SQL, so no lookup is added) may have room again, and
+ * their waiting workers are told at commit.
  */
 void
-dex_queue_room_freed_spi(int col)
+dex_queue_room_freed_spi(int queue_col, int limited_col)
 {
-	int32	   *ids = palloc(sizeof(int32) * Max(SPI_processed, 1));
-	uint64		n = SPI_processed;
-
-	for (uint64 i = 0; i < n; i++)
-		ids[i] = (int32) dex_spi_getint64(i, col);
-	for (uint64 i = 0; i < n; i++)
-	{
-		DexQueue	queue;
-
-		if ((i == 0 || ids[i] != ids[i - 1]) &&
-			dex_queue_by_id(ids[i], &queue) && queue.capacity > 0)
-			dex_queue_work_added(ids[i]);
-	}
+	for (uint64 i = 0; i < SPI_processed; i++)
+		if (dex_spi_getbool((int) i, limited_col))
+			dex_queue_work_added((int32) dex_spi_getint64((int) i, queue_col));
 }
 
 /* ----------------------------------------------------------------

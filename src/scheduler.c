@@ -91,12 +91,12 @@ static DexPlan due_activities_plan = {
 
 /* expired activity leases, with their runs locked (SKIP LOCKED, as above) */
 static DexPlan expired_leases_plan = {
-	"SELECT a.run_id, a.event_id, a.attempt, a.retry_policy, a.locked_by, a.schedule_deadline, r.status, "
-	"       a.queue_id "
-	"FROM dex.activity_task a JOIN dex.workflow_run r ON r.id = a.run_id "
-	"WHERE a.locked_by IS NOT NULL AND a.locked_until < now() "
-	"ORDER BY a.locked_until LIMIT $1 "
-	"FOR NO KEY UPDATE OF r SKIP LOCKED FOR UPDATE OF a SKIP LOCKED",
+	"SELECT t.run_id, t.event_id, t.attempt, t.retry_policy, t.locked_by, t.schedule_deadline, r.status, "
+	"       t.queue_id, " DEX_QUEUE_LIMITED_SQL " "
+	"FROM dex.activity_task t JOIN dex.workflow_run r ON r.id = t.run_id "
+	"WHERE t.locked_by IS NOT NULL AND t.locked_until < now() "
+	"ORDER BY t.locked_until LIMIT $1 "
+	"FOR NO KEY UPDATE OF r SKIP LOCKED FOR UPDATE OF t SKIP LOCKED",
 	1, {INT4OID}
 };
 
@@ -224,7 +224,7 @@ scheduler_pass(bool *extension_seen)
 		SPI_tuptable = expired;
 		SPI_processed = n;
 		dex_stat_count_spi(DEX_STAT_LEASES_EXPIRED, 8);
-		dex_queue_room_freed_spi(8);
+		dex_queue_room_freed_spi(8, 9);
 	}
 
 	if (more)
