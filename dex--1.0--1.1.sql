@@ -3,7 +3,8 @@
  *
  * What 1.1 adds: queue capacity enforced (the most tasks leased at once) and
  * dex.alter_queue; monitoring views and counters; the roles dex_client,
- * dex_worker and dex_admin, with the API running as the extension's owner.
+ * dex_worker and dex_admin, with the API running as the extension's owner;
+ * queue grants (which roles may use which queue).
  * The library of 1.1 works with a 1.0 schema until the update: runs that
  * exist go on as they were.  test/t/009_upgrade.pl checks that an updated
  * database has exactly the objects of a fresh 1.1 install.
@@ -37,6 +38,8 @@ BEGIN
     RETURN run;
 END
 $$;
+COMMENT ON FUNCTION dex.get_run(uuid) IS
+    'A workflow run with its status, argument, result and failure; an error if it does not exist or its queue is not one the caller may use.';
 ALTER FUNCTION dex.run_history(uuid) CALLED ON NULL INPUT;
 
 CREATE OR REPLACE FUNCTION dex.create_queue(name text, kind text, capacity integer DEFAULT NULL)
@@ -298,6 +301,119 @@ GRANT SELECT (queue_id, priority, status, created_at, locked_by, locked_until)
 SELECT dex.reset_stats();
 
 /*
+ * Queue grants: which roles may use which queue (src/privileges.c).  The
+ * queues that exist are granted to dex_client and dex_worker below, once the
+ * roles exist: every role of dex may use them, as before.
+ */
+-- Queue grants: the roles that may use each queue (besides superusers and
+-- dex_admin; see src/privileges.c).  dex.create_queue grants a new queue to
+-- dex_client and dex_worker.  A grantee is a role's oid: roles belong to the
+-- cluster, and the maintenance worker removes the rows of dropped ones.
+CREATE TABLE dex.queue_grant (
+    queue_id    integer NOT NULL REFERENCES dex.queue (id),
+    grantee     oid NOT NULL,
+    granted_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (queue_id, grantee)
+);
+COMMENT ON TABLE dex.queue_grant IS
+    'The roles that may use each queue: start, read and steer its runs, lease and report on its tasks (dex.grant_queue, dex.revoke_queue).';
+REVOKE ALL ON dex.queue_grant FROM PUBLIC;
+
+CREATE FUNCTION dex.grant_queue(queue text, role regrole)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_grant_queue';
+COMMENT ON FUNCTION dex.grant_queue(text, regrole) IS
+    'Let a role (and the roles that have its privileges) use a queue: start, read and steer its runs, lease its tasks and report on them, and target it from a workflow.';
+
+CREATE FUNCTION dex.revoke_queue(queue text, role regrole)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_revoke_queue';
+COMMENT ON FUNCTION dex.revoke_queue(text, regrole) IS
+    'Take back dex.grant_queue. New queues are granted to dex_client and dex_worker: revoke those to keep a queue to the roles granted it by name.';
+
+CREATE FUNCTION dex.usable_queue_ids()
+RETURNS integer[]
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_usable_queue_ids';
+COMMENT ON FUNCTION dex.usable_queue_ids() IS
+    'The ids of the queues the calling role may use: every queue for superusers and dex_admin, else those granted to a role whose privileges it has.';
+
+CREATE VIEW dex.queue_privileges AS
+SELECT q.name AS queue,
+       q.kind,
+       g.grantee::pg_catalog.regrole AS role,
+       g.granted_at
+  FROM dex.queue_grant g
+  JOIN dex.queue q ON q.id OPERATOR(pg_catalog.=) g.queue_id;
+COMMENT ON VIEW dex.queue_privileges IS
+    'Which role may use which queue (dex.grant_queue); superusers and dex_admin may use every queue.';
+
+CREATE VIEW dex.all_runs AS
+SELECT r.id,
+       r.workflow_name,
+       r.workflow_version,
+       q.name AS queue,
+       r.status,
+       r.instance_id,
+       r.priority,
+       r.labels,
+       r.concurrency_key,
+       r.custom_status,
+       r.parent_id,
+       dex.payload_value(r.argument) AS argument,
+       dex.payload_value(r.result) AS result,
+       dex.to_json('dex.v1.Failure', r.failure) AS failure,
+       r.history_length,
+       r.created_at,
+       r.updated_at,
+       r.started_at,
+       r.completed_at,
+       r.task_failures,
+       dex.to_json('dex.v1.Failure', r.last_task_failure) AS last_task_failure,
+       r.queue_id
+  FROM dex.workflow_run r
+  LEFT JOIN dex.queue q ON q.id OPERATOR(pg_catalog.=) r.queue_id;
+COMMENT ON VIEW dex.all_runs IS
+    'Every workflow run as dex.runs shows it, with its queue id last: read by dex.list_runs, which filters by queue itself; closed to all roles.';
+
+-- A security barrier: a reader's own functions in a WHERE clause see only
+-- the rows of the queues the reader may use.
+CREATE OR REPLACE VIEW dex.runs WITH (security_barrier) AS
+SELECT id, workflow_name, workflow_version, queue, status, instance_id, priority, labels,
+       concurrency_key, custom_status, parent_id, argument, result, failure, history_length,
+       created_at, updated_at, started_at, completed_at, task_failures, last_task_failure
+  FROM dex.all_runs
+ WHERE queue_id OPERATOR(pg_catalog.=) ANY ((SELECT dex.usable_queue_ids())::integer[]);
+COMMENT ON VIEW dex.runs IS
+    'Workflow runs with JSON argument, result and failure: those of the queues the reader may use.';
+
+CREATE OR REPLACE FUNCTION dex.list_runs(
+    workflow_name text DEFAULT NULL,
+    status text DEFAULT NULL,
+    labels jsonb DEFAULT NULL,
+    created_after timestamptz DEFAULT NULL,
+    created_before timestamptz DEFAULT NULL,
+    completed_after timestamptz DEFAULT NULL,
+    completed_before timestamptz DEFAULT NULL,
+    parent_id uuid DEFAULT NULL,
+    before_id uuid DEFAULT NULL,
+    page_size integer DEFAULT 100)
+RETURNS SETOF dex.runs
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_list_runs';
+COMMENT ON FUNCTION dex.list_runs(text, text, jsonb, timestamptz, timestamptz, timestamptz, timestamptz, uuid, uuid, integer) IS
+    'Runs matching the filters, of the queues the caller may use, newest first, a page at a time: pass the last id of a page as before_id to get the next.';
+
+/*
  * Roles and privileges.
  *
  * Three roles, created if they do not exist (roles belong to the cluster, so
@@ -306,12 +422,15 @@ SELECT dex.reset_stats();
  *               them, and reads them;
  *   dex_worker  leases tasks and reports on them (poll, complete, fail,
  *               heartbeat, wait);
- *   dex_admin   both, and manages queues and statistics.
- * Nobody else may call dex's functions.  The tables stay closed to all: the
- * functions that touch them run with the rights of the extension's owner
- * (SECURITY DEFINER, with search_path pinned), so a role can do exactly what
- * the API lets it do.  A worker completes only the tasks whose lease it holds
- * (the lock version), but roles are per database, not per queue.
+ *   dex_admin   both, and manages queues, their grants and statistics.
+ * Nobody else may call dex's functions, and the tables stay closed to all.
+ * Queue grants (dex.grant_queue) say which queues a role may use; every new
+ * queue is granted to dex_client and dex_worker.  The API functions that
+ * check them are SECURITY INVOKER and take the rights of their owner by
+ * themselves, keeping the caller for the checks (src/privileges.c); the
+ * administrators' functions are SECURITY DEFINER.  Every function pins its
+ * search_path.  A worker completes only the tasks whose lease it holds (the
+ * lock version), of queues it may use.
  */
 DO $roles$
 BEGIN
@@ -336,38 +455,16 @@ $roles$;
 REVOKE ALL ON ALL ROUTINES IN SCHEMA dex FROM PUBLIC;
 GRANT USAGE ON SCHEMA dex TO dex_client, dex_worker, dex_admin;
 
--- the functions that read or write dex's tables run with the owner's rights
+-- the administrators' functions run with the owner's rights
 ALTER FUNCTION dex.create_queue(text, text, integer) SECURITY DEFINER;
 ALTER FUNCTION dex.alter_queue(text, integer, boolean) SECURITY DEFINER;
-ALTER FUNCTION dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text, text) SECURITY DEFINER;
-ALTER FUNCTION dex.create_runs(text, text, jsonb[], integer, integer, jsonb) SECURITY DEFINER;
-ALTER FUNCTION dex.get_run(uuid) SECURITY DEFINER;
-ALTER FUNCTION dex.list_runs(text, text, jsonb, timestamptz, timestamptz, timestamptz, timestamptz, uuid, uuid, integer) SECURITY DEFINER;
-ALTER FUNCTION dex.run_history(uuid) SECURITY DEFINER;
-ALTER FUNCTION dex.send_external_event(uuid, text, jsonb) SECURITY DEFINER;
-ALTER FUNCTION dex.send_external_event_to_instance(text, text, jsonb) SECURITY DEFINER;
-ALTER FUNCTION dex.cancel_run(uuid, text) SECURITY DEFINER;
-ALTER FUNCTION dex.suspend_run(uuid) SECURITY DEFINER;
-ALTER FUNCTION dex.resume_run(uuid) SECURITY DEFINER;
-ALTER FUNCTION dex.poll_tasks(text, text, integer, interval) SECURITY DEFINER;
-ALTER FUNCTION dex.poll_tasks_pb(text, text, integer, interval) SECURITY DEFINER;
-ALTER FUNCTION dex.complete_task(uuid, integer, bigint, jsonb) SECURITY DEFINER;
-ALTER FUNCTION dex.complete_task_pb(uuid, integer, bigint, bytea) SECURITY DEFINER;
-ALTER FUNCTION dex.complete_tasks(uuid[], integer[], bigint[], jsonb[]) SECURITY DEFINER;
-ALTER FUNCTION dex.complete_tasks_pb(uuid[], integer[], bigint[], bytea[]) SECURITY DEFINER;
-ALTER FUNCTION dex.fail_task(uuid, integer, bigint, jsonb) SECURITY DEFINER;
-ALTER FUNCTION dex.fail_task_pb(uuid, integer, bigint, bytea) SECURITY DEFINER;
-ALTER FUNCTION dex.fail_tasks(uuid[], integer[], bigint[], jsonb[]) SECURITY DEFINER;
-ALTER FUNCTION dex.fail_tasks_pb(uuid[], integer[], bigint[], bytea[]) SECURITY DEFINER;
-ALTER FUNCTION dex.heartbeat_task(uuid, integer, bigint, interval, jsonb) SECURITY DEFINER;
-ALTER FUNCTION dex.heartbeat_tasks(uuid[], integer[], bigint[], interval) SECURITY DEFINER;
+ALTER FUNCTION dex.grant_queue(text, regrole) SECURITY DEFINER;
+ALTER FUNCTION dex.revoke_queue(text, regrole) SECURITY DEFINER;
 ALTER FUNCTION dex.reset_stats() SECURITY DEFINER;
--- (dex.wait_for_tasks is a procedure that commits, which SECURITY DEFINER
--- forbids: it reads the task tables with the owner's rights itself.)
 
 GRANT EXECUTE ON FUNCTION
     dex.to_json(text, bytea), dex.from_json(text, jsonb), dex.payload_value(bytea),
-    dex.wake_scheduler()
+    dex.wake_scheduler(), dex.usable_queue_ids()
     TO dex_client, dex_worker, dex_admin;
 GRANT EXECUTE ON FUNCTION
     dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text, text),
@@ -393,12 +490,20 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON PROCEDURE dex.wait_for_tasks(text, interval, boolean) TO dex_worker;
 GRANT EXECUTE ON FUNCTION
     dex.create_queue(text, text, integer), dex.alter_queue(text, integer, boolean),
+    dex.grant_queue(text, regrole), dex.revoke_queue(text, regrole),
     dex.reset_stats(), dex.stat_counters(), dex.queue_depth()
     TO dex_admin;
-GRANT SELECT ON dex.stat_queues, dex.stat_database, dex.queue_depth, dex.runs_by_status TO dex_admin;
+GRANT SELECT ON dex.stat_queues, dex.stat_database, dex.queue_depth, dex.runs_by_status,
+    dex.queue_privileges TO dex_admin;
 -- the monitoring views run their functions with the reader's rights
 GRANT EXECUTE ON FUNCTION dex.stat_counters(), dex.queue_depth() TO pg_monitor;
 GRANT SELECT (id, name, kind, status, capacity, partition) ON dex.queue TO dex_admin;
 GRANT SELECT (queue_id, priority, created_at, locked_by, locked_until) ON dex.workflow_task TO dex_admin;
 GRANT SELECT (queue_id, priority, status, created_at, locked_by, locked_until)
     ON dex.activity_task TO dex_admin;
+
+-- the queues of 1.0 stay open to every role of dex
+INSERT INTO dex.queue_grant (queue_id, grantee)
+SELECT q.id, r.oid
+  FROM dex.queue q CROSS JOIN pg_catalog.pg_roles r
+ WHERE r.rolname OPERATOR(pg_catalog.=) ANY ('{dex_client,dex_worker}'::text[]);

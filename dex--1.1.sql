@@ -206,6 +206,19 @@ CREATE UNLOGGED TABLE dex.lease (
 COMMENT ON TABLE dex.lease IS
     'Named leases that make singleton duties of the background workers run once.';
 
+-- Queue grants: the roles that may use each queue (besides superusers and
+-- dex_admin; see src/privileges.c).  dex.create_queue grants a new queue to
+-- dex_client and dex_worker.  A grantee is a role's oid: roles belong to the
+-- cluster, and the maintenance worker removes the rows of dropped ones.
+CREATE TABLE dex.queue_grant (
+    queue_id    integer NOT NULL REFERENCES dex.queue (id),
+    grantee     oid NOT NULL,
+    granted_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (queue_id, grantee)
+);
+COMMENT ON TABLE dex.queue_grant IS
+    'The roles that may use each queue: start, read and steer its runs, lease and report on its tasks (dex.grant_queue, dex.revoke_queue).';
+
 REVOKE ALL ON ALL TABLES IN SCHEMA dex FROM PUBLIC;
 
 /*
@@ -264,6 +277,43 @@ SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SE
 AS 'MODULE_PATHNAME', 'dex_alter_queue';
 COMMENT ON FUNCTION dex.alter_queue(text, integer, boolean) IS
     'Change a queue at run time: its capacity (most tasks leased at once; 0 removes the limit) and whether it is paused (polls hand out nothing); NULL leaves a setting as it is.';
+
+CREATE FUNCTION dex.grant_queue(queue text, role regrole)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_grant_queue';
+COMMENT ON FUNCTION dex.grant_queue(text, regrole) IS
+    'Let a role (and the roles that have its privileges) use a queue: start, read and steer its runs, lease its tasks and report on them, and target it from a workflow.';
+
+CREATE FUNCTION dex.revoke_queue(queue text, role regrole)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_revoke_queue';
+COMMENT ON FUNCTION dex.revoke_queue(text, regrole) IS
+    'Take back dex.grant_queue. New queues are granted to dex_client and dex_worker: revoke those to keep a queue to the roles granted it by name.';
+
+CREATE FUNCTION dex.usable_queue_ids()
+RETURNS integer[]
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_usable_queue_ids';
+COMMENT ON FUNCTION dex.usable_queue_ids() IS
+    'The ids of the queues the calling role may use: every queue for superusers and dex_admin, else those granted to a role whose privileges it has.';
+
+CREATE VIEW dex.queue_privileges AS
+SELECT q.name AS queue,
+       q.kind,
+       g.grantee::pg_catalog.regrole AS role,
+       g.granted_at
+  FROM dex.queue_grant g
+  JOIN dex.queue q ON q.id OPERATOR(pg_catalog.=) g.queue_id;
+COMMENT ON VIEW dex.queue_privileges IS
+    'Which role may use which queue (dex.grant_queue); superusers and dex_admin may use every queue.';
 
 /*
  * Runs.
@@ -347,7 +397,7 @@ AS 'MODULE_PATHNAME', 'dex_resume_run';
 COMMENT ON FUNCTION dex.resume_run(uuid) IS
     'Resume a suspended run; the workflow sees runSuspended and runResumed in its next task.';
 
-CREATE VIEW dex.runs AS
+CREATE VIEW dex.all_runs AS
 SELECT r.id,
        r.workflow_name,
        r.workflow_version,
@@ -368,11 +418,23 @@ SELECT r.id,
        r.started_at,
        r.completed_at,
        r.task_failures,
-       dex.to_json('dex.v1.Failure', r.last_task_failure) AS last_task_failure
+       dex.to_json('dex.v1.Failure', r.last_task_failure) AS last_task_failure,
+       r.queue_id
   FROM dex.workflow_run r
   LEFT JOIN dex.queue q ON q.id OPERATOR(pg_catalog.=) r.queue_id;
+COMMENT ON VIEW dex.all_runs IS
+    'Every workflow run as dex.runs shows it, with its queue id last: read by dex.list_runs, which filters by queue itself; closed to all roles.';
+
+-- A security barrier: a reader's own functions in a WHERE clause see only
+-- the rows of the queues the reader may use.
+CREATE VIEW dex.runs WITH (security_barrier) AS
+SELECT id, workflow_name, workflow_version, queue, status, instance_id, priority, labels,
+       concurrency_key, custom_status, parent_id, argument, result, failure, history_length,
+       created_at, updated_at, started_at, completed_at, task_failures, last_task_failure
+  FROM dex.all_runs
+ WHERE queue_id OPERATOR(pg_catalog.=) ANY ((SELECT dex.usable_queue_ids())::integer[]);
 COMMENT ON VIEW dex.runs IS
-    'Workflow runs with JSON argument, result and failure.';
+    'Workflow runs with JSON argument, result and failure: those of the queues the reader may use.';
 
 CREATE FUNCTION dex.list_runs(
     workflow_name text DEFAULT NULL,
@@ -386,41 +448,11 @@ CREATE FUNCTION dex.list_runs(
     before_id uuid DEFAULT NULL,
     page_size integer DEFAULT 100)
 RETURNS SETOF dex.runs
-LANGUAGE plpgsql STABLE
+LANGUAGE C STABLE
 SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-    IF page_size IS NULL OR page_size < 1 OR page_size > 1000 THEN
-        RAISE EXCEPTION 'page size must be between 1 and 1000'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF list_runs.status IS NOT NULL AND list_runs.status OPERATOR(pg_catalog.<>) ALL
-       ('{CREATED,RUNNING,SUSPENDED,CANCELLED,COMPLETED,FAILED}'::text[]) THEN
-        RAISE EXCEPTION 'invalid run status "%"', list_runs.status
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'A status is CREATED, RUNNING, SUSPENDED, CANCELLED, COMPLETED or FAILED.';
-    END IF;
-    IF list_runs.labels IS NOT NULL AND pg_catalog.jsonb_typeof(list_runs.labels) OPERATOR(pg_catalog.<>) 'object' THEN
-        RAISE EXCEPTION 'labels must be a JSON object'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    RETURN QUERY
-    SELECT v.* FROM dex.runs v
-     WHERE (list_runs.workflow_name IS NULL OR v.workflow_name OPERATOR(pg_catalog.=) list_runs.workflow_name)
-       AND (list_runs.status IS NULL OR v.status OPERATOR(pg_catalog.=) list_runs.status)
-       AND (list_runs.labels IS NULL OR v.labels OPERATOR(pg_catalog.@>) list_runs.labels)
-       AND (created_after IS NULL OR v.created_at OPERATOR(pg_catalog.>=) created_after)
-       AND (created_before IS NULL OR v.created_at OPERATOR(pg_catalog.<) created_before)
-       AND (completed_after IS NULL OR v.completed_at OPERATOR(pg_catalog.>=) completed_after)
-       AND (completed_before IS NULL OR v.completed_at OPERATOR(pg_catalog.<) completed_before)
-       AND (list_runs.parent_id IS NULL OR v.parent_id OPERATOR(pg_catalog.=) list_runs.parent_id)
-       AND (before_id IS NULL OR v.id OPERATOR(pg_catalog.<) before_id)
-     ORDER BY v.id DESC
-     LIMIT page_size;
-END
-$$;
+AS 'MODULE_PATHNAME', 'dex_list_runs';
 COMMENT ON FUNCTION dex.list_runs(text, text, jsonb, timestamptz, timestamptz, timestamptz, timestamptz, uuid, uuid, integer) IS
-    'Runs matching the filters, newest first, a page at a time: pass the last id of a page as before_id to get the next.';
+    'Runs matching the filters, of the queues the caller may use, newest first, a page at a time: pass the last id of a page as before_id to get the next.';
 
 CREATE FUNCTION dex.get_run(run_id uuid)
 RETURNS dex.runs
@@ -442,7 +474,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION dex.get_run(uuid) IS
-    'A workflow run with its status, argument, result and failure; an error if it does not exist.';
+    'A workflow run with its status, argument, result and failure; an error if it does not exist or its queue is not one the caller may use.';
 
 CREATE FUNCTION dex.run_history(run_id uuid)
 RETURNS TABLE (sequence integer, event jsonb)
@@ -855,12 +887,15 @@ SELECT dex.wake_scheduler();
  *               them, and reads them;
  *   dex_worker  leases tasks and reports on them (poll, complete, fail,
  *               heartbeat, wait);
- *   dex_admin   both, and manages queues and statistics.
- * Nobody else may call dex's functions.  The tables stay closed to all: the
- * functions that touch them run with the rights of the extension's owner
- * (SECURITY DEFINER, with search_path pinned), so a role can do exactly what
- * the API lets it do.  A worker completes only the tasks whose lease it holds
- * (the lock version), but roles are per database, not per queue.
+ *   dex_admin   both, and manages queues, their grants and statistics.
+ * Nobody else may call dex's functions, and the tables stay closed to all.
+ * Queue grants (dex.grant_queue) say which queues a role may use; every new
+ * queue is granted to dex_client and dex_worker.  The API functions that
+ * check them are SECURITY INVOKER and take the rights of their owner by
+ * themselves, keeping the caller for the checks (src/privileges.c); the
+ * administrators' functions are SECURITY DEFINER.  Every function pins its
+ * search_path.  A worker completes only the tasks whose lease it holds (the
+ * lock version), of queues it may use.
  */
 DO $roles$
 BEGIN
@@ -885,38 +920,16 @@ $roles$;
 REVOKE ALL ON ALL ROUTINES IN SCHEMA dex FROM PUBLIC;
 GRANT USAGE ON SCHEMA dex TO dex_client, dex_worker, dex_admin;
 
--- the functions that read or write dex's tables run with the owner's rights
+-- the administrators' functions run with the owner's rights
 ALTER FUNCTION dex.create_queue(text, text, integer) SECURITY DEFINER;
 ALTER FUNCTION dex.alter_queue(text, integer, boolean) SECURITY DEFINER;
-ALTER FUNCTION dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text, text) SECURITY DEFINER;
-ALTER FUNCTION dex.create_runs(text, text, jsonb[], integer, integer, jsonb) SECURITY DEFINER;
-ALTER FUNCTION dex.get_run(uuid) SECURITY DEFINER;
-ALTER FUNCTION dex.list_runs(text, text, jsonb, timestamptz, timestamptz, timestamptz, timestamptz, uuid, uuid, integer) SECURITY DEFINER;
-ALTER FUNCTION dex.run_history(uuid) SECURITY DEFINER;
-ALTER FUNCTION dex.send_external_event(uuid, text, jsonb) SECURITY DEFINER;
-ALTER FUNCTION dex.send_external_event_to_instance(text, text, jsonb) SECURITY DEFINER;
-ALTER FUNCTION dex.cancel_run(uuid, text) SECURITY DEFINER;
-ALTER FUNCTION dex.suspend_run(uuid) SECURITY DEFINER;
-ALTER FUNCTION dex.resume_run(uuid) SECURITY DEFINER;
-ALTER FUNCTION dex.poll_tasks(text, text, integer, interval) SECURITY DEFINER;
-ALTER FUNCTION dex.poll_tasks_pb(text, text, integer, interval) SECURITY DEFINER;
-ALTER FUNCTION dex.complete_task(uuid, integer, bigint, jsonb) SECURITY DEFINER;
-ALTER FUNCTION dex.complete_task_pb(uuid, integer, bigint, bytea) SECURITY DEFINER;
-ALTER FUNCTION dex.complete_tasks(uuid[], integer[], bigint[], jsonb[]) SECURITY DEFINER;
-ALTER FUNCTION dex.complete_tasks_pb(uuid[], integer[], bigint[], bytea[]) SECURITY DEFINER;
-ALTER FUNCTION dex.fail_task(uuid, integer, bigint, jsonb) SECURITY DEFINER;
-ALTER FUNCTION dex.fail_task_pb(uuid, integer, bigint, bytea) SECURITY DEFINER;
-ALTER FUNCTION dex.fail_tasks(uuid[], integer[], bigint[], jsonb[]) SECURITY DEFINER;
-ALTER FUNCTION dex.fail_tasks_pb(uuid[], integer[], bigint[], bytea[]) SECURITY DEFINER;
-ALTER FUNCTION dex.heartbeat_task(uuid, integer, bigint, interval, jsonb) SECURITY DEFINER;
-ALTER FUNCTION dex.heartbeat_tasks(uuid[], integer[], bigint[], interval) SECURITY DEFINER;
+ALTER FUNCTION dex.grant_queue(text, regrole) SECURITY DEFINER;
+ALTER FUNCTION dex.revoke_queue(text, regrole) SECURITY DEFINER;
 ALTER FUNCTION dex.reset_stats() SECURITY DEFINER;
--- (dex.wait_for_tasks is a procedure that commits, which SECURITY DEFINER
--- forbids: it reads the task tables with the owner's rights itself.)
 
 GRANT EXECUTE ON FUNCTION
     dex.to_json(text, bytea), dex.from_json(text, jsonb), dex.payload_value(bytea),
-    dex.wake_scheduler()
+    dex.wake_scheduler(), dex.usable_queue_ids()
     TO dex_client, dex_worker, dex_admin;
 GRANT EXECUTE ON FUNCTION
     dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text, text),
@@ -942,9 +955,11 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON PROCEDURE dex.wait_for_tasks(text, interval, boolean) TO dex_worker;
 GRANT EXECUTE ON FUNCTION
     dex.create_queue(text, text, integer), dex.alter_queue(text, integer, boolean),
+    dex.grant_queue(text, regrole), dex.revoke_queue(text, regrole),
     dex.reset_stats(), dex.stat_counters(), dex.queue_depth()
     TO dex_admin;
-GRANT SELECT ON dex.stat_queues, dex.stat_database, dex.queue_depth, dex.runs_by_status TO dex_admin;
+GRANT SELECT ON dex.stat_queues, dex.stat_database, dex.queue_depth, dex.runs_by_status,
+    dex.queue_privileges TO dex_admin;
 -- the monitoring views run their functions with the reader's rights
 GRANT EXECUTE ON FUNCTION dex.stat_counters(), dex.queue_depth() TO pg_monitor;
 GRANT SELECT (id, name, kind, status, capacity, partition) ON dex.queue TO dex_admin;

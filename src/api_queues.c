@@ -161,6 +161,7 @@ dex_create_queue(PG_FUNCTION_ARGS)
 	values[3] = CStringGetTextDatum(partition);
 	dex_spi_exec(&insert_queue_plan, values, capacity > 0 ? NULL : "  n ", 1);
 	queue_id = (int32) dex_spi_getint64(0, 1);
+	dex_grant_queue_defaults(queue_id);
 
 	initStringInfo(&ddl);
 	if (workflow)

@@ -13,6 +13,7 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
@@ -117,6 +118,18 @@ static DexPlan active_instance_plan = {
 	1, {TEXTOID}
 };
 
+/*
+ * Raise the error of an unknown run: for a run that does not exist, and for
+ * one of a queue the caller may not use (privileges.c), alike.
+ */
+static void
+no_such_run(pg_uuid_t *run_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("workflow run %s does not exist", dex_uuid_to_cstring(run_id))));
+}
+
 static DexPlan insert_task_plan = {
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) VALUES ($1, $2, $3)",
 	3, {INT4OID, UUIDOID, INT2OID}
@@ -127,8 +140,8 @@ static DexPlan insert_task_plan = {
  *				  instance_id, priority, labels, concurrency_key, if_active)
  * returns uuid
  */
-Datum
-dex_create_run(PG_FUNCTION_ARGS)
+static Datum
+create_run(PG_FUNCTION_ARGS)
 {
 	char	   *workflow_name = required_name(fcinfo, 0, "workflow name");
 	char	   *queue_name = required_name(fcinfo, 1, "queue");
@@ -233,7 +246,7 @@ dex_create_run(PG_FUNCTION_ARGS)
  */
 
 static DexPlan run_exists_plan = {
-	"SELECT 1 FROM dex.workflow_run WHERE id OPERATOR(pg_catalog.=) $1",
+	"SELECT queue_id FROM dex.workflow_run WHERE id OPERATOR(pg_catalog.=) $1",
 	1, {UUIDOID}
 };
 
@@ -242,8 +255,8 @@ static DexPlan history_plan = {
 	1, {UUIDOID}
 };
 
-Datum
-dex_run_history(PG_FUNCTION_ARGS)
+static Datum
+run_history(PG_FUNCTION_ARGS)
 {
 	pg_uuid_t  *run_id;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
@@ -263,10 +276,8 @@ dex_run_history(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	dex_spi_exec(&run_exists_plan, values, NULL, 1);
-	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("workflow run %s does not exist", dex_uuid_to_cstring(run_id))));
+	if (SPI_processed == 0 || !dex_may_use_queue_id((int32) dex_spi_getint64(0, 1)))
+		no_such_run(run_id);
 
 	dex_spi_exec(&history_plan, values, NULL, 0);
 	for (uint64 row = 0; row < SPI_processed; row++)
@@ -320,8 +331,8 @@ static DexPlan insert_runs_plan = {
  * Many runs of one workflow on one queue in two statements: one run per
  * element of "arguments" (a NULL element is a run without argument).
  */
-Datum
-dex_create_runs(PG_FUNCTION_ARGS)
+static Datum
+create_runs(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *workflow_name = required_name(fcinfo, 0, "workflow name");
@@ -416,12 +427,13 @@ PG_FUNCTION_INFO_V1(dex_send_external_event_to_instance);
  * or has ended it already, and the event is refused.
  */
 static DexPlan lock_run_for_event_plan = {
-	"SELECT status FROM dex.workflow_run WHERE id = $1 FOR SHARE",
+	"SELECT status, queue_id FROM dex.workflow_run WHERE id = $1 FOR SHARE",
 	1, {UUIDOID}
 };
 
 static DexPlan instance_run_plan = {
-	"SELECT run_id FROM dex.run_instance WHERE instance_id = $1",
+	"SELECT i.run_id, r.queue_id FROM dex.run_instance i JOIN dex.workflow_run r ON r.id = i.run_id "
+	"WHERE i.instance_id = $1",
 	1, {TEXTOID}
 };
 
@@ -441,10 +453,10 @@ send_external_event(pg_uuid_t *run_id, const char *event_id, Jsonb *payload)
 
 	dex_spi_exec(&lock_run_for_event_plan, values, NULL, 1);
 	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("workflow run %s does not exist", dex_uuid_to_cstring(run_id))));
+		no_such_run(run_id);
 	status = dex_spi_gettext_copy(0, 1);
+	if (!dex_may_use_queue_id((int32) dex_spi_getint64(0, 2)))
+		no_such_run(run_id);
 	if (dex_status_is_terminal(status))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -465,8 +477,8 @@ send_external_event(pg_uuid_t *run_id, const char *event_id, Jsonb *payload)
 	return true;
 }
 
-Datum
-dex_send_external_event(PG_FUNCTION_ARGS)
+static Datum
+send_external_event_to_run(PG_FUNCTION_ARGS)
 {
 	pg_uuid_t  *run_id;
 	char	   *event_id;
@@ -485,8 +497,8 @@ dex_send_external_event(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(sent);
 }
 
-Datum
-dex_send_external_event_to_instance(PG_FUNCTION_ARGS)
+static Datum
+send_external_event_to_instance(PG_FUNCTION_ARGS)
 {
 	char	   *instance_id = required_name(fcinfo, 0, "instance id");
 	char	   *event_id = required_name(fcinfo, 1, "event id");
@@ -497,16 +509,18 @@ dex_send_external_event_to_instance(PG_FUNCTION_ARGS)
 	SPI_connect();
 	dex_wait_for_rebuild();
 	dex_spi_exec(&instance_run_plan, values, NULL, 1);
-	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("workflow instance \"%s\" has no active run", instance_id)));
+	if (SPI_processed > 0)
 	{
 		bool		isnull;
 
 		run_id = palloc(sizeof(pg_uuid_t));
 		memcpy(run_id, DatumGetUUIDP(dex_spi_getdatum(0, 1, &isnull)), sizeof(pg_uuid_t));
 	}
+	/* the run of a queue the caller may not use is not there for it */
+	if (SPI_processed == 0 || !dex_may_use_queue_id((int32) dex_spi_getint64(0, 2)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("workflow instance \"%s\" has no active run", instance_id)));
 	sent = send_external_event(run_id, event_id, PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2));
 	SPI_finish();
 	PG_RETURN_BOOL(sent);
@@ -522,7 +536,7 @@ PG_FUNCTION_INFO_V1(dex_suspend_run);
 PG_FUNCTION_INFO_V1(dex_resume_run);
 
 static DexPlan lock_run_plan = {
-	"SELECT status, cancel_requested FROM dex.workflow_run WHERE id = $1 FOR NO KEY UPDATE",
+	"SELECT status, cancel_requested, queue_id FROM dex.workflow_run WHERE id = $1 FOR NO KEY UPDATE",
 	1, {UUIDOID}
 };
 
@@ -555,20 +569,29 @@ static DexPlan withdraw_task_plan = {
 	1, {UUIDOID}
 };
 
-/* The run, locked; its status.  Errors if it does not exist. */
+/*
+ * The run, locked; its status.  Errors if it does not exist, or, for the
+ * caller's own request (for_caller), if its queue is not one the caller may
+ * use: the engine's own steps (a parent's cancellation reaching its
+ * children) are not the caller's.
+ */
 static char *
-lock_run(pg_uuid_t *run_id, bool *cancel_requested)
+lock_run(pg_uuid_t *run_id, bool *cancel_requested, bool for_caller)
 {
 	Datum		values[1] = {UUIDPGetDatum(run_id)};
+	char	   *status;
+	int32		queue_id;
 
 	dex_spi_exec(&lock_run_plan, values, NULL, 1);
 	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("workflow run %s does not exist", dex_uuid_to_cstring(run_id))));
+		no_such_run(run_id);
 	if (cancel_requested)
 		*cancel_requested = dex_spi_getbool(0, 2);
-	return dex_spi_gettext_copy(0, 1);
+	status = dex_spi_gettext_copy(0, 1);
+	queue_id = (int32) dex_spi_getint64(0, 3);
+	if (for_caller && !dex_may_use_queue_id(queue_id))
+		no_such_run(run_id);
+	return status;
 }
 
 static void
@@ -614,7 +637,8 @@ dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
 	bool		cancel_requested;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
-	status = lock_run(run_id, &cancel_requested);
+	/* if_active: a parent's end cancels its children, the engine's doing */
+	status = lock_run(run_id, &cancel_requested, !if_active);
 	if (dex_status_is_terminal(status))
 	{
 		if (if_active)
@@ -675,8 +699,8 @@ dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
  * CANCELLED at once.  Either way its pending tasks are withdrawn, and its
  * children are cancelled, when it ends.
  */
-Datum
-dex_cancel_run(PG_FUNCTION_ARGS)
+static Datum
+cancel_run(PG_FUNCTION_ARGS)
 {
 	char	   *reason = "";
 
@@ -701,8 +725,8 @@ dex_cancel_run(PG_FUNCTION_ARGS)
  * dex.suspend_run(run_id): a running run gets no workflow task until it is
  * resumed; a task already handed out still completes.
  */
-Datum
-dex_suspend_run(PG_FUNCTION_ARGS)
+static Datum
+suspend_run(PG_FUNCTION_ARGS)
 {
 	pg_uuid_t  *run_id;
 	char	   *status;
@@ -715,7 +739,7 @@ dex_suspend_run(PG_FUNCTION_ARGS)
 	run_id = PG_GETARG_UUID_P(0);
 	SPI_connect();
 	dex_wait_for_rebuild();
-	status = lock_run(run_id, NULL);
+	status = lock_run(run_id, NULL, true);
 	if (strcmp(status, "RUNNING") != 0)
 		illegal_transition(run_id, "suspend", status);
 	values[0] = UUIDPGetDatum(run_id);
@@ -730,8 +754,8 @@ dex_suspend_run(PG_FUNCTION_ARGS)
 }
 
 /* dex.resume_run(run_id): a suspended run runs again */
-Datum
-dex_resume_run(PG_FUNCTION_ARGS)
+static Datum
+resume_run(PG_FUNCTION_ARGS)
 {
 	pg_uuid_t  *run_id;
 	char	   *status;
@@ -744,7 +768,7 @@ dex_resume_run(PG_FUNCTION_ARGS)
 	run_id = PG_GETARG_UUID_P(0);
 	SPI_connect();
 	dex_wait_for_rebuild();
-	status = lock_run(run_id, NULL);
+	status = lock_run(run_id, NULL, true);
 	if (strcmp(status, "SUSPENDED") != 0)
 		illegal_transition(run_id, "resume", status);
 	values[0] = UUIDPGetDatum(run_id);
@@ -754,4 +778,160 @@ dex_resume_run(PG_FUNCTION_ARGS)
 					 GetCurrentTransactionStartTimestamp());
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+/* ----------------------------------------------------------------
+ * dex.list_runs(workflow_name, status, labels, created_after, created_before,
+ *				 completed_after, completed_before, parent_id, before_id,
+ *				 page_size) returns setof dex.runs
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dex_list_runs);
+
+#define MAX_PAGE_SIZE 1000
+
+/*
+ * dex.all_runs is dex.runs without the caller's filter, with the queue id as
+ * its last column: the filter is the queues the caller may use, given as $10
+ * (NULL: all).  A filter left NULL matches every run; the planner keeps the
+ * indexes usable (the labels' GIN index, the primary key for paging).
+ */
+static DexPlan list_runs_plan = {
+	"SELECT v.* FROM dex.all_runs v "
+	"WHERE ($1::text IS NULL OR v.workflow_name = $1) "
+	"  AND ($2::text IS NULL OR v.status = $2) "
+	"  AND ($3::jsonb IS NULL OR v.labels @> $3) "
+	"  AND ($4::timestamptz IS NULL OR v.created_at >= $4) "
+	"  AND ($5::timestamptz IS NULL OR v.created_at < $5) "
+	"  AND ($6::timestamptz IS NULL OR v.completed_at >= $6) "
+	"  AND ($7::timestamptz IS NULL OR v.completed_at < $7) "
+	"  AND ($8::uuid IS NULL OR v.parent_id = $8) "
+	"  AND ($9::uuid IS NULL OR v.id < $9) "
+	"  AND ($10::integer[] IS NULL OR v.queue_id = ANY ($10)) "
+	"ORDER BY v.id DESC LIMIT $11",
+	11, {TEXTOID, TEXTOID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID,
+	TIMESTAMPTZOID, UUIDOID, UUIDOID, INT4ARRAYOID, INT4OID}
+};
+
+static const char *const run_statuses[] = {
+	"CREATED", "RUNNING", "SUSPENDED", "CANCELLED", "COMPLETED", "FAILED"
+};
+
+static Datum
+list_runs(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		values[11];
+	char		nulls[11];
+	int32		page_size = PG_ARGISNULL(9) ? 0 : PG_GETARG_INT32(9);
+	int			natts;
+
+	if (page_size < 1 || page_size > MAX_PAGE_SIZE)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("page size must be between 1 and %d", MAX_PAGE_SIZE)));
+	if (!PG_ARGISNULL(1))
+	{
+		char	   *status = text_to_cstring(PG_GETARG_TEXT_PP(1));
+		bool		known = false;
+
+		for (int i = 0; i < lengthof(run_statuses); i++)
+			known |= strcmp(status, run_statuses[i]) == 0;
+		if (!known)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid run status \"%s\"", status),
+					 errhint("A status is CREATED, RUNNING, SUSPENDED, CANCELLED, COMPLETED or FAILED.")));
+	}
+	if (!PG_ARGISNULL(2) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(2)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("labels must be a JSON object")));
+
+	for (int i = 0; i < 9; i++)
+	{
+		values[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+	}
+	values[10] = Int32GetDatum(page_size);
+	nulls[10] = ' ';
+
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	natts = rsinfo->setDesc->natts;
+	SPI_connect();
+	values[9] = dex_usable_queue_ids_datum();
+	nulls[9] = values[9] == (Datum) 0 ? 'n' : ' ';
+	dex_spi_exec(&list_runs_plan, values, nulls, 0);
+	if (SPI_tuptable->tupdesc->natts != natts + 1)
+		elog(ERROR, "dex.all_runs does not have the columns of dex.runs and the queue id");
+	for (uint64 row = 0; row < SPI_processed; row++)
+	{
+		Datum	   *out = palloc(sizeof(Datum) * (natts + 1));
+		bool	   *outnulls = palloc(sizeof(bool) * (natts + 1));
+
+		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, out, outnulls);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------
+ * Entry points: each runs with its owner's rights (privileges.c)
+ * ----------------------------------------------------------------
+ */
+
+Datum
+dex_create_run(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, create_run);
+}
+
+Datum
+dex_create_runs(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, create_runs);
+}
+
+Datum
+dex_run_history(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, run_history);
+}
+
+Datum
+dex_send_external_event(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, send_external_event_to_run);
+}
+
+Datum
+dex_send_external_event_to_instance(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, send_external_event_to_instance);
+}
+
+Datum
+dex_cancel_run(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, cancel_run);
+}
+
+Datum
+dex_suspend_run(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, suspend_run);
+}
+
+Datum
+dex_resume_run(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, resume_run);
+}
+
+Datum
+dex_list_runs(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, list_runs);
 }

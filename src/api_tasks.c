@@ -350,6 +350,7 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("queue \"%s\" does not exist", queue_name)));
+	dex_check_queue_use(&queue);
 
 	/* a paused queue hands out nothing, a full one nothing more */
 	max_tasks = Min(max_tasks, queue_room(&queue, true));
@@ -456,16 +457,28 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 	return (Datum) 0;
 }
 
+static Datum
+poll_tasks_json(PG_FUNCTION_ARGS)
+{
+	return poll_tasks(fcinfo, true);
+}
+
+static Datum
+poll_tasks_pb(PG_FUNCTION_ARGS)
+{
+	return poll_tasks(fcinfo, false);
+}
+
 Datum
 dex_poll_tasks(PG_FUNCTION_ARGS)
 {
-	return poll_tasks(fcinfo, true);
+	return dex_api_call(fcinfo, poll_tasks_json);
 }
 
 Datum
 dex_poll_tasks_pb(PG_FUNCTION_ARGS)
 {
-	return poll_tasks(fcinfo, false);
+	return dex_api_call(fcinfo, poll_tasks_pb);
 }
 
 static void
@@ -582,6 +595,7 @@ fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *fail
 	if (!run_ended_after_lock(run_id, false))
 	{
 		dex_spi_exec(&fence_failed_workflow_task_plan, values, NULL, 0);
+		dex_check_queue_use_spi(2);
 		held = SPI_processed > 0;
 		if (held)
 			dex_stat_add((int32) dex_spi_getint64(0, 2), DEX_STAT_TASKS_FAILED, 1);
@@ -619,6 +633,7 @@ fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
 	if (!run_ended_after_lock(run_id, true))
 	{
 		dex_spi_exec(&lock_activity_plan, values, NULL, 1);
+		dex_check_queue_use_spi(4);
 		held = SPI_processed > 0;
 		if (held)
 			dex_stat_add((int32) dex_spi_getint64(0, 4), DEX_STAT_TASKS_FAILED, 1);
@@ -745,18 +760,30 @@ complete_task(FunctionCallInfo fcinfo, bool protobuf)
 	SPI_finish();
 }
 
-Datum
-dex_complete_task(PG_FUNCTION_ARGS)
+static Datum
+complete_task_json(PG_FUNCTION_ARGS)
 {
 	complete_task(fcinfo, false);
 	PG_RETURN_VOID();
 }
 
-Datum
-dex_complete_task_pb(PG_FUNCTION_ARGS)
+static Datum
+complete_task_pb(PG_FUNCTION_ARGS)
 {
 	complete_task(fcinfo, true);
 	PG_RETURN_VOID();
+}
+
+Datum
+dex_complete_task(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, complete_task_json);
+}
+
+Datum
+dex_complete_task_pb(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, complete_task_pb);
 }
 
 static Dex__V1__Failure *
@@ -796,20 +823,32 @@ fail_task(FunctionCallInfo fcinfo, bool protobuf)
 	SPI_finish();
 }
 
+static Datum
+fail_task_json(PG_FUNCTION_ARGS)
+{
+	fail_task(fcinfo, false);
+	PG_RETURN_VOID();
+}
+
+static Datum
+fail_task_pb(PG_FUNCTION_ARGS)
+{
+	fail_task(fcinfo, true);
+	PG_RETURN_VOID();
+}
+
 /* dex.fail_task(run_id, task_id, lock_version, failure jsonb) */
 Datum
 dex_fail_task(PG_FUNCTION_ARGS)
 {
-	fail_task(fcinfo, false);
-	PG_RETURN_VOID();
+	return dex_api_call(fcinfo, fail_task_json);
 }
 
 /* dex.fail_task_pb(run_id, task_id, lock_version, failure bytea) */
 Datum
 dex_fail_task_pb(PG_FUNCTION_ARGS)
 {
-	fail_task(fcinfo, true);
-	PG_RETURN_VOID();
+	return dex_api_call(fcinfo, fail_task_pb);
 }
 
 /* ----------------------------------------------------------------
@@ -840,24 +879,61 @@ static DexPlan pollable_activity_plan = {
  * so that it can end its transaction before it sleeps: a waiting worker holds
  * no snapshot and no xmin.  It must be called outside a transaction block.
  */
-static Oid
-procedure_owner(Oid proc_oid)
+/*
+ * The queue, the wake-up generation to wait from, and whether the queue may
+ * have pollable tasks now.
+ */
+static void
+look_at_queue(const char *queue_name, DexQueue *queue, uint64 *generation, bool *ready)
 {
-	HeapTuple	tup = SearchSysCache1(PROCOID, ObjectIdGetDatum(proc_oid));
-	Oid			owner;
+	int			guc_level = dex_push_planner_settings();
+	Datum		values[1];
 
-	if (!HeapTupleIsValid(tup))
-		elog(ERROR, "cache lookup failed for function %u", proc_oid);
-	owner = ((Form_pg_proc) GETSTRUCT(tup))->proowner;
-	ReleaseSysCache(tup);
-	return owner;
+	if (!dex_lookup_queue(queue_name, queue))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("queue \"%s\" does not exist", queue_name)));
+	dex_check_queue_use(queue);
+
+	/* read the generation first: work committed after this wakes us */
+	*generation = dex_queue_generation(queue->id);
+	values[0] = Int32GetDatum(queue->id);
+	*ready = false;
+	if (queue_room(queue, false) > 0)
+	{
+		dex_spi_exec(queue->is_workflow ? &pollable_workflow_plan : &pollable_activity_plan,
+					 values, NULL, 1);
+		*ready = dex_spi_getbool(0, 1);
+	}
+	dex_pop_planner_settings(guc_level);
+}
+
+/*
+ * look_at_queue with the procedure owner's rights: a procedure that commits
+ * cannot be SECURITY DEFINER, so it takes them by itself (privileges.c) and
+ * gives them back before it commits.
+ */
+static void
+look_for_tasks(Oid proc_oid, const char *queue_name, DexQueue *queue, uint64 *generation,
+			   bool *ready)
+{
+	DexApiCall	call;
+
+	dex_api_enter(proc_oid, &call);
+	PG_TRY();
+	{
+		look_at_queue(queue_name, queue, generation, ready);
+	}
+	PG_FINALLY();
+	{
+		dex_api_leave(&call);
+	}
+	PG_END_TRY();
 }
 
 Datum
 dex_wait_for_tasks(PG_FUNCTION_ARGS)
 {
-	Oid			save_userid;
-	int			save_sec_context;
 	char	   *queue_name;
 	Interval   *timeout;
 	int64		timeout_usecs;
@@ -867,7 +943,6 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 	Datum		values[1];
 	TupleDesc	tupdesc;
 	bool		nulls[1] = {false};
-	int			guc_level;
 
 	if (fcinfo->context == NULL || !IsA(fcinfo->context, CallContext) ||
 		castNode(CallContext, fcinfo->context)->atomic)
@@ -888,32 +963,8 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("timeout must be between 0 and 1 day")));
 
-	/*
-	 * A procedure that commits cannot be SECURITY DEFINER: it reads the queue
-	 * and task tables with its owner's rights by itself, until it commits.
-	 */
-	GetUserIdAndSecContext(&save_userid, &save_sec_context);
-	SetUserIdAndSecContext(procedure_owner(fcinfo->flinfo->fn_oid),
-						   save_sec_context | SECURITY_LOCAL_USERID_CHANGE);
 	SPI_connect_ext(SPI_OPT_NONATOMIC);
-	guc_level = dex_push_planner_settings();
-	if (!dex_lookup_queue(queue_name, &queue))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("queue \"%s\" does not exist", queue_name)));
-
-	/* read the generation first: work committed after this wakes us */
-	generation = dex_queue_generation(queue.id);
-	values[0] = Int32GetDatum(queue.id);
-	ready = false;
-	if (queue_room(&queue, false) > 0)
-	{
-		dex_spi_exec(queue.is_workflow ? &pollable_workflow_plan : &pollable_activity_plan,
-					 values, NULL, 1);
-		ready = dex_spi_getbool(0, 1);
-	}
-	dex_pop_planner_settings(guc_level);
-	SetUserIdAndSecContext(save_userid, save_sec_context);
+	look_for_tasks(fcinfo->flinfo->fn_oid, queue_name, &queue, &generation, &ready);
 
 	if (!ready && timeout_usecs > 0)
 	{
@@ -1102,16 +1153,28 @@ complete_tasks(FunctionCallInfo fcinfo, bool protobuf)
 	return (Datum) 0;
 }
 
+static Datum
+complete_tasks_json(PG_FUNCTION_ARGS)
+{
+	return complete_tasks(fcinfo, false);
+}
+
+static Datum
+complete_tasks_pb(PG_FUNCTION_ARGS)
+{
+	return complete_tasks(fcinfo, true);
+}
+
 Datum
 dex_complete_tasks(PG_FUNCTION_ARGS)
 {
-	return complete_tasks(fcinfo, false);
+	return dex_api_call(fcinfo, complete_tasks_json);
 }
 
 Datum
 dex_complete_tasks_pb(PG_FUNCTION_ARGS)
 {
-	return complete_tasks(fcinfo, true);
+	return dex_api_call(fcinfo, complete_tasks_pb);
 }
 
 /* dex.fail_tasks / dex.fail_tasks_pb: fail many activity attempts at once */
@@ -1153,16 +1216,28 @@ fail_tasks(FunctionCallInfo fcinfo, bool protobuf)
 	return (Datum) 0;
 }
 
+static Datum
+fail_tasks_json(PG_FUNCTION_ARGS)
+{
+	return fail_tasks(fcinfo, false);
+}
+
+static Datum
+fail_tasks_pb(PG_FUNCTION_ARGS)
+{
+	return fail_tasks(fcinfo, true);
+}
+
 Datum
 dex_fail_tasks(PG_FUNCTION_ARGS)
 {
-	return fail_tasks(fcinfo, false);
+	return dex_api_call(fcinfo, fail_tasks_json);
 }
 
 Datum
 dex_fail_tasks_pb(PG_FUNCTION_ARGS)
 {
-	return fail_tasks(fcinfo, true);
+	return dex_api_call(fcinfo, fail_tasks_pb);
 }
 
 /*
@@ -1176,15 +1251,16 @@ static DexPlan heartbeat_plan = {
 	"w AS (UPDATE dex.workflow_task t SET locked_until = now() + $4 FROM b "
 	"      WHERE b.task_id = 0 AND t.run_id = b.run_id AND t.lock_version = b.lock_version "
 	"        AND t.locked_by IS NOT NULL "
-	"      RETURNING t.run_id, 0 AS task_id, t.locked_until), "
+	"      RETURNING t.run_id, 0 AS task_id, t.locked_until, t.queue_id), "
 	"a AS (UPDATE dex.activity_task t SET locked_until = LEAST(now() + $4, "
 	"        t.attempt_started_at + make_interval(secs => coalesce(t.start_to_close_ms, 1e12) / 1000.0), "
 	"        now() + make_interval(secs => coalesce(t.heartbeat_timeout_ms, 1e12) / 1000.0), "
 	"        coalesce(t.schedule_deadline, 'infinity')) FROM b "
 	"      WHERE b.task_id > 0 AND t.run_id = b.run_id AND t.event_id = b.task_id "
 	"        AND t.lock_version = b.lock_version AND t.locked_by IS NOT NULL "
-	"      RETURNING t.run_id, t.event_id AS task_id, t.locked_until) "
-	"SELECT run_id, task_id, locked_until FROM w UNION ALL SELECT run_id, task_id, locked_until FROM a",
+	"      RETURNING t.run_id, t.event_id AS task_id, t.locked_until, t.queue_id) "
+	"SELECT run_id, task_id, locked_until, queue_id FROM w "
+	"UNION ALL SELECT run_id, task_id, locked_until, queue_id FROM a",
 	4, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INTERVALOID}
 };
 
@@ -1196,6 +1272,7 @@ heartbeat(Datum run_ids, Datum task_ids, Datum lock_versions, Interval *lease)
 
 	check_lease_duration(lease);
 	dex_spi_exec(&heartbeat_plan, values, NULL, 0);
+	dex_check_queue_use_spi(4);
 	for (uint64 i = 0; i < SPI_processed; i++)
 		dex_wake_scheduler_at_commit((TimestampTz) dex_spi_getint64(i, 3));
 }
@@ -1209,8 +1286,8 @@ static DexPlan keep_details_plan = {
  * dex.heartbeat_task(run_id, task_id, lock_version, lease_duration, details)
  * returns timestamptz
  */
-Datum
-dex_heartbeat_task(PG_FUNCTION_ARGS)
+static Datum
+heartbeat_task(PG_FUNCTION_ARGS)
 {
 	pg_uuid_t  *run_id;
 	int32		task_id;
@@ -1252,8 +1329,8 @@ dex_heartbeat_task(PG_FUNCTION_ARGS)
  * returns table (run_id, task_id, locked_until): one row per task whose
  * lease is still held; lost leases have no row.
  */
-Datum
-dex_heartbeat_tasks(PG_FUNCTION_ARGS)
+static Datum
+heartbeat_tasks(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	TaskBatch	b = read_task_batch(fcinfo, InvalidOid, NULL);
@@ -1277,4 +1354,16 @@ dex_heartbeat_tasks(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	return (Datum) 0;
+}
+
+Datum
+dex_heartbeat_task(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, heartbeat_task);
+}
+
+Datum
+dex_heartbeat_tasks(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, heartbeat_tasks);
 }

@@ -1123,6 +1123,7 @@ dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost
 	/* the fence: each task row is deleted only with its current lock version */
 	values[1] = dex_array_result(versions);
 	dex_spi_exec(&fence_workflow_plan, values, NULL, 0);
+	dex_check_queue_use_spi(6);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		bool		isnull;
@@ -1371,6 +1372,7 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 	values[1] = dex_array_result(task_ids);
 	values[2] = dex_array_result(versions);
 	dex_spi_exec(&fence_activities_plan, values, NULL, 0);
+	dex_check_queue_use_spi(5);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{
 		bool		isnull;

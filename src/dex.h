@@ -11,6 +11,7 @@
  *	  wakeup.c		shared memory: scheduler latch, commit-time wake-ups
  *	  stats.c		activity counters in shared memory (dex.stat_counters)
  *	  history.c		queue lookups, ids and times, events, inbox writes, retries
+ *	  privileges.c	queue grants, the checks made with them, the API's rights
  *	  api_queues.c	dex.create_queue
  *	  api_codec.c	dex.to_json, dex.from_json, dex.payload_value
  *	  api_runs.c	dex.create_run(s), dex.run_history
@@ -32,6 +33,7 @@
 
 #include "datatype/timestamp.h"
 #include "executor/spi.h"
+#include "fmgr.h"
 #include "utils/array.h"
 #include "utils/uuid.h"
 
@@ -139,6 +141,8 @@ typedef struct DexQueue
 	bool		is_workflow;
 	bool		paused;			/* polls hand out nothing */
 	int32		capacity;		/* most tasks leased at once; 0: no limit */
+	int			n_grantees;		/* roles it is granted to; -1: no grants (1.0) */
+	Oid		   *grantees;
 } DexQueue;
 
 extern bool dex_lookup_queue(const char *name, DexQueue *queue);
@@ -192,6 +196,25 @@ extern void dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id,
 										int32 attempt, bytea *retry_policy,
 										TimestampTz deadline,
 										Dex__V1__Failure *failure);
+
+/* privileges.c */
+typedef struct DexApiCall
+{
+	Oid			userid;			/* the caller's user and security context */
+	int			sec_context;
+	Oid			caller;			/* the enclosing API call's caller */
+} DexApiCall;
+
+extern void dex_api_enter(Oid proc_oid, DexApiCall *call);
+extern void dex_api_leave(const DexApiCall *call);
+extern Datum dex_api_call(FunctionCallInfo fcinfo, PGFunction body);
+extern bool dex_queue_grants_exist(void);
+extern bool dex_may_use_queue(const DexQueue *queue);
+extern void dex_check_queue_use(const DexQueue *queue);
+extern bool dex_may_use_queue_id(int32 queue_id);
+extern void dex_check_queue_use_spi(int queue_col);
+extern void dex_grant_queue_defaults(int32 queue_id);
+extern Datum dex_usable_queue_ids_datum(void);
 
 /* workflow_task.c */
 typedef struct DexRun

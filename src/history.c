@@ -82,6 +82,8 @@ static void
 queue_cache_add(int row, const char *name)
 {
 	DexQueue   *q;
+	bool		isnull;
+	Datum		d;
 
 	if (queue_cache_n == QUEUE_CACHE_SIZE)
 		queue_cache_n = 0;		/* start over: it is only a cache */
@@ -90,11 +92,20 @@ queue_cache_add(int row, const char *name)
 	q->name = MemoryContextStrdup(TopTransactionContext, name);
 	q->is_workflow = dex_spi_getbool(row, 3);
 	q->paused = dex_spi_getbool(row, 4);
+	d = dex_spi_getdatum(row, 5, &isnull);
+	q->capacity = isnull ? 0 : DatumGetInt32(d);
+	d = dex_spi_getdatum(row, 6, &isnull);
+	q->n_grantees = -1;
+	q->grantees = NULL;
+	if (!isnull)
 	{
-		bool		isnull;
-		Datum		d = dex_spi_getdatum(row, 5, &isnull);
+		ArrayType  *a = DatumGetArrayTypeP(d);
+		int			n = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
 
-		q->capacity = isnull ? 0 : DatumGetInt32(d);
+		q->n_grantees = n;
+		q->grantees = MemoryContextAlloc(TopTransactionContext, sizeof(Oid) * Max(n, 1));
+		if (n > 0)
+			memcpy(q->grantees, ARR_DATA_PTR(a), sizeof(Oid) * n);
 	}
 }
 
@@ -105,12 +116,21 @@ dex_queue_cache_reset(void)
 	queue_cache_n = 0;
 }
 
-#define QUEUE_COLUMNS \
-	"SELECT id, name, kind OPERATOR(pg_catalog.=) 'workflow', status OPERATOR(pg_catalog.=) 'PAUSED', " \
-	"capacity FROM dex.queue "
+/*
+ * A queue's row with the roles it is granted to (privileges.c); a schema
+ * still on version 1.0 has no grants.  Qualified throughout: dex.wait_for_tasks
+ * cannot pin its search_path.
+ */
+#define QUEUE_COLUMNS(grantees) \
+	"SELECT q.id, q.name, q.kind OPERATOR(pg_catalog.=) 'workflow', " \
+	"q.status OPERATOR(pg_catalog.=) 'PAUSED', q.capacity, " grantees " FROM dex.queue q "
+#define QUEUE_GRANTEES \
+	"ARRAY(SELECT g.grantee FROM dex.queue_grant g WHERE g.queue_id OPERATOR(pg_catalog.=) q.id)"
+#define QUEUE_NO_GRANTEES "NULL::pg_catalog.oid[]"
 
-static DexPlan lookup_queue_plan = {
-	QUEUE_COLUMNS "WHERE name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}
+static DexPlan lookup_queue_plans[2] = {
+	{QUEUE_COLUMNS(QUEUE_NO_GRANTEES) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}}
 };
 
 bool
@@ -127,7 +147,7 @@ dex_lookup_queue(const char *name, DexQueue *queue)
 		}
 
 	values[0] = CStringGetTextDatum(name);
-	dex_spi_exec(&lookup_queue_plan, values, NULL, 1);
+	dex_spi_exec(&lookup_queue_plans[dex_queue_grants_exist()], values, NULL, 1);
 	if (SPI_processed == 0)
 		return false;
 	queue_cache_add(0, name);
@@ -136,7 +156,8 @@ dex_lookup_queue(const char *name, DexQueue *queue)
 }
 
 /*
- * The queue of that name, which must exist and be of the wanted kind.
+ * The queue of that name, which must exist, be of the wanted kind and be one
+ * the caller may use (privileges.c).
  */
 DexQueue
 dex_require_queue(const char *name, bool want_workflow)
@@ -161,11 +182,13 @@ dex_require_queue(const char *name, bool want_workflow)
 						want_workflow ? " workflow" : "n activity"),
 				 errdetail("It is a%s queue.",
 						   queue.is_workflow ? " workflow" : "n activity")));
+	dex_check_queue_use(&queue);
 	return queue;
 }
 
-static DexPlan queue_by_id_plan = {
-	QUEUE_COLUMNS "WHERE id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}
+static DexPlan queue_by_id_plans[2] = {
+	{QUEUE_COLUMNS(QUEUE_NO_GRANTEES) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}}
 };
 
 /* The queue with that id; false if there is none. */
@@ -182,7 +205,7 @@ dex_queue_by_id(int32 queue_id, DexQueue *queue)
 			return true;
 		}
 
-	dex_spi_exec(&queue_by_id_plan, values, NULL, 1);
+	dex_spi_exec(&queue_by_id_plans[dex_queue_grants_exist()], values, NULL, 1);
 	if (SPI_processed == 0)
 		return false;
 	queue_cache_add(0, dex_spi_gettext_copy(0, 2));

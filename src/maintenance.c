@@ -25,6 +25,10 @@
  * stopped; runs created long ago that are still active are only looked at
  * again by the next sweep.
  *
+ * Each pass also removes the queue grants of roles that were dropped
+ * (privileges.c): roles belong to the cluster, and a role created later may
+ * get a dropped role's oid.
+ *
  * Each batch is a short transaction of its own.  A named lease in
  * dex.lease ("maintenance") makes sure one worker does this per database,
  * even if two were started (the lease table is UNLOGGED: a crash drops the
@@ -206,6 +210,12 @@ end_batch(void)
 	pgstat_report_stat(false);
 }
 
+static DexPlan forget_dropped_roles_plan = {
+	"DELETE FROM dex.queue_grant g "
+	"WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = g.grantee)",
+	0, {0}
+};
+
 /*
  * One pass: batches until the sweep reaches the cutoff or MAX_BATCHES_PER_PASS.
  * Returns whether more is left to do now.
@@ -228,6 +238,8 @@ maintenance_pass(bool leave_without_dex)
 		goto done;
 	}
 	held = dex_lease_acquire("maintenance", dex_maintenance_naptime_ms * 3 + 60000);
+	if (held && dex_queue_grants_exist())
+		dex_spi_exec(&forget_dropped_roles_plan, NULL, NULL, 0);
 	end_batch();
 	if (!held || dex_retention_period_s == 0)
 		goto done;

@@ -3,7 +3,8 @@
 # external events, retry records, instance ids), and nothing else: runs
 # still active, and runs that ended recently, stay.  It runs as its own
 # background worker, comes back after a kill -9, and holds the
-# "maintenance" lease while it works.
+# "maintenance" lease while it works.  It also removes the queue grants of
+# dropped roles.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -104,6 +105,21 @@ is($node->safe_psql('postgres', q{
 	SELECT (SELECT count(*) FROM dex.workflow_history) + (SELECT count(*) FROM dex.activity_task)
 	     + (SELECT count(*) FROM dex.workflow_task) + (SELECT count(*) FROM dex.workflow_inbox)}),
 	'0', 'nothing of them is left');
+
+# the grants of a dropped role go too: a role created later with its oid
+# must not inherit them
+$node->safe_psql('postgres', q{
+	CREATE ROLE tenant_gone;
+	SELECT dex.grant_queue('wf', 'tenant_gone');
+	DROP ROLE tenant_gone;
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 0 FROM dex.queue_grant g
+	 WHERE NOT EXISTS (SELECT FROM pg_roles r WHERE r.oid = g.grantee)}),
+	'the maintenance worker removes the grants of dropped roles');
+is($node->safe_psql('postgres', q{SELECT string_agg(role::text, ' ' ORDER BY role::text)
+	FROM dex.queue_privileges WHERE queue = 'wf'}), 'dex_client dex_worker',
+	'the other grants stay');
 
 $node->stop;
 done_testing();
