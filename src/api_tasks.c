@@ -10,6 +10,8 @@
  * lease carries a lock version drawn from the dex.lease_version sequence;
  * completing or failing a task requires the current lock version, and is
  * otherwise refused with ERRCODE_DEX_LEASE_LOST before anything is written.
+ * A worker polls, waits on and reports on the tasks of the queues it may use
+ * only (src/privileges.c); the entry points run with their owner's rights.
  *
  * Polls and completions work on many tasks per statement: the workflow-task
  * pieces are loaded by workflow_task.c and completions applied by

@@ -13,11 +13,13 @@
  * The fence comes first: a task row is deleted only with its current lock
  * version.  A task whose lease is lost is skipped (done = false) before
  * anything is written for it, or, with raise_lost, reported as an error.
- * Invalid commands fail the whole call, which then writes nothing.  What
- * makes a command malformed whatever its run (ids, names, priorities, delays,
- * the order of the commands) was checked as the completion was parsed
- * (dex_check_commands, commands.c); the checks left here need the database:
- * queues, the run's history, its pending work.
+ * Invalid commands fail the whole call, which then writes nothing, and so
+ * does a task of a queue the caller may not use, or a command that targets
+ * such a queue (src/privileges.c).  What makes a command malformed whatever
+ * its run (ids, names, priorities, delays, the order of the commands) was
+ * checked as the completion was parsed (dex_check_commands, commands.c); the
+ * checks left here need the database: queues, the run's history, its
+ * pending work.
  *
  *-------------------------------------------------------------------------
  */
