@@ -323,6 +323,7 @@ SELECT dex.complete_task(:'run_b', 0, :wv, '[{"id": 1, "startTimer": {"delay": "
 SELECT dex.complete_task(:'run_b', 0, :wv, '[{"scheduleActivity": {"name": "a", "queue": "bad-act"}}]');
 SELECT dex.complete_task(:'run_b', 0, :wv, '[{"id": 1, "scheduleActivity": {"queue": "bad-act"}}]');
 SELECT dex.complete_task(:'run_b', 0, :wv, '[{"id": 1, "scheduleActivity": {"name": "", "queue": "bad-act"}}]');
+SELECT dex.complete_task(:'run_b', 0, :wv, jsonb_build_array(jsonb_build_object('id', 1, 'scheduleActivity', jsonb_build_object('name', repeat('n', 256), 'queue', 'bad-act'))));
 SELECT dex.complete_task(:'run_b', 0, :wv, '[{"id": 1, "scheduleActivity": {"name": "a"}}]');
 SELECT dex.complete_task(:'run_b', 0, :wv, '[{"id": 1, "scheduleActivity": {"name": "a", "queue": ""}}]');
 SELECT dex.complete_task(:'run_b', 0, :wv, '[{"id": 1, "scheduleActivity": {"name": "a", "queue": "bad-nope"}}]');

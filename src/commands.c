@@ -109,6 +109,11 @@ check_schedule_activity(const Dex__V1__Command *cmd)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("command scheduleActivity %d has no activity name", id)));
+	if (strlen(sa->name) > MAX_NAME_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("activity name of command scheduleActivity %d must have at most %d bytes",
+						id, MAX_NAME_LEN)));
 	if (sa->priority < 0 || sa->priority > 100)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
