@@ -5,7 +5,7 @@
 #   bash test/demo.sh        the demo on a throwaway cluster
 
 EXTENSION = dex
-DATA = dex--1.0.sql dex--1.1.sql dex--1.0--1.1.sql
+DATA = dex--1.0.sql dex--1.1.sql dex--1.2.sql dex--1.0--1.1.sql dex--1.1--1.2.sql
 MODULE_big = dex
 
 PROTOS = common event command task

@@ -1,8 +1,9 @@
 # Upgrades: install dex 1.0, leave runs in flight (an activity leased, a timer
-# pending, a wait for an event), ALTER EXTENSION dex UPDATE to 1.1, and finish
-# them; the updated database then has exactly the objects of a fresh 1.1
-# install (functions with their definitions, rights and comments, tables,
-# columns, indexes, constraints, views, grants).
+# pending, a wait for an event), ALTER EXTENSION dex UPDATE to 1.1, finish
+# them, then UPDATE to the default version (1.2); the updated database then has
+# exactly the objects of a fresh install (functions with their definitions,
+# rights and comments, tables, columns, indexes, constraints, views, grants,
+# what pg_dump dumps of the extension's tables).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -72,7 +73,11 @@ is($node->safe_psql('postgres', q{
 	. 'C:externalEventWaitStarted,workflowTaskStarted,externalEventReceived,workflowTaskCompleted,runCompleted',
 	'their histories run on from 1.0 to 1.1');
 
-# the updated schema is the fresh 1.1 schema
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
+	'1.2', 'dex is updated to 1.2');
+
+# the updated schema is the fresh schema
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
 $node->safe_psql('fresh', 'CREATE EXTENSION dex');
 my $catalog = q{
@@ -108,6 +113,9 @@ SELECT string_agg(x, E'\n' ORDER BY x) FROM (
   UNION ALL
   SELECT 'schema acl ' || coalesce(nspacl::text, '') FROM pg_namespace WHERE nspname = 'dex'
   UNION ALL
+  SELECT 'dumped ' || c::regclass || ' where ' || coalesce(w, '')
+    FROM pg_extension e, unnest(e.extconfig, e.extcondition) AS u(c, w) WHERE e.extname = 'dex'
+  UNION ALL
   SELECT 'member ' || r.rolname || ' of ' || g.rolname FROM pg_auth_members m
     JOIN pg_roles r ON r.oid = m.member JOIN pg_roles g ON g.oid = m.roleid WHERE g.rolname LIKE 'dex\_%'
 ) s};
@@ -120,11 +128,11 @@ my %in_f = map { $_ => 1 } @f;
 my @missing = grep { !$in_u{$_} } @f;
 my @extra = grep { !$in_f{$_} } @u;
 ok(@f > 100, 'the catalog comparison sees the schema (' . scalar(@f) . ' objects)');
-is(scalar(@missing) + scalar(@extra), 0, 'the updated schema equals a fresh 1.1 install')
+is(scalar(@missing) + scalar(@extra), 0, 'the updated schema equals a fresh install')
   or diag("missing after the update:\n" . join("\n", map { substr($_, 0, 300) } @missing)
 	. "\nonly after the update:\n" . join("\n", map { substr($_, 0, 300) } @extra));
 
-# and the roles of 1.1 work in the updated database
+# and the roles work in the updated database
 $node->safe_psql('postgres', q{
 	CREATE ROLE upgraded_client IN ROLE dex_client;
 	SET ROLE upgraded_client;
