@@ -862,7 +862,7 @@ PG_FUNCTION_INFO_V1(dex_wait_for_tasks);
 
 #define MAX_WAIT_USECS ((int64) USECS_PER_DAY)
 
-/* qualified throughout: a procedure cannot pin its search_path */
+/* qualified throughout, though dex_api_enter pins search_path: a procedure has no SET clause */
 static DexPlan pollable_workflow_plan = {
 	"SELECT EXISTS (SELECT 1 FROM dex.workflow_task WHERE queue_id OPERATOR(pg_catalog.=) $1 "
 	"               AND (locked_until IS NULL OR locked_until OPERATOR(pg_catalog.<=) pg_catalog.now()))",
@@ -926,11 +926,13 @@ look_for_tasks(Oid proc_oid, const char *queue_name, DexQueue *queue, uint64 *ge
 	{
 		look_at_queue(queue_name, queue, generation, ready);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
-		dex_api_leave(&call);
+		dex_api_leave(&call, true);
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	dex_api_leave(&call, false);
 }
 
 Datum

@@ -198,15 +198,20 @@ extern void dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id,
 										Dex__V1__Failure *failure);
 
 /* privileges.c */
+
+/* the search_path of every statement dex runs: nothing a user can create */
+#define DEX_SEARCH_PATH "pg_catalog, pg_temp"
+
 typedef struct DexApiCall
 {
 	Oid			userid;			/* the caller's user and security context */
 	int			sec_context;
 	Oid			caller;			/* the enclosing API call's caller */
+	int			guc_level;		/* nest level of the pinned search_path; 0: none */
 } DexApiCall;
 
 extern void dex_api_enter(Oid proc_oid, DexApiCall *call);
-extern void dex_api_leave(const DexApiCall *call);
+extern void dex_api_leave(const DexApiCall *call, bool error);
 extern Datum dex_api_call(FunctionCallInfo fcinfo, PGFunction body);
 extern bool dex_queue_grants_exist(void);
 extern bool dex_may_use_queue(const DexQueue *queue);

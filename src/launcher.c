@@ -86,7 +86,7 @@ dex_worker_start(Datum main_arg, const char *type)
 	pgstat_report_appname(type);
 	if (!dex_worker_register(strcmp(type, "dex scheduler") == 0))
 		proc_exit(0);			/* DROP DATABASE is under way */
-	SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
+	SetConfigOption("search_path", DEX_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	SetConfigOption("enable_hashjoin", "off", PGC_SUSET, PGC_S_OVERRIDE);

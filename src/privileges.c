@@ -29,6 +29,15 @@
  * return and, on error, by the abort of the (sub)transaction too, as
  * PostgreSQL does for SECURITY DEFINER functions.
  *
+ * The switch also pins search_path to pg_catalog, pg_temp, whatever the
+ * caller set: a statement that runs with the owner's rights must never
+ * resolve a function or operator in a schema the caller controls.  The API
+ * functions pin it with SET clauses too; this is what protects the one
+ * routine that cannot have one (dex.wait_for_tasks, a procedure that commits)
+ * and any that would lose its clause by mistake.  The pin is undone on
+ * return, and on error by the abort of the (sub)transaction, which unwinds
+ * every GUC nest level above it.
+ *
  * Grants are read with their queue, by history.c's per-transaction queue
  * cache: a check costs no statement of its own.  Rows of dropped roles are
  * removed by the maintenance worker (maintenance.c), so that a role that
@@ -47,6 +56,7 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
@@ -71,23 +81,39 @@ function_owner(Oid proc_oid)
 
 /*
  * Take the rights of the function's owner, keeping the caller for the queue
- * checks; dex_api_leave undoes it.
+ * checks, and pin search_path; dex_api_leave undoes both.  A function whose
+ * SET clause already pinned the path (every one but dex.wait_for_tasks) pays
+ * only a string comparison.
  */
 void
 dex_api_enter(Oid proc_oid, DexApiCall *call)
 {
 	GetUserIdAndSecContext(&call->userid, &call->sec_context);
 	call->caller = api_caller;
+	call->guc_level = 0;
+	if (strcmp(namespace_search_path, DEX_SEARCH_PATH) != 0)
+	{
+		call->guc_level = NewGUCNestLevel();
+		(void) set_config_option("search_path", DEX_SEARCH_PATH, PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_SAVE, true, 0, false);
+	}
 	api_caller = call->userid;
 	SetUserIdAndSecContext(function_owner(proc_oid),
 						   call->sec_context | SECURITY_LOCAL_USERID_CHANGE);
 }
 
+/*
+ * Give the caller's rights back.  On the normal path the caller's search_path
+ * comes back too; after an error (error = true) the abort that follows does
+ * that, as it must unwind the GUC nest levels in order.
+ */
 void
-dex_api_leave(const DexApiCall *call)
+dex_api_leave(const DexApiCall *call, bool error)
 {
 	SetUserIdAndSecContext(call->userid, call->sec_context);
 	api_caller = call->caller;
+	if (call->guc_level > 0 && !error)
+		AtEOXact_GUC(true, call->guc_level);
 }
 
 /*
@@ -104,11 +130,13 @@ dex_api_call(FunctionCallInfo fcinfo, PGFunction body)
 	{
 		result = body(fcinfo);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
-		dex_api_leave(&call);
+		dex_api_leave(&call, true);
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	dex_api_leave(&call, false);
 	return result;
 }
 
