@@ -15,7 +15,7 @@ PROTO_HDRS = $(PROTO_SRCS:.c=.h)
 
 SRCS = src/dex.c src/codec.c src/api_codec.c src/spi_util.c src/wakeup.c src/stats.c src/privileges.c src/api_queues.c \
        src/api_runs.c src/api_tasks.c src/history.c src/workflow_task.c src/commands.c src/completion.c \
-       src/rebuild.c src/launcher.c src/scheduler.c src/maintenance.c
+       src/rebuild.c src/locks.c src/launcher.c src/scheduler.c src/maintenance.c
 OBJS = $(SRCS:.c=.o) $(PROTO_SRCS:.c=.o)
 
 PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/src/gen

@@ -130,15 +130,10 @@ static DexPlan lease_activity_plan = {
 
 /*
  * Capacity: a queue with one hands out at most that many tasks leased at
- * once.  Polls of such a queue take a transaction-level advisory lock on it,
- * so that two polls cannot both see the same room; polls of other queues
- * take none.
+ * once.  Polls of such a queue take its capacity lock (locks.c) until their
+ * transaction ends, so that two polls cannot both see the same room; polls
+ * of other queues take none.
  */
-#define DEX_ADVISORY_CLASS 0x646578	/* "dex": the first key of dex's advisory locks */
-
-static DexPlan lock_queue_polls_plan = {
-	"SELECT pg_catalog.pg_advisory_xact_lock($1, $2)", 2, {INT4OID, INT4OID}
-};
 
 static DexPlan leased_workflow_plan = {
 	"SELECT count(*) FROM (SELECT 1 FROM dex.workflow_task WHERE queue_id = $1 "
@@ -163,11 +158,7 @@ queue_room(const DexQueue *queue, bool lock)
 	if (queue->capacity == 0)
 		return PG_INT32_MAX;
 	if (lock)
-	{
-		values[0] = Int32GetDatum(DEX_ADVISORY_CLASS);
-		values[1] = Int32GetDatum(queue->id);
-		dex_spi_exec(&lock_queue_polls_plan, values, NULL, 0);
-	}
+		dex_lock_queue_polls(queue->id);
 	values[0] = Int32GetDatum(queue->id);
 	values[1] = Int32GetDatum(queue->capacity);
 	dex_spi_exec(queue->is_workflow ? &leased_workflow_plan : &leased_activity_plan,

@@ -20,6 +20,7 @@
  *	  commands.c	checks of a workflow task's commands that need no database
  *	  completion.c	applying completions, many tasks per statement
  *	  rebuild.c		rebuilding the UNLOGGED task tables after a crash
+ *	  locks.c		dex's own heavyweight locks (rebuild, queue capacity)
  *	  launcher.c	the static launcher background worker
  *	  scheduler.c	the per-database scheduler background worker
  *	  maintenance.c	the per-database maintenance background worker (retention)
@@ -308,6 +309,10 @@ extern bool dex_lease_acquire(const char *name, int duration_ms);
 
 /* rebuild.c */
 extern bool dex_rebuild_tasks_if_needed(void);
+
+/* locks.c */
 extern void dex_wait_for_rebuild(void);
+extern void dex_lock_for_rebuild(void);
+extern void dex_lock_queue_polls(int32 queue_id);
 
 #endif							/* DEX_H */

@@ -25,22 +25,20 @@
  * before a completion committed would queue the completed activity again,
  * and its bulk inserts, meeting theirs in another order, deadlock.  Every
  * API function that writes task tables first calls dex_wait_for_rebuild(),
- * an ACCESS SHARE lock on dex.lease (a fast-path lock: nearly free); a
- * rebuild holds ACCESS EXCLUSIVE on it, so it waits for the API
- * transactions in flight and holds back new ones until it commits.
+ * a SHARE lock on dex's rebuild lock (locks.c: no SQL statement can take
+ * it, so no role can stall a rebuild); a rebuild holds it EXCLUSIVE, so it
+ * waits for the API transactions in flight and holds back new ones until it
+ * commits.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
-#include "storage/lmgr.h"
 #include "lib/stringinfo.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
-#include "utils/lsyscache.h"
 #include "utils/timestamp.h"
 
 #include "dex.h"
@@ -352,31 +350,6 @@ rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
 	return n_runs;
 }
 
-/* dex.lease, whose table lock keeps rebuilds and API writers apart */
-static Oid
-rebuild_lock_relid(void)
-{
-	Oid			relid = get_relname_relid("lease", get_namespace_oid("dex", false));
-
-	if (!OidIsValid(relid))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_TABLE),
-				 errmsg("relation \"dex.lease\" does not exist"),
-				 errhint("Reinstall the extension with DROP EXTENSION dex and CREATE EXTENSION dex.")));
-	return relid;
-}
-
-/*
- * Called by every API function that writes task tables, before it does:
- * waits for a rebuild in progress and keeps the next one out until this
- * transaction ends.
- */
-void
-dex_wait_for_rebuild(void)
-{
-	LockRelationOid(rebuild_lock_relid(), AccessShareLock);
-}
-
 /*
  * If the task tables are not known to be valid (after a crash, or when the
  * extension was just created), rebuild them.  Returns whether it did.
@@ -392,7 +365,7 @@ dex_rebuild_tasks_if_needed(void)
 		return false;
 
 	/* Only the scheduler takes this lock strongly, so the upgrade is safe. */
-	LockRelationOid(rebuild_lock_relid(), AccessExclusiveLock);
+	dex_lock_for_rebuild();
 	dex_spi_exec(&rebuild_workflow_tasks_plan, NULL, NULL, 0);
 	memset(&after, 0, sizeof(after));
 	while (rebuild_activities(&after, &last) == REBUILD_BATCH)

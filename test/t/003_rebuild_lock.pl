@@ -56,10 +56,9 @@ $node->safe_psql('postgres', "SELECT pg_terminate_backend($old_pid)");
 ok($node->poll_query_until('postgres', qq{
 	SELECT count(*) = 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
 	 WHERE a.backend_type = 'dex scheduler' AND a.pid <> $old_pid
-	   AND l.relation = 'dex.lease'::regclass AND l.mode = 'AccessExclusiveLock'
-	   AND NOT l.granted}),
+	   AND l.locktype = 'object' AND l.classid = 'dex.lease'::regclass AND l.objid = 0
+	   AND l.objsubid = 1 AND l.mode = 'ExclusiveLock' AND NOT l.granted}),
 	'the rebuild waits for the API transaction in flight');
-# (dex.lease cannot be read now: the rebuild's lock request queues readers too)
 
 $worker->query_safe('COMMIT');
 $worker->quit;
