@@ -15,7 +15,7 @@ PROTO_HDRS = $(PROTO_SRCS:.c=.h)
 
 SRCS = src/dex.c src/codec.c src/api_codec.c src/spi_util.c src/wakeup.c src/stats.c src/privileges.c src/api_queues.c \
        src/api_runs.c src/api_tasks.c src/history.c src/workflow_task.c src/commands.c src/completion.c \
-       src/rebuild.c src/locks.c src/launcher.c src/scheduler.c src/maintenance.c
+       src/rebuild.c src/locks.c src/instances.c src/launcher.c src/scheduler.c src/maintenance.c
 OBJS = $(SRCS:.c=.o) $(PROTO_SRCS:.c=.o)
 
 PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/src/gen
@@ -23,7 +23,7 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
             -Wno-sign-compare -Wno-cast-function-type
 SHLIB_LINK = -lprotobuf-c
 
-REGRESS = setup codec queues runs tasks errors batch events control listing children keys timeouts capacity monitoring bad_input roles queue_access
+REGRESS = setup codec queues runs tasks errors batch events control listing children keys timeouts capacity monitoring bad_input roles queue_access instances
 REGRESS_OPTS = --load-extension=dex
 
 EXTRA_CLEAN = src/gen

@@ -7,3 +7,32 @@
  * the objects of a fresh 1.2 install.
  */
 \echo Use "ALTER EXTENSION dex UPDATE TO '1.2'" to load this file. \quit
+
+/*
+ * Instance ids: unique per workflow queue instead of across all queues, so
+ * that a tenant cannot learn of another's runs by starting a run with its
+ * instance id (src/instances.c).  The active ids keep their runs.
+ */
+ALTER TABLE dex.run_instance ADD COLUMN queue_id integer;
+UPDATE dex.run_instance i SET queue_id = r.queue_id FROM dex.workflow_run r WHERE r.id = i.run_id;
+DELETE FROM dex.run_instance WHERE queue_id IS NULL;
+ALTER TABLE dex.run_instance ALTER COLUMN queue_id SET NOT NULL,
+    ALTER COLUMN instance_id SET NOT NULL,
+    DROP CONSTRAINT run_instance_pkey,
+    ADD PRIMARY KEY (queue_id, instance_id);
+COMMENT ON TABLE dex.run_instance IS
+    'Instance ids of the runs that are not terminal: one active run per instance id and workflow queue.';
+
+-- an instance id may now be active on several queues: which one to send to
+DROP FUNCTION dex.send_external_event_to_instance(text, text, jsonb);
+CREATE FUNCTION dex.send_external_event_to_instance(instance_id text, event_id text, payload jsonb DEFAULT NULL,
+                                                    queue text DEFAULT NULL)
+RETURNS boolean
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_send_external_event_to_instance';
+COMMENT ON FUNCTION dex.send_external_event_to_instance(text, text, jsonb, text) IS
+    'dex.send_external_event to the active run of a workflow instance on the given queue, or on any queue the caller may use (an error if on several).';
+REVOKE ALL ON FUNCTION dex.send_external_event_to_instance(text, text, jsonb, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dex.send_external_event_to_instance(text, text, jsonb, text) TO dex_client;

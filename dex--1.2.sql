@@ -63,15 +63,19 @@ CREATE INDEX workflow_run_labels_idx ON dex.workflow_run USING gin (labels jsonb
     WHERE labels IS NOT NULL;
 CREATE INDEX workflow_run_parent_idx ON dex.workflow_run (parent_id) WHERE parent_id IS NOT NULL;
 
--- At most one non-terminal run per instance id: a row here while the run is
--- not terminal (a partial unique index on workflow_run would need the status
--- in its predicate and make every status change a non-HOT update).
+-- At most one non-terminal run per instance id and queue: a row here while
+-- the run is not terminal (a partial unique index on workflow_run would need
+-- the status in its predicate and make every status change a non-HOT
+-- update).  Per queue, so that tenants of different queues cannot learn of
+-- each other's runs through their instance ids (src/instances.c).
 CREATE TABLE dex.run_instance (
-    instance_id text PRIMARY KEY,
-    run_id      uuid NOT NULL
+    queue_id    integer NOT NULL,
+    instance_id text NOT NULL,
+    run_id      uuid NOT NULL,
+    PRIMARY KEY (queue_id, instance_id)
 );
 COMMENT ON TABLE dex.run_instance IS
-    'Instance ids of the runs that are not terminal: one active run per instance id.';
+    'Instance ids of the runs that are not terminal: one active run per instance id and workflow queue.';
 
 CREATE TABLE dex.workflow_inbox (
     id              bigint GENERATED ALWAYS AS IDENTITY,
@@ -361,14 +365,15 @@ AS 'MODULE_PATHNAME', 'dex_send_external_event';
 COMMENT ON FUNCTION dex.send_external_event(uuid, text, jsonb) IS
     'Send an external event to a run: true when delivered, false when the run already received an event with this id (dropped).';
 
-CREATE FUNCTION dex.send_external_event_to_instance(instance_id text, event_id text, payload jsonb DEFAULT NULL)
+CREATE FUNCTION dex.send_external_event_to_instance(instance_id text, event_id text, payload jsonb DEFAULT NULL,
+                                                    queue text DEFAULT NULL)
 RETURNS boolean
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_send_external_event_to_instance';
-COMMENT ON FUNCTION dex.send_external_event_to_instance(text, text, jsonb) IS
-    'dex.send_external_event to the active run of a workflow instance.';
+COMMENT ON FUNCTION dex.send_external_event_to_instance(text, text, jsonb, text) IS
+    'dex.send_external_event to the active run of a workflow instance on the given queue, or on any queue the caller may use (an error if on several).';
 
 CREATE FUNCTION dex.cancel_run(run_id uuid, reason text DEFAULT NULL)
 RETURNS void
@@ -938,7 +943,7 @@ GRANT EXECUTE ON FUNCTION
     dex.list_runs(text, text, jsonb, timestamptz, timestamptz, timestamptz, timestamptz, uuid, uuid, integer),
     dex.run_history(uuid),
     dex.send_external_event(uuid, text, jsonb),
-    dex.send_external_event_to_instance(text, text, jsonb),
+    dex.send_external_event_to_instance(text, text, jsonb, text),
     dex.cancel_run(uuid, text), dex.suspend_run(uuid), dex.resume_run(uuid)
     TO dex_client;
 GRANT SELECT ON dex.runs TO dex_client;

@@ -9,12 +9,12 @@ SELECT dex.complete_task(:'parent', 0, :v,
     '[{"id": 1, "startChildRun": {"workflowName": "ship", "argument": {"json": "1"}}},
       {"id": 2, "startChildRun": {"workflowName": "bill", "queue": "kids-other", "priority": 90,
                                   "labels": {"team": "finance"}, "instanceId": "bill-9"}},
-      {"id": 3, "startChildRun": {"workflowName": "dup", "instanceId": "bill-9"}}]');
+      {"id": 3, "startChildRun": {"workflowName": "dup", "queue": "kids-other", "instanceId": "bill-9"}}]');
 
 -- the children exist at once, with inherited or given settings
 SELECT workflow_name, queue, status, priority, labels, instance_id, parent_id = :'parent' AS child
   FROM dex.runs WHERE parent_id = :'parent' ORDER BY workflow_name;
--- the third child's instance id was taken: the parent learns it failed;
+-- the third child's instance id was taken on its queue: the parent learns it failed;
 -- the first child's first task shows its parent
 SELECT max(lock_version) FILTER (WHERE run_id = :'parent') AS v,
        max(lock_version) FILTER (WHERE run_id <> :'parent') AS sv,

@@ -105,19 +105,6 @@ static DexPlan insert_run_plan = {
 	9, {UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID}
 };
 
-/* claims the instance id; a concurrent claim waits for ours to commit or abort */
-static DexPlan claim_instance_plan = {
-	"INSERT INTO dex.run_instance (instance_id, run_id) VALUES ($1, $2) "
-	"ON CONFLICT (instance_id) DO NOTHING",
-	2, {TEXTOID, UUIDOID}
-};
-
-static DexPlan active_instance_plan = {
-	"SELECT r.id, r.status FROM dex.run_instance i JOIN dex.workflow_run r ON r.id = i.run_id "
-	"WHERE i.instance_id = $1",
-	1, {TEXTOID}
-};
-
 /*
  * Raise the error of an unknown run: for a run that does not exist, and for
  * one of a queue the caller may not use (privileges.c), alike.
@@ -187,20 +174,15 @@ create_run(PG_FUNCTION_ARGS)
 	nulls[7] = concurrency_key ? ' ' : 'n';
 	values[8] = payload ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) payload)) : (Datum) 0;
 	nulls[8] = payload ? ' ' : 'n';
-	if (instance_id)
+	if (instance_id && !dex_claim_instance(queue.id, instance_id, run_id))
 	{
-		Datum		claim[2] = {CStringGetTextDatum(instance_id), UUIDPGetDatum(run_id)};
-
-		dex_spi_exec(&claim_instance_plan, claim, NULL, 0);
-	}
-	if (instance_id && SPI_processed == 0)
-	{
-		Datum		v[1] = {CStringGetTextDatum(instance_id)};
+		/* the run that has it is on this queue, which the caller may use */
 		char	   *other_id = "";
 		char	   *other_status = "";
+		Datum		queue_ids = PointerGetDatum(construct_array(&values[3], 1, INT4OID, 4, true,
+																 TYPALIGN_INT));
 
-		dex_spi_exec(&active_instance_plan, v, NULL, 1);
-		if (SPI_processed > 0)
+		if (dex_find_instance(queue_ids, instance_id) > 0)
 		{
 			bool		isnull;
 
@@ -218,8 +200,9 @@ create_run(PG_FUNCTION_ARGS)
 		}
 		ereport(ERROR,
 				(errcode(ERRCODE_UNIQUE_VIOLATION),
-				 errmsg("workflow instance \"%s\" already has an active run", instance_id),
-				 errdetail("Run %s has status %s.", other_id, other_status),
+				 errmsg("workflow instance \"%s\" already has an active run on queue \"%s\"",
+						instance_id, queue.name),
+				 other_id[0] ? errdetail("Run %s has status %s.", other_id, other_status) : 0,
 				 errhint("Wait for that run to end, or cancel it.")));
 	}
 	dex_spi_exec(&insert_run_plan, values, nulls, 0);
@@ -431,12 +414,6 @@ static DexPlan lock_run_for_event_plan = {
 	1, {UUIDOID}
 };
 
-static DexPlan instance_run_plan = {
-	"SELECT i.run_id, r.queue_id FROM dex.run_instance i JOIN dex.workflow_run r ON r.id = i.run_id "
-	"WHERE i.instance_id = $1",
-	1, {TEXTOID}
-};
-
 static DexPlan record_event_plan = {
 	"INSERT INTO dex.external_event (run_id, event_id, received_at) VALUES ($1, $2, now()) "
 	"ON CONFLICT DO NOTHING",
@@ -497,30 +474,50 @@ send_external_event_to_run(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(sent);
 }
 
+/*
+ * The active run of the instance id on the named queue, or, without a queue,
+ * on any queue the caller may use: instance ids are unique per queue
+ * (instances.c), so an id active on two of them must be told apart.  Runs of
+ * queues the caller may not use are not looked at.
+ */
 static Datum
 send_external_event_to_instance(PG_FUNCTION_ARGS)
 {
 	char	   *instance_id = required_name(fcinfo, 0, "instance id");
 	char	   *event_id = required_name(fcinfo, 1, "event id");
-	Datum		values[1] = {CStringGetTextDatum(instance_id)};
+	char	   *queue_name = optional_name(fcinfo, 3, "queue");
+	Datum		queue_ids;
+	int			found;
 	pg_uuid_t  *run_id;
 	bool		sent;
 
 	SPI_connect();
 	dex_wait_for_rebuild();
-	dex_spi_exec(&instance_run_plan, values, NULL, 1);
-	if (SPI_processed > 0)
+	if (queue_name)
+	{
+		DexQueue	queue = dex_require_queue(queue_name, true);
+		Datum		id = Int32GetDatum(queue.id);
+
+		queue_ids = PointerGetDatum(construct_array(&id, 1, INT4OID, 4, true, TYPALIGN_INT));
+	}
+	else
+		queue_ids = dex_usable_queue_ids_list();
+	found = dex_find_instance(queue_ids, instance_id);
+	if (found == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("workflow instance \"%s\" has no active run", instance_id)));
+	if (found > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_CARDINALITY_VIOLATION),
+				 errmsg("workflow instance \"%s\" has active runs on several queues", instance_id),
+				 errhint("Name the queue: dex.send_external_event_to_instance(..., queue => ...).")));
 	{
 		bool		isnull;
 
 		run_id = palloc(sizeof(pg_uuid_t));
 		memcpy(run_id, DatumGetUUIDP(dex_spi_getdatum(0, 1, &isnull)), sizeof(pg_uuid_t));
 	}
-	/* the run of a queue the caller may not use is not there for it */
-	if (SPI_processed == 0 || !dex_may_use_queue_id((int32) dex_spi_getint64(0, 2)))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("workflow instance \"%s\" has no active run", instance_id)));
 	sent = send_external_event(run_id, event_id, PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2));
 	SPI_finish();
 	PG_RETURN_BOOL(sent);

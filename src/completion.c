@@ -393,11 +393,6 @@ static DexPlan insert_child_plan = {
 		BOOLOID}
 };
 
-static DexPlan claim_child_instance_plan = {
-	"INSERT INTO dex.run_instance (instance_id, run_id) VALUES ($1, $2) ON CONFLICT (instance_id) DO NOTHING",
-	2, {TEXTOID, UUIDOID}
-};
-
 /* labels given as a proto map, as the jsonb object dex stores */
 static Jsonb *
 labels_jsonb(Dex__V1__StartChildRun__LabelsEntry **entries, size_t n)
@@ -471,16 +466,14 @@ apply_start_child_run(Completion *c, const Dex__V1__Command *cmd)
 
 	if (has_instance)
 	{
-		Datum		claim[2] = {CStringGetTextDatum(sc->instance_id), UUIDPGetDatum(child_id)};
-
-		dex_spi_exec(&claim_child_instance_plan, claim, NULL, 0);
-		if (SPI_processed == 0)
+		if (!dex_claim_instance(queue.id, sc->instance_id, child_id))
 		{
 			Dex__V1__WorkflowEvent *failed = dex_new_event(0, c->now);
 			Dex__V1__Failure *f = palloc(sizeof(*f));
 
 			dex__v1__failure__init(f);
-			f->message = psprintf("workflow instance \"%s\" already has an active run", sc->instance_id);
+			f->message = psprintf("workflow instance \"%s\" already has an active run on queue \"%s\"",
+								  sc->instance_id, queue.name);
 			f->type = "dex.InstanceAlreadyActive";
 			f->terminal = true;
 			failed->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_CHILD_RUN_FAILED;

@@ -21,6 +21,7 @@
  *	  completion.c	applying completions, many tasks per statement
  *	  rebuild.c		rebuilding the UNLOGGED task tables after a crash
  *	  locks.c		dex's own heavyweight locks (rebuild, queue capacity)
+ *	  instances.c	instance ids: one active run per id and queue
  *	  launcher.c	the static launcher background worker
  *	  scheduler.c	the per-database scheduler background worker
  *	  maintenance.c	the per-database maintenance background worker (retention)
@@ -221,6 +222,11 @@ extern bool dex_may_use_queue_id(int32 queue_id);
 extern void dex_check_queue_use_spi(int queue_col);
 extern void dex_grant_queue_defaults(int32 queue_id);
 extern Datum dex_usable_queue_ids_datum(void);
+extern Datum dex_usable_queue_ids_list(void);
+
+/* instances.c */
+extern bool dex_claim_instance(int32 queue_id, const char *instance_id, pg_uuid_t *run_id);
+extern int	dex_find_instance(Datum queue_ids, const char *instance_id);
 
 /* workflow_task.c */
 typedef struct DexRun

@@ -372,6 +372,13 @@ dex_usable_queue_ids_datum(void)
 	return usable_ids(false);
 }
 
+/* The same, every id listed even when the caller may use every queue */
+Datum
+dex_usable_queue_ids_list(void)
+{
+	return usable_ids(true);
+}
+
 /*
  * dex.usable_queue_ids() returns integer[]: the ids of the queues the caller
  * may use; the dex.runs view shows the runs of these.

@@ -45,7 +45,7 @@ INSERT INTO api VALUES
     ('heartbeat_task',   '{uuid,integer,bigint,interval,jsonb}',                    'timestamp with time zone'),
     ('heartbeat_tasks',  '{uuid[],integer[],bigint[],interval}',                    'setof record'),
     ('send_external_event', '{uuid,text,jsonb}',                                    'boolean'),
-    ('send_external_event_to_instance', '{text,text,jsonb}',                        'boolean'),
+    ('send_external_event_to_instance', '{text,text,jsonb,text}',                   'boolean'),
     ('cancel_run',       '{uuid,text}',                                             'void'),
     ('suspend_run',      '{uuid}',                                                  'void'),
     ('resume_run',       '{uuid}',                                                  'void'),

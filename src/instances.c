@@ -1,0 +1,96 @@
+/*-------------------------------------------------------------------------
+ *
+ * instances.c
+ *	  Instance ids: at most one active run per instance id and workflow queue.
+ *
+ * dex.run_instance holds a row per active run that has an instance id,
+ * keyed by (queue id, instance id); the run's end deletes it (completion.c).
+ * Claiming an id is an INSERT ... ON CONFLICT DO NOTHING, so a concurrent
+ * claim of the same id waits for the first to commit or abort.
+ *
+ * Why per queue: queue grants divide runs between tenants, and a run of a
+ * queue the caller may not use must look as if it did not exist
+ * (privileges.c).  With one namespace for all queues, a tenant that starts
+ * a run with another tenant's instance id would learn that the id is taken
+ * (and, through if_active => 'return' or the error's detail, the other run's
+ * id and status); no answer can both keep the id unique and reveal nothing.
+ * Keyed by queue, the ids a caller can collide with are those of the queues
+ * it names, which it may use.
+ *
+ * A schema still on version 1.1 keys dex.run_instance by instance id alone:
+ * until ALTER EXTENSION dex UPDATE, claims and lookups use that key and the
+ * ids stay global, as they were.  No statement here takes the caller's
+ * search_path: every API call pins it (privileges.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+
+#include "dex.h"
+
+/* [0]: a 1.1 schema, ids global; [1]: ids per queue.  $1 queue id, $2 instance id, $3 run id */
+static DexPlan claim_plans[2] = {
+	{"INSERT INTO dex.run_instance (instance_id, run_id) VALUES ($2, $3) "
+		"ON CONFLICT (instance_id) DO NOTHING",
+	3, {INT4OID, TEXTOID, UUIDOID}},
+	{"INSERT INTO dex.run_instance (queue_id, instance_id, run_id) VALUES ($1, $2, $3) "
+		"ON CONFLICT (queue_id, instance_id) DO NOTHING",
+	3, {INT4OID, TEXTOID, UUIDOID}}
+};
+
+/* $1 queue ids, $2 instance id: the active runs of the id on those queues */
+static DexPlan find_plans[2] = {
+	{"SELECT r.id, r.status, r.queue_id FROM dex.run_instance i JOIN dex.workflow_run r ON r.id = i.run_id "
+		"WHERE i.instance_id = $2 AND r.queue_id = ANY ($1) LIMIT 2",
+	2, {INT4ARRAYOID, TEXTOID}},
+	{"SELECT r.id, r.status, r.queue_id FROM dex.run_instance i JOIN dex.workflow_run r ON r.id = i.run_id "
+		"WHERE i.queue_id = ANY ($1) AND i.instance_id = $2 ORDER BY i.queue_id LIMIT 2",
+	2, {INT4ARRAYOID, TEXTOID}}
+};
+
+/* Whether dex.run_instance is keyed by queue (schema 1.2 and later). */
+static int
+per_queue(void)
+{
+	Oid			schema = get_namespace_oid("dex", false);
+	Oid			relid = get_relname_relid("run_instance", schema);
+
+	return OidIsValid(relid) && get_attnum(relid, "queue_id") != InvalidAttrNumber;
+}
+
+/*
+ * Claim the instance id on the queue for the run; false if the id has an
+ * active run there already.
+ */
+bool
+dex_claim_instance(int32 queue_id, const char *instance_id, pg_uuid_t *run_id)
+{
+	Datum		values[3];
+
+	values[0] = Int32GetDatum(queue_id);
+	values[1] = CStringGetTextDatum(instance_id);
+	values[2] = UUIDPGetDatum(run_id);
+	dex_spi_exec(&claim_plans[per_queue()], values, NULL, 0);
+	return SPI_processed > 0;
+}
+
+/*
+ * The active run of the instance id among the given queues (an int4[]),
+ * with its status and queue, in SPI_tuptable row 0.  Returns how many there
+ * are: 0, 1, or 2 meaning more than one.
+ */
+int
+dex_find_instance(Datum queue_ids, const char *instance_id)
+{
+	Datum		values[2];
+
+	values[0] = queue_ids;
+	values[1] = CStringGetTextDatum(instance_id);
+	dex_spi_exec(&find_plans[per_queue()], values, NULL, 2);
+	return (int) SPI_processed;
+}
