@@ -55,6 +55,22 @@ optional_name(FunctionCallInfo fcinfo, int arg, const char *what)
 }
 
 /*
+ * An argument with a default is not optional: NULL is refused (22004), not
+ * taken as the default.  NULL means "none" only where there can be none (an
+ * argument, an instance id, labels, a key, a filter).
+ */
+static int32
+required_int32(FunctionCallInfo fcinfo, int arg, const char *what)
+{
+	if (PG_ARGISNULL(arg))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what),
+				 errhint("Leave the argument out to take its default.")));
+	return PG_GETARG_INT32(arg);
+}
+
+/*
  * Labels are a JSON object of string values (a proto map<string, string>).
  */
 static void
@@ -133,12 +149,12 @@ create_run(PG_FUNCTION_ARGS)
 	char	   *workflow_name = required_name(fcinfo, 0, "workflow name");
 	char	   *queue_name = required_name(fcinfo, 1, "queue");
 	Jsonb	   *argument = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
-	int32		version = PG_ARGISNULL(3) ? 1 : PG_GETARG_INT32(3);
+	int32		version = required_int32(fcinfo, 3, "workflow version");
 	char	   *instance_id = optional_name(fcinfo, 4, "instance id");
-	int32		priority = PG_ARGISNULL(5) ? 0 : PG_GETARG_INT32(5);
+	int32		priority = required_int32(fcinfo, 5, "priority");
 	Jsonb	   *labels = PG_ARGISNULL(6) ? NULL : PG_GETARG_JSONB_P(6);
 	char	   *concurrency_key = optional_name(fcinfo, 7, "concurrency key");
-	char	   *if_active = PG_ARGISNULL(8) ? "error" : text_to_cstring(PG_GETARG_TEXT_PP(8));
+	char	   *if_active = required_name(fcinfo, 8, "if_active");
 	MemoryContext outer = CurrentMemoryContext;
 	pg_uuid_t  *run_id;
 	Dex__V1__Payload *payload;
@@ -320,8 +336,8 @@ create_runs(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *workflow_name = required_name(fcinfo, 0, "workflow name");
 	char	   *queue_name = required_name(fcinfo, 1, "queue");
-	int32		version = PG_ARGISNULL(3) ? 1 : PG_GETARG_INT32(3);
-	int32		priority = PG_ARGISNULL(4) ? 0 : PG_GETARG_INT32(4);
+	int32		version = required_int32(fcinfo, 3, "workflow version");
+	int32		priority = required_int32(fcinfo, 4, "priority");
 	Jsonb	   *labels = PG_ARGISNULL(5) ? NULL : PG_GETARG_JSONB_P(5);
 	ArrayType  *arguments;
 	Datum	   *elems;
@@ -821,7 +837,7 @@ list_runs(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Datum		values[11];
 	char		nulls[11];
-	int32		page_size = PG_ARGISNULL(9) ? 0 : PG_GETARG_INT32(9);
+	int32		page_size = required_int32(fcinfo, 9, "page size");
 	int			natts;
 
 	if (page_size < 1 || page_size > MAX_PAGE_SIZE)
