@@ -35,6 +35,7 @@
 
 #include "access/xact.h"
 #include "fmgr.h"
+#include "libpq/libpq.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/condition_variable.h"
@@ -43,6 +44,7 @@
 #include "storage/proc.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "tcop/tcopprot.h"
 #include "common/hashfn.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -517,9 +519,34 @@ dex_queue_generation(int32 queue_id)
 }
 
 /*
+ * How often a waiting backend checks that its client is still there.  A
+ * client that dies (SIGKILL, a lost network) sends nothing, and a backend
+ * that only sleeps would hold its connection slot until the wait times out
+ * (up to a day): crash-looping workers could use up max_connections.  The
+ * check is one non-blocking poll of the socket, so checking costs a wake-up
+ * every few seconds per waiting worker and no query.
+ */
+#define CLIENT_CHECK_MS 2000
+
+/* End the session, as PostgreSQL does, if the client is gone. */
+static void
+check_client_connection(void)
+{
+	if (MyProcPort == NULL || whereToSendOutput != DestRemote)
+		return;					/* not a client backend */
+	if (!pq_check_connection())
+	{
+		ClientConnectionLost = true;
+		InterruptPending = true;
+		CHECK_FOR_INTERRUPTS();	/* FATAL: connection to client lost */
+	}
+}
+
+/*
  * Sleep until work is added to the queue after "generation" was read, or
  * until timeout_ms passes.  Returns whether work was added.  Interrupts
- * (cancel, terminate) are served while sleeping.
+ * (cancel, terminate) are served while sleeping, and a client that went
+ * away ends the session within CLIENT_CHECK_MS.
  */
 bool
 dex_queue_wait(int32 queue_id, uint64 generation, long timeout_ms)
@@ -541,7 +568,9 @@ dex_queue_wait(int32 queue_id, uint64 generation, long timeout_ms)
 		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (remaining <= 0)
 			break;
-		(void) ConditionVariableTimedSleep(&slot->cv, remaining, PG_WAIT_EXTENSION);
+		(void) ConditionVariableTimedSleep(&slot->cv, Min(remaining, CLIENT_CHECK_MS),
+										   PG_WAIT_EXTENSION);
+		check_client_connection();
 	}
 	ConditionVariableCancelSleep();
 	return woken;

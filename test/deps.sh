@@ -9,6 +9,7 @@ packages=(
   build-essential
   postgresql-15
   postgresql-server-dev-15               # PGXS, server headers
+  libkrb5-dev                            # gssapi.h, which the server header libpq/libpq-be.h includes
   libprotobuf-c-dev protobuf-c-compiler  # protobuf-c runtime and protoc-c
   libprotobuf-dev                        # google/protobuf/*.proto (well-known types)
   postgresql-15-pgtap

@@ -114,5 +114,18 @@ my ($ret, $stdout, $stderr) = $node->psql('postgres',
 	"BEGIN; CALL dex.wait_for_tasks('act', '1s'); COMMIT;");
 like($stderr, qr/cannot wait inside a transaction block/, 'inside a transaction block it refuses to wait');
 
+# 6. a client killed while it waits: its backend notices within seconds and
+# ends, instead of holding its connection slot until the timeout (a day here)
+($h, $out) = start_waiter('act', '1 day');
+ok(wait_until_sleeping('act'), 'a worker waits for a day');
+my $waiter_pid = $node->safe_psql('postgres', q{
+	SELECT pid FROM pg_stat_activity WHERE query LIKE 'CALL dex.wait_for_tasks(''act''%'});
+$h->signal('KILL');
+$h->finish;
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $waiter_pid"),
+	'the backend of the killed client ends');
+ok($node->log_contains('connection to client lost'), 'it says why');
+
 $node->stop;
 done_testing();
