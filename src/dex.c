@@ -7,7 +7,8 @@
  * dex works in two modes.  Preloaded (shared_preload_libraries = 'dex'),
  * _PG_init reserves shared memory, registers the static launcher, which
  * starts the workers of the databases named by dex.database, and installs
- * a utility hook that stops a database's workers before DROP DATABASE.  Loaded on
+ * a utility hook that stops a database's workers before DROP DATABASE and
+ * keeps DROP EXTENSION dex from deleting runs by surprise.  Loaded on
  * demand by a backend, the SQL API works but nothing schedules delayed work
  * (timers, activity retries, expired leases); functions that create such
  * work say so with a WARNING.
@@ -18,7 +19,13 @@
 
 #include <float.h>
 
+#include "access/xact.h"
+#include "catalog/dependency.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_namespace.h"
 #include "commands/dbcommands.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
@@ -46,6 +53,8 @@ int			dex_max_payload_size = 1024 * 1024;
 int			dex_retention_period_s = 7 * 24 * 3600;
 int			dex_retention_batch_size = 1000;
 int			dex_maintenance_naptime_ms = 60000;
+
+bool		dex_allow_drop_with_runs = false;
 
 bool		dex_preloaded = false;
 
@@ -77,6 +86,78 @@ dex_shmem_startup_hook(void)
  */
 static ProcessUtility_hook_type prev_process_utility_hook = NULL;
 
+/* Whether a DROP statement would drop extension dex of this database. */
+static bool
+drops_dex(DropStmt *drop)
+{
+	ListCell   *lc;
+
+	if (drop->removeType != OBJECT_EXTENSION &&
+		!(drop->removeType == OBJECT_SCHEMA && drop->behavior == DROP_CASCADE))
+		return false;
+	if (!OidIsValid(get_extension_oid("dex", true)))
+		return false;
+	foreach(lc, drop->objects)
+	{
+		if (strcmp(strVal(lfirst(lc)), "dex") == 0)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * DROP EXTENSION dex (or DROP SCHEMA dex CASCADE) deletes every run and its
+ * history with the extension's tables.  While there are runs it is refused,
+ * unless the operator says it is meant: SET dex.allow_drop_with_runs = on.
+ */
+static void
+refuse_drop_with_runs(void)
+{
+	bool		has_runs;
+
+	if (dex_allow_drop_with_runs)
+		return;
+	SPI_connect();
+	if (SPI_execute("SELECT EXISTS (SELECT FROM dex.workflow_run)", true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look for workflow runs");
+	has_runs = dex_spi_getbool(0, 1);
+	SPI_finish();
+	if (has_runs)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+				 errmsg("cannot drop extension dex: this database has workflow runs"),
+				 errdetail("Dropping the extension deletes every run and its history."),
+				 errhint("To delete them, SET dex.allow_drop_with_runs = on first.")));
+}
+
+/*
+ * After DROP EXTENSION dex: the schema dex, which CREATE EXTENSION made and
+ * which is not a member of the extension, goes too if nothing is left in it.
+ */
+static void
+drop_empty_schema(void)
+{
+	Oid			schema = get_namespace_oid("dex", true);
+	bool		empty;
+	ObjectAddress object;
+
+	if (!OidIsValid(schema))
+		return;
+	/* not read-only: a fresh snapshot, which sees the drop */
+	SPI_connect();
+	if (SPI_execute(psprintf("SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_depend "
+							 "WHERE refclassid = %u AND refobjid = %u)",
+							 NamespaceRelationId, schema), false, 1) != SPI_OK_SELECT)
+		elog(ERROR, "could not look for objects in schema dex");
+	empty = dex_spi_getbool(0, 1);
+	SPI_finish();
+	if (!empty)
+		return;
+	ObjectAddressSet(object, NamespaceRelationId, schema);
+	performDeletion(&object, DROP_RESTRICT, 0);
+	CommandCounterIncrement();
+}
+
 static void
 dex_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
 					ProcessUtilityContext context, ParamListInfo params,
@@ -84,6 +165,7 @@ dex_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTr
 {
 	Node	   *stmt = pstmt->utilityStmt;
 	volatile Oid dropping = InvalidOid;
+	bool		dropping_dex = false;
 
 	if (IsA(stmt, DropdbStmt))
 		dropping = get_database_oid(((DropdbStmt *) stmt)->dbname, true);
@@ -94,10 +176,18 @@ dex_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTr
 			 IsA(stmt, CreatedbStmt))
 		dex_wake_launcher_at_commit();
 
+	else if (IsA(stmt, DropStmt) && drops_dex((DropStmt *) stmt))
+	{
+		refuse_drop_with_runs();
+		dropping_dex = true;
+	}
+
 	if (!OidIsValid(dropping))
 	{
 		(prev_process_utility_hook ? prev_process_utility_hook : standard_ProcessUtility)
 			(pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc);
+		if (dropping_dex && !OidIsValid(get_extension_oid("dex", true)))
+			drop_empty_schema();
 		return;
 	}
 
@@ -117,6 +207,13 @@ dex_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTr
 static void
 define_settings(void)
 {
+	DefineCustomBoolVariable("dex.allow_drop_with_runs",
+							 "Lets DROP EXTENSION dex delete the workflow runs of the database.",
+							 "Without it, DROP EXTENSION dex is refused while runs exist.",
+							 &dex_allow_drop_with_runs,
+							 false,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
 	DefineCustomIntVariable("dex.scheduler_naptime",
 							"Longest time the scheduler sleeps when nothing is due.",
 							"The scheduler wakes earlier when work falls due or a backend sets its latch.",

@@ -1,0 +1,64 @@
+# DROP EXTENSION dex deletes every run with the extension's tables: while a
+# database has runs it is refused (2BP01), DROP SCHEMA dex CASCADE too,
+# unless the operator sets dex.allow_drop_with_runs.  The schema dex, made
+# by CREATE EXTENSION but not a member of the extension, goes with it when
+# nothing else is in it.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('dex');
+$node->init;
+$node->append_conf('postgresql.conf', qq{
+shared_preload_libraries = 'dex'
+dex.database = 'postgres'
+});
+$node->start;
+
+my $schema = q{SELECT count(*) FROM pg_namespace WHERE nspname = 'dex'};
+my $ext = q{SELECT count(*) FROM pg_extension WHERE extname = 'dex'};
+
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION dex;
+	SELECT dex.create_queue('wf', 'workflow');
+	SELECT dex.create_run('w', 'wf');
+});
+
+my ($ret, $out, $err) = $node->psql('postgres', 'DROP EXTENSION dex', extra_params => ['-v', 'VERBOSITY=verbose']);
+like($err, qr/2BP01.*cannot drop extension dex: this database has workflow runs/s,
+	'DROP EXTENSION is refused while there are runs');
+like($err, qr/SET dex.allow_drop_with_runs = on/, 'and says how to do it anyway');
+($ret, $out, $err) = $node->psql('postgres', 'DROP EXTENSION dex CASCADE');
+like($err, qr/has workflow runs/, 'with CASCADE too');
+($ret, $out, $err) = $node->psql('postgres', 'DROP SCHEMA dex CASCADE');
+like($err, qr/has workflow runs/, 'DROP SCHEMA dex CASCADE too');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.workflow_run}), '1', 'the run is still there');
+
+# only a superuser may say it is meant
+$node->safe_psql('postgres', q{CREATE ROLE plain LOGIN});
+($ret, $out, $err) = $node->psql('postgres', 'SET ROLE plain; SET dex.allow_drop_with_runs = on');
+like($err, qr/permission denied to set parameter/, 'a plain role cannot set dex.allow_drop_with_runs');
+
+$node->safe_psql('postgres', q{SET dex.allow_drop_with_runs = on; DROP EXTENSION dex});
+is($node->safe_psql('postgres', $ext), '0', 'with dex.allow_drop_with_runs the extension is dropped');
+is($node->safe_psql('postgres', $schema), '0', 'and no empty schema dex is left behind');
+
+# no runs: nothing to refuse; a user's own object in schema dex keeps the schema
+$node->safe_psql('postgres', q{CREATE EXTENSION dex; SELECT dex.create_queue('wf', 'workflow')});
+$node->safe_psql('postgres', q{DROP EXTENSION dex});
+is($node->safe_psql('postgres', "SELECT ($ext) + ($schema)"), '0',
+	'without runs DROP EXTENSION needs nothing, and leaves no schema');
+$node->safe_psql('postgres', q{CREATE EXTENSION dex; CREATE TABLE dex.mine (x int); INSERT INTO dex.mine VALUES (1)});
+$node->safe_psql('postgres', q{DROP EXTENSION dex});
+is($node->safe_psql('postgres', q{SELECT x FROM dex.mine}), '1', 'a schema dex that holds other objects stays, with them');
+
+# an extension created again after a drop works
+$node->safe_psql('postgres', q{DROP TABLE dex.mine; DROP SCHEMA dex; CREATE EXTENSION dex;
+	SELECT dex.create_queue('wf', 'workflow'); SELECT dex.create_run('w', 'wf')});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.poll_tasks('wf', 'w')}), '1',
+	'dex created again works');
+
+$node->stop;
+done_testing();
