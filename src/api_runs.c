@@ -501,7 +501,8 @@ send_external_event_to_instance(PG_FUNCTION_ARGS)
 {
 	char	   *instance_id = required_name(fcinfo, 0, "instance id");
 	char	   *event_id = required_name(fcinfo, 1, "event id");
-	char	   *queue_name = optional_name(fcinfo, 3, "queue");
+	/* 1.1's SQL function has no queue argument */
+	char	   *queue_name = PG_NARGS() > 3 ? optional_name(fcinfo, 3, "queue") : NULL;
 	Datum		queue_ids;
 	int			found;
 	pg_uuid_t  *run_id;

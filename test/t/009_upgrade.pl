@@ -73,9 +73,28 @@ is($node->safe_psql('postgres', q{
 	. 'C:externalEventWaitStarted,workflowTaskStarted,externalEventReceived,workflowTaskCompleted,runCompleted',
 	'their histories run on from 1.0 to 1.1');
 
+# run D waits for an event across the update to 1.2, which keys instance ids by queue
+my $run_d = $node->safe_psql('postgres', q{SELECT dex.create_run('d', 'wf', instance_id => 'D')});
+$node->safe_psql('postgres', q{
+	SELECT dex.complete_task(run_id, 0, lock_version,
+	       '[{"id": 1, "waitExternalEvent": {"eventId": "go", "timeout": "3600s"}}]')
+	  FROM dex.poll_tasks('wf', 'w', 10);
+});
 $node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
 	'1.2', 'dex is updated to 1.2');
+is($node->safe_psql('postgres', q{SELECT dex.create_run('d', 'wf', instance_id => 'D', if_active => 'return')}),
+	$run_d, 'the active instance id keeps its run across the update');
+$node->safe_psql('postgres', q{
+	SELECT dex.send_external_event_to_instance('D', 'go', '"now"');
+});
+ok($node->poll_query_until('postgres', qq{SELECT count(*) = 1 FROM dex.workflow_task WHERE run_id = '$run_d'}),
+	'the event reaches it by instance id');
+$node->safe_psql('postgres', q{
+	SELECT dex.complete_task(run_id, 0, lock_version, '[{"completeRun": {}}]') FROM dex.poll_tasks('wf', 'w', 10);
+});
+is($node->safe_psql('postgres', qq{SELECT status FROM dex.workflow_run WHERE id = '$run_d'}),
+	'COMPLETED', 'and it completes under 1.2');
 
 # the updated schema is the fresh schema
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
@@ -136,9 +155,9 @@ is(scalar(@missing) + scalar(@extra), 0, 'the updated schema equals a fresh inst
 $node->safe_psql('postgres', q{
 	CREATE ROLE upgraded_client IN ROLE dex_client;
 	SET ROLE upgraded_client;
-	SELECT dex.create_run('d', 'wf');
+	SELECT dex.create_run('e', 'wf');
 });
-is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.workflow_run WHERE workflow_name = 'd'}),
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.workflow_run WHERE workflow_name = 'e'}),
 	'1', 'a dex_client starts a run in the updated database');
 
 $node->stop;
