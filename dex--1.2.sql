@@ -100,23 +100,28 @@ CREATE TABLE dex.workflow_history (
 COMMENT ON TABLE dex.workflow_history IS
     'Append-only event history: one row per completed workflow task, holding its events as one dex.v1.EventBatch.';
 
--- Concurrency keys: runs sharing a key execute one at a time.  The slot names
--- the run that holds a key, from its admission until it ends (suspended runs
--- keep it); runs that wait for the key queue in dex.concurrency_wait, taken
--- in priority, then creation (id), order.  Admission never scans the backlog.
+-- Concurrency keys: runs of a workflow queue sharing a key execute one at a
+-- time.  The slot names the run that holds a key, from its admission until
+-- it ends (suspended runs keep it); runs that wait for the key queue in
+-- dex.concurrency_wait, taken in priority, then creation (id), order.
+-- Admission never scans the backlog.  Keys are per queue, as instance ids
+-- are: runs of other tenants never wait for each other.
 CREATE TABLE dex.concurrency_slot (
-    key         text PRIMARY KEY,
-    run_id      uuid NOT NULL
+    queue_id    integer NOT NULL,
+    key         text NOT NULL,
+    run_id      uuid NOT NULL,
+    PRIMARY KEY (queue_id, key)
 );
 COMMENT ON TABLE dex.concurrency_slot IS
-    'The run that holds each concurrency key.';
+    'The run that holds each concurrency key of a workflow queue.';
 CREATE TABLE dex.concurrency_wait (
+    queue_id    integer NOT NULL,
     key         text NOT NULL,
     priority    smallint NOT NULL,
     run_id      uuid NOT NULL,
-    PRIMARY KEY (key, run_id)
+    PRIMARY KEY (queue_id, key, run_id)
 );
-CREATE INDEX concurrency_wait_next_idx ON dex.concurrency_wait (key, priority DESC, run_id);
+CREATE INDEX concurrency_wait_next_idx ON dex.concurrency_wait (queue_id, key, priority DESC, run_id);
 COMMENT ON TABLE dex.concurrency_wait IS
     'Runs waiting for their concurrency key, admitted in priority then creation order.';
 

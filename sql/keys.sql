@@ -38,3 +38,17 @@ SELECT dex.complete_task(:'r2', 0, :v, '[{"completeRun": {}}]');
 SELECT argument, status FROM dex.runs WHERE workflow_name = 'k' ORDER BY id;
 SELECT count(*) AS keys_held FROM dex.concurrency_slot WHERE key = 'customer-1';
 SELECT count(*) AS waiting FROM dex.concurrency_wait WHERE key = 'customer-1';
+
+-- keys are per workflow queue: a run of another queue with the same key is
+-- admitted at once, and its runs queue behind each other only
+SELECT dex.create_queue('keys-other', 'workflow');
+SELECT dex.create_run('k2', 'keys-wf', '"holder"', concurrency_key => 'customer-9') AS k2a \gset
+SELECT dex.create_run('k2', 'keys-other', '"other queue"', concurrency_key => 'customer-9') AS k2b \gset
+SELECT dex.create_run('k2', 'keys-other', '"other queue, second"', concurrency_key => 'customer-9') AS k2c \gset
+SELECT string_agg(r.argument::text, ' ' ORDER BY r.argument::text) AS admitted
+  FROM dex.runs r JOIN dex.workflow_task t ON t.run_id = r.id WHERE r.workflow_name = 'k2';
+SELECT dex.cancel_run(:'k2b');
+SELECT string_agg(r.argument::text, ' ' ORDER BY r.argument::text) AS admitted
+  FROM dex.runs r JOIN dex.workflow_task t ON t.run_id = r.id WHERE r.workflow_name = 'k2';
+SELECT dex.cancel_run(:'k2a'), dex.cancel_run(:'k2c');
+SELECT count(*) AS keys_held FROM dex.concurrency_slot WHERE key = 'customer-9';

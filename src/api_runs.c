@@ -224,7 +224,7 @@ create_run(PG_FUNCTION_ARGS)
 	dex_spi_exec(&insert_run_plan, values, nulls, 0);
 
 	/* a run with a concurrency key gets its first task when it holds the key */
-	if (concurrency_key == NULL || dex_admit_run(run_id, concurrency_key, priority))
+	if (concurrency_key == NULL || dex_admit_run(run_id, queue.id, concurrency_key, priority))
 	{
 		values[0] = Int32GetDatum(queue.id);
 		values[1] = UUIDPGetDatum(run_id);

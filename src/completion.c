@@ -511,7 +511,7 @@ apply_start_child_run(Completion *c, const Dex__V1__Command *cmd)
 	values[9] = UUIDPGetDatum(c->run_id);
 	values[10] = Int32GetDatum(id);
 	/* a child with a concurrency key gets its first task when it holds the key */
-	values[11] = BoolGetDatum(!has_key || dex_admit_run(child_id, sc->concurrency_key, priority));
+	values[11] = BoolGetDatum(!has_key || dex_admit_run(child_id, queue.id, sc->concurrency_key, priority));
 	dex_spi_exec(&insert_child_plan, values, nulls, 0);
 	dex_queue_work_added(queue.id);
 	dex_stat_add(queue.id, DEX_STAT_TASKS_CREATED, (int64) SPI_processed);

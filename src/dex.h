@@ -130,6 +130,7 @@ extern int	dex_spi_exec(DexPlan *plan, Datum *values, const char *nulls, long co
 extern Datum dex_spi_getdatum(int row, int col, bool *isnull);
 extern bool dex_spi_getbool(int row, int col);
 extern int64 dex_spi_getint64(int row, int col);
+extern bool dex_column_exists(const char *table, const char *column);
 extern bytea *dex_spi_getbytea_copy(int row, int col);
 extern char *dex_spi_gettext_copy(int row, int col);
 extern int	dex_push_planner_settings(void);
@@ -190,7 +191,8 @@ extern void dex_inbox_batch_add_unlocked(DexInboxBatch *b, pg_uuid_t *run_id,
 extern void dex_ensure_workflow_tasks(Datum run_ids);
 extern void dex_lock_runs(Datum run_ids, bool share);
 extern bool dex_status_is_terminal(const char *status);
-extern bool dex_admit_run(pg_uuid_t *run_id, const char *key, int32 priority);
+extern int	dex_keys_per_queue(void);
+extern bool dex_admit_run(pg_uuid_t *run_id, int32 queue_id, const char *key, int32 priority);
 extern void dex_release_keys(Datum run_ids);
 extern Dex__V1__RetryPolicy *dex_effective_retry_policy(const Dex__V1__RetryPolicy *given);
 extern TimestampTz dex_retry_time(const Dex__V1__RetryPolicy *policy, int attempt);

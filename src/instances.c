@@ -26,10 +26,8 @@
  */
 #include "postgres.h"
 
-#include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
-#include "utils/lsyscache.h"
 
 #include "dex.h"
 
@@ -57,10 +55,7 @@ static DexPlan find_plans[2] = {
 static int
 per_queue(void)
 {
-	Oid			schema = get_namespace_oid("dex", false);
-	Oid			relid = get_relname_relid("run_instance", schema);
-
-	return OidIsValid(relid) && get_attnum(relid, "queue_id") != InvalidAttrNumber;
+	return dex_column_exists("run_instance", "queue_id");
 }
 
 /*

@@ -55,15 +55,18 @@ static DexPlan mark_valid_plan = {
 	0, {0}
 };
 
-static DexPlan rebuild_workflow_tasks_plan = {
-	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
-	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
-	"WHERE (r.status = 'CREATED' AND NOT EXISTS ("
-	"         SELECT 1 FROM dex.concurrency_wait w WHERE w.key = r.concurrency_key AND w.run_id = r.id)) "
-	"   OR (r.status = 'RUNNING' AND EXISTS ("
-	"         SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id AND i.visible_from <= now())) "
-	"ON CONFLICT DO NOTHING",
-	0, {0}
+/* [0]: a 1.1 schema, concurrency keys global; [1]: keys per queue (history.c) */
+#define REBUILD_WORKFLOW_TASKS(key_match) \
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) " \
+	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r " \
+	"WHERE (r.status = 'CREATED' AND NOT EXISTS (" \
+	"         SELECT 1 FROM dex.concurrency_wait w WHERE " key_match " AND w.run_id = r.id)) " \
+	"   OR (r.status = 'RUNNING' AND EXISTS (" \
+	"         SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id AND i.visible_from <= now())) " \
+	"ON CONFLICT DO NOTHING"
+static DexPlan rebuild_workflow_tasks_plans[2] = {
+	{REBUILD_WORKFLOW_TASKS("w.key = r.concurrency_key"), 0, {0}},
+	{REBUILD_WORKFLOW_TASKS("w.queue_id = r.queue_id AND w.key = r.concurrency_key"), 0, {0}}
 };
 
 static DexPlan running_runs_plan = {
@@ -366,7 +369,7 @@ dex_rebuild_tasks_if_needed(void)
 
 	/* Only the scheduler takes this lock strongly, so the upgrade is safe. */
 	dex_lock_for_rebuild();
-	dex_spi_exec(&rebuild_workflow_tasks_plan, NULL, NULL, 0);
+	dex_spi_exec(&rebuild_workflow_tasks_plans[dex_keys_per_queue()], NULL, NULL, 0);
 	memset(&after, 0, sizeof(after));
 	while (rebuild_activities(&after, &last) == REBUILD_BATCH)
 		after = last;

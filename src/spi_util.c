@@ -29,8 +29,11 @@
  */
 #include "postgres.h"
 
+#include "catalog/namespace.h"
+
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
 #include "utils/guc.h"
 
 #include "dex.h"
@@ -150,4 +153,18 @@ void
 dex_pop_planner_settings(int level)
 {
 	AtEOXact_GUC(true, level);
+}
+
+/*
+ * Whether table dex.<table> has the column: what tells the library which
+ * version of the schema it works with until ALTER EXTENSION dex UPDATE.
+ * Two syscache lookups, no statement.
+ */
+bool
+dex_column_exists(const char *table, const char *column)
+{
+	Oid			schema = get_namespace_oid("dex", true);
+	Oid			relid = OidIsValid(schema) ? get_relname_relid(table, schema) : InvalidOid;
+
+	return OidIsValid(relid) && get_attnum(relid, column) != InvalidAttrNumber;
 }

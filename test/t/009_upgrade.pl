@@ -80,9 +80,30 @@ $node->safe_psql('postgres', q{
 	       '[{"id": 1, "waitExternalEvent": {"eventId": "go", "timeout": "3600s"}}]')
 	  FROM dex.poll_tasks('wf', 'w', 10);
 });
+# concurrency key "k": held on wf; a run of wf2 waits for it under 1.1's global keys
+$node->safe_psql('postgres', q{
+	SELECT dex.create_queue('wf2', 'workflow');
+	SELECT dex.create_run('k1', 'wf', concurrency_key => 'k');
+	SELECT dex.create_run('k2', 'wf2', concurrency_key => 'k');
+	SELECT dex.create_run('k3', 'wf', concurrency_key => 'k');
+});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.workflow_task t JOIN dex.workflow_run r ON r.id = t.run_id
+                                   WHERE r.workflow_name LIKE 'k_'}), '1', 'under 1.1 one run holds key k');
 $node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
 	'1.2', 'dex is updated to 1.2');
+is($node->safe_psql('postgres', q{SELECT string_agg(r.workflow_name, ',' ORDER BY r.workflow_name)
+                                    FROM dex.workflow_task t JOIN dex.workflow_run r ON r.id = t.run_id
+                                   WHERE r.workflow_name LIKE 'k_'}),
+	'k1,k2', 'under 1.2 keys are per queue: the run of wf2 that waited for k is admitted, k3 still waits');
+$node->safe_psql('postgres', q{
+	SELECT dex.complete_task(t.run_id, 0, t.lock_version, '[{"completeRun": {}}]')
+	  FROM dex.poll_tasks('wf', 'w', 10) t JOIN dex.workflow_run r ON r.id = t.run_id WHERE r.workflow_name = 'k1';
+});
+is($node->safe_psql('postgres', q{SELECT string_agg(r.workflow_name, ',' ORDER BY r.workflow_name)
+                                    FROM dex.workflow_task t JOIN dex.workflow_run r ON r.id = t.run_id
+                                   WHERE r.workflow_name LIKE 'k_' AND t.locked_by IS NULL}),
+	'k2,k3', 'when k1 ends, k3 gets the key on wf');
 is($node->safe_psql('postgres', q{SELECT dex.create_run('d', 'wf', instance_id => 'D', if_active => 'return')}),
 	$run_d, 'the active instance id keeps its run across the update');
 $node->safe_psql('postgres', q{
