@@ -11,6 +11,11 @@ SET ROLE regress_dex_admin;
 SELECT dex.create_queue('roles-wf', 'workflow');
 SELECT dex.create_queue('roles-act', 'activity');
 SELECT dex.alter_queue('roles-act', capacity => 5);
+-- but, not being a superuser, touches no table but through the API
+\set VERBOSITY sqlstate
+SELECT count(*) FROM dex.workflow_run;
+INSERT INTO dex.queue_grant (queue_id, grantee) SELECT id, 'regress_dex_nobody'::regrole FROM dex.queue LIMIT 1;
+\set VERBOSITY default
 RESET ROLE;
 
 -- a client starts a run and reads it
@@ -58,6 +63,9 @@ SET ROLE regress_dex_nobody;
 \set VERBOSITY sqlstate
 SELECT dex.to_json('dex.v1.Payload', '\x');
 SELECT status FROM dex.get_run(:'run');
+CALL dex.wait_for_tasks('roles-wf', '0 s');
+SELECT count(*) FROM dex.runs;
+SELECT count(*) FROM dex.queue;
 \set VERBOSITY default
 RESET ROLE;
 
