@@ -349,9 +349,13 @@ typedef struct Stats
 	long long	upd;
 	long long	del;
 	char		lsn[32];
+	long long	cpu;			/* server CPU ticks so far (server_cpu_ticks) */
 	long		mon_before;		/* monitor statements before this read */
 	int64_t		t;
 } Stats;
+
+static long long server_cpu_ticks(int postmaster);
+static int	bench_postmaster;	/* pid of the server's postmaster */
 
 static void
 stats_read(PGconn *m, Stats *s)
@@ -368,6 +372,7 @@ stats_read(PGconn *m, Stats *s)
 	s->upd = atoll(PQgetvalue(r, 0, 4));
 	s->del = atoll(PQgetvalue(r, 0, 5));
 	snprintf(s->lsn, sizeof(s->lsn), "%s", PQgetvalue(r, 0, 6));
+	s->cpu = server_cpu_ticks(bench_postmaster);
 	s->t = mono_us();
 	PQclear(r);
 }
@@ -407,6 +412,7 @@ typedef struct Delta
 	double		upd;
 	double		del;
 	double		wal;
+	double		cpu_ms;			/* server CPU, milliseconds */
 } Delta;
 
 static Delta
@@ -418,6 +424,7 @@ stats_delta(PGconn *m, const Stats *a, const Stats *b)
 	/* the monitor's statements from read a (included) to read b (excluded) */
 	d.commit = (double) (b->commit - a->commit) - (double) (b->mon_before - a->mon_before);
 	d.rollback = (double) (b->rollback - a->rollback);
+	d.cpu_ms = 1000.0 * (double) (b->cpu - a->cpu) / (double) sysconf(_SC_CLK_TCK);
 	d.ins = (double) (b->ins - a->ins);
 	d.upd = (double) (b->upd - a->upd);
 	d.del = (double) (b->del - a->del);
@@ -1312,12 +1319,12 @@ print_row(const char *name, double items, double secs, const Delta *d, const cha
 	double		it = items > 0 ? items : 1;
 
 	printf("  %s: %.0f items in %.2f s = %.1f items/s; per item: %.2f xact, %.0f WAL bytes, "
-		   "%.2f ins, %.2f upd, %.2f del%s%.0f rollbacks\n",
-		   name, items, secs, items / secs, d->commit / it, d->wal / it, d->ins / it,
-		   d->upd / it, d->del / it, "; ", d->rollback);
-	printf("ROW|%s|%.0f|%.2f|%.1f|%.2f|%.0f|%.2f|%.2f|%.2f|%s\n",
-		   name, items, secs, items / secs, d->commit / it, d->wal / it, d->ins / it,
-		   d->upd / it, d->del / it, notes);
+		   "%.3f ms server CPU, %.2f ins, %.2f upd, %.2f del%s%.0f rollbacks\n",
+		   name, items, secs, items / secs, d->commit / it, d->wal / it, d->cpu_ms / it,
+		   d->ins / it, d->upd / it, d->del / it, "; ", d->rollback);
+	printf("ROW|%s|%.0f|%.2f|%.1f|%.2f|%.0f|%.3f|%.2f|%.2f|%.2f|%s\n",
+		   name, items, secs, items / secs, d->commit / it, d->wal / it, d->cpu_ms / it,
+		   d->ins / it, d->upd / it, d->del / it, notes);
 	fflush(stdout);
 }
 
@@ -1668,7 +1675,7 @@ workload_backlog(PGconn *m)
 
 /* ------------------------------------------------------------------ W6: idle */
 
-/* utime + stime (clock ticks) of the postmaster and its children */
+/* utime + stime (clock ticks) of the postmaster and its children, live and reaped */
 static long long
 server_cpu_ticks(int postmaster)
 {
@@ -1688,7 +1695,9 @@ server_cpu_ticks(int postmaster)
 		int			pid = atoi(de->d_name),
 					ppid;
 		unsigned long long ut,
-					st;
+					st,
+					cut,
+					cst;
 
 		if (pid <= 0)
 			continue;
@@ -1700,10 +1709,18 @@ server_cpu_ticks(int postmaster)
 		buf[n] = 0;
 		if (!(p = strrchr(buf, ')')))
 			continue;
-		/* fields from 3 on: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
-		if (sscanf(p + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ppid, &ut, &st) != 3)
+		/*
+		 * fields from 3 on: state ppid pgrp session tty tpgid flags minflt
+		 * cminflt majflt cmajflt utime stime cutime cstime.  The postmaster's
+		 * cutime and cstime hold the CPU of the children it has reaped, so
+		 * backends that ended between two reads are counted too.
+		 */
+		if (sscanf(p + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
+				   &ppid, &ut, &st, &cut, &cst) != 5)
 			continue;
-		if (pid == postmaster || ppid == postmaster)
+		if (pid == postmaster)
+			total += (long long) (ut + st + cut + cst);
+		else if (ppid == postmaster)
 			total += (long long) (ut + st);
 	}
 	closedir(d);
@@ -1866,6 +1883,7 @@ main(int argc, char **argv)
 		die("usage: dexbench W1|W2|W3|W4|W5|W6 ...");
 
 	m = connect_db("dexbench monitor");
+	bench_postmaster = postmaster_pid(m);
 	for (int i = 1; i < argc; i++)
 	{
 		const char *w = argv[i];

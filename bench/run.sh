@@ -108,11 +108,11 @@ sleep 0.5   # the tee's grep
   echo "dex benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores," \
     "BENCH_SCALE=$BENCH_SCALE BENCH_K=$BENCH_K BENCH_BATCH=$BENCH_BATCH"
   echo
-  echo "| workload | items | s | items/s | xact/item | WAL B/item | ins/item | upd/item | del/item | notes |"
-  echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"
+  echo "| workload | items | s | items/s | xact/item | WAL B/item | CPU ms/item | ins/item | upd/item | del/item | notes |"
+  echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
   for w in W1 W2 W3 W4 W5 W6; do
     awk -F'|' -v w="$w" 'substr($2, 1, 2) == w {
-      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }' "$rows"
+      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 }' "$rows"
   done
   echo
   echo "W6: items are seconds of idling (per item = per second)."
