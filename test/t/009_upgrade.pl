@@ -159,18 +159,26 @@ SELECT string_agg(x, E'\n' ORDER BY x) FROM (
   SELECT 'member ' || r.rolname || ' of ' || g.rolname FROM pg_auth_members m
     JOIN pg_roles r ON r.oid = m.member JOIN pg_roles g ON g.oid = m.roleid WHERE g.rolname LIKE 'dex\_%'
 ) s};
-my $updated = $node->safe_psql('postgres', $catalog);
 my $fresh = $node->safe_psql('fresh', $catalog);
-my @u = split /\n/, $updated;
 my @f = split /\n/, $fresh;
-my %in_u = map { $_ => 1 } @u;
 my %in_f = map { $_ => 1 } @f;
-my @missing = grep { !$in_u{$_} } @f;
-my @extra = grep { !$in_f{$_} } @u;
 ok(@f > 100, 'the catalog comparison sees the schema (' . scalar(@f) . ' objects)');
-is(scalar(@missing) + scalar(@extra), 0, 'the updated schema equals a fresh install')
-  or diag("missing after the update:\n" . join("\n", map { substr($_, 0, 300) } @missing)
-	. "\nonly after the update:\n" . join("\n", map { substr($_, 0, 300) } @extra));
+
+# the same for every released version updated straight to the current one:
+# "postgres" came from 1.0 through 1.1; "from_1_1" starts at 1.1
+$node->safe_psql('postgres', 'CREATE DATABASE from_1_1');
+$node->safe_psql('from_1_1', q{CREATE EXTENSION dex VERSION '1.1'; SELECT dex.create_queue('wf', 'workflow');
+	SELECT dex.create_run('w', 'wf', instance_id => 'i', concurrency_key => 'k'); ALTER EXTENSION dex UPDATE});
+for my $db ('postgres', 'from_1_1')
+{
+	my @u = split /\n/, $node->safe_psql($db, $catalog);
+	my %in_u = map { $_ => 1 } @u;
+	my @missing = grep { !$in_u{$_} } @f;
+	my @extra = grep { !$in_f{$_} } @u;
+	is(scalar(@missing) + scalar(@extra), 0, "the updated schema of $db equals a fresh install")
+	  or diag("missing after the update:\n" . join("\n", map { substr($_, 0, 300) } @missing)
+		. "\nonly after the update:\n" . join("\n", map { substr($_, 0, 300) } @extra));
+}
 
 # and the roles work in the updated database
 $node->safe_psql('postgres', q{
