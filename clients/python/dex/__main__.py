@@ -13,6 +13,9 @@ from . import Client, Worker
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m dex")
     p.add_argument("--conninfo", default="", help="libpq connection string (default: PG* variables)")
+    pooled_help = ("the connections go through a pooler in transaction mode (PgBouncer): no "
+                   "prepared statements; --no-pooled: a direct connection (default: turn them "
+                   "off when a pooler is detected)")
     sub = p.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("worker", help="run a worker until SIGTERM / Ctrl-C")
     w.add_argument("modules", nargs="+", help="modules that define the workflows and activities")
@@ -27,8 +30,12 @@ def main(argv=None) -> int:
                    help="wire form of the task calls (default: the Worker's)")
     w.add_argument("--workflow-cache-size", type=int, default=1000,
                    help="runs whose workflow state is kept between tasks (0: replay every task)")
+    w.add_argument("--pooled", action=argparse.BooleanOptionalAction, default=None,
+                   help=pooled_help)
     h = sub.add_parser("history", help="print a run's history as a table")
     h.add_argument("run_id")
+    h.add_argument("--pooled", action=argparse.BooleanOptionalAction, default=None,
+                   help=pooled_help)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.cmd == "worker":
@@ -38,9 +45,10 @@ def main(argv=None) -> int:
         Worker(args.conninfo, args.workflow_queue, args.activity_queue, args.concurrency,
                activity_lease=args.activity_lease, workflow_lease=args.workflow_lease,
                shutdown_timeout=args.shutdown_timeout, worker_id=args.worker_id,
-               wire=args.wire, workflow_cache_size=args.workflow_cache_size).run()
+               wire=args.wire, workflow_cache_size=args.workflow_cache_size,
+               pooled=args.pooled).run()
     else:
-        with Client(args.conninfo) as c:
+        with Client(args.conninfo, pooled=args.pooled) as c:
             print(c.format_history(args.run_id))
     return 0
 

@@ -13,6 +13,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from . import errors
+from ._connect import add_pooler_hint, configure, connect
 from ._convert import decode, event_kind, parse_timestamp, seconds
 from .registry import workflow_definition
 
@@ -60,11 +61,26 @@ class Run:
 
 class Client:
     """A connection to a database with dex.  ``conninfo`` is a libpq connection string
-    ('' takes PGHOST, PGDATABASE, ...); or pass an open psycopg ``connection``."""
+    ('' takes PGHOST, PGDATABASE, ...); or pass an open psycopg ``connection``.
 
-    def __init__(self, conninfo: str = "", *, connection: Optional[psycopg.Connection] = None):
+    ``pooled`` says whether the connection goes through a connection pooler in transaction
+    mode (PgBouncer's ``pool_mode = transaction``), where psycopg's prepared statements do not
+    survive from one transaction to the next: ``True`` turns them off, ``False`` keeps them,
+    ``None`` (the default) turns them off when a pooler is detected.  A ``connection`` of
+    yours is used as you made it unless you say ``pooled=True`` (make it with
+    ``prepare_threshold=None`` for a transaction pool).  :attr:`pooled` is whether the
+    connection runs without prepared statements.
+    """
+
+    def __init__(self, conninfo: str = "", *, connection: Optional[psycopg.Connection] = None,
+                 pooled: Optional[bool] = None):
         self._own = connection is None
-        self.conn = connection or psycopg.connect(conninfo, autocommit=True)
+        if connection is None:
+            self.conn, self.pooled = connect(conninfo, pooled)
+        else:
+            self.conn = connection
+            self.pooled = configure(connection, True) if pooled else \
+                connection.prepare_threshold is None
 
     def close(self) -> None:
         if self._own:
@@ -78,7 +94,11 @@ class Client:
 
     def _exec(self, sql: str, params: Sequence[Any] = (), row_factory: Any = None):
         cur = self.conn.cursor(row_factory=row_factory) if row_factory else self.conn.cursor()
-        return cur.execute(sql, params)
+        try:
+            return cur.execute(sql, params)
+        except psycopg.Error as e:
+            add_pooler_hint(e)      # what to do when the connection is pooled unawares
+            raise
 
     def _has_function(self, name: str) -> bool:
         """Whether the installed dex has dex.<name> (asked once per client)."""

@@ -19,6 +19,12 @@ finish and report; those still running then are failed as retryable
 
 Task calls use the protobuf forms (``dex.poll_tasks_pb``, ...) by default, or the JSON
 forms (``wire="json"``); see _wire.py.
+
+Every call is one statement in autocommit and no session state is kept between calls, so the
+worker runs behind a connection pooler in transaction mode (PgBouncer) too; there its
+connections must not use prepared statements (``pooled``, see _connect.py).  A waiting
+long poll holds its server connection for the whole wait: the pool needs one per waiting
+queue of every worker, plus room for the other connections.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from . import errors
+from ._connect import POOLER_HINT, connect as _connect_pooled, is_prepared_statement_error
 from ._convert import decode
 from ._wire import PROTOBUF, Wire, wire as _wire_named
 from .registry import (ACTIVITIES, WORKFLOWS, ActivityDefinition, WorkflowDefinition,
@@ -174,6 +181,15 @@ def _sqlstate(e: BaseException) -> Optional[str]:
     return getattr(e, "sqlstate", None)
 
 
+def _connection_error(e: BaseException) -> bool:
+    """Whether ``e`` is about the connection rather than the call: the connection was lost
+    (no SQLSTATE), or a prepared statement of psycopg's is not in the server session (a
+    transaction pool, see _connect.py).  The call did not run or its outcome is unknown:
+    it must not be taken for the engine refusing what was sent."""
+    return ((isinstance(e, psycopg.OperationalError) and not _sqlstate(e))
+            or is_prepared_statement_error(e))
+
+
 class Worker:
     """Runs the registered workflows and activities of some queues.
 
@@ -185,6 +201,12 @@ class Worker:
     and friends, the cheaper form as measured) or ``"json"``.  ``workflow_cache_size`` is how
     many runs' workflow state the worker keeps between their tasks, so that a run's next task
     runs only its new step instead of replaying the whole history (0 turns it off).
+
+    ``pooled`` says whether the connections go through a connection pooler in transaction
+    mode (PgBouncer's ``pool_mode = transaction``), where psycopg's prepared statements do not
+    survive from one transaction to the next: ``True`` turns them off, ``False`` keeps them
+    (a direct connection), ``None`` (the default) turns them off when a pooler is detected
+    (see :attr:`behind_pooler`).
     """
 
     def __init__(self, conninfo: str = "", workflow_queues: Sequence[str] = (),
@@ -195,7 +217,8 @@ class Worker:
                  workflow_lease: float = 10.0, activity_lease: float = 30.0,
                  poll_timeout: float = 30.0, shutdown_timeout: float = 30.0,
                  default_activity_queue: Optional[str] = None,
-                 wire: Optional[str] = None, workflow_cache_size: int = 1000) -> None:
+                 wire: Optional[str] = None, workflow_cache_size: int = 1000,
+                 pooled: Optional[bool] = None) -> None:
         if isinstance(workflow_queues, str):
             workflow_queues = [workflow_queues]
         if isinstance(activity_queues, str):
@@ -203,6 +226,10 @@ class Worker:
         if not workflow_queues and not activity_queues:
             raise ValueError("a worker needs at least one workflow or activity queue")
         self.conninfo = conninfo
+        self.pooled = pooled
+        # whether the connections run without prepared statements, as pooled ones: known once
+        # the first one is made (with pooled=None, whether a pooler was detected)
+        self.behind_pooler: Optional[bool] = None if pooled is None else bool(pooled)
         self.workflow_queues = list(workflow_queues)
         self.activity_queues = list(activity_queues)
         self.concurrency = max(1, int(concurrency))
@@ -339,8 +366,15 @@ class Worker:
     def _connect(self) -> psycopg.Connection:
         while True:
             try:
-                conn = psycopg.connect(self.conninfo, autocommit=True,
-                                       application_name=f"dex worker {self.worker_id}"[:63])
+                conn, pooled = _connect_pooled(
+                    self.conninfo, self.pooled,
+                    application_name=f"dex worker {self.worker_id}"[:63])
+                with self._lock:        # the threads connect at the same time: say it once
+                    first = self.pooled is None and pooled and not self.behind_pooler
+                    self.behind_pooler = pooled
+                if first:
+                    log.info("worker %s: the connection goes through a connection pooler; "
+                             "prepared statements are off", self.worker_id)
                 return conn
             except psycopg.OperationalError as e:
                 if self._stopping.is_set():
@@ -388,10 +422,17 @@ class Worker:
                     conn.close()
                 conn = None
                 time.sleep(0.5)
-            except Exception:
+            except Exception as e:
                 if self._stopping.is_set():
                     break
-                log.exception("queue %s: unexpected error; going on in 1 s", queue)
+                if is_prepared_statement_error(e):
+                    # nothing ran; a new connection starts with no prepared statements
+                    log.error("queue %s: %s; %s; reconnecting", queue, e, POOLER_HINT)
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+                else:
+                    log.exception("queue %s: unexpected error; going on in 1 s", queue)
                 time.sleep(1)
         if conn is not None:
             conn.close()
@@ -475,7 +516,7 @@ class Worker:
         except psycopg.errors.Error as e:
             for s in states:
                 s.close()
-            if isinstance(e, psycopg.OperationalError) and not _sqlstate(e):
+            if _connection_error(e):
                 raise
             # a completion was refused (invalid commands): one by one, to find it
             log.warning("batch completion refused (%s); completing one by one", e)
@@ -509,7 +550,7 @@ class Worker:
                     self.stats["leases_lost"] += 1
                     log.warning("workflow task of run %s: lease lost, result discarded", run_id)
                     return
-                if isinstance(e, psycopg.OperationalError) and not _sqlstate(e):
+                if _connection_error(e):
                     raise
                 msg = f"{e.sqlstate}: {e.diag.message_primary}"
                 log.error("run %s: completion refused: %s", run_id, msg)
@@ -625,8 +666,13 @@ class Worker:
                 if time.monotonic() >= next_beat:
                     self._heartbeat(conn)
                     next_beat = time.monotonic() + interval
-            except psycopg.OperationalError as e:
-                log.warning("reporter: connection problem (%s); retrying", e)
+            except psycopg.Error as e:
+                if not (isinstance(e, psycopg.OperationalError) or is_prepared_statement_error(e)):
+                    raise
+                if is_prepared_statement_error(e):
+                    log.error("reporter: %s; %s; reconnecting", e, POOLER_HINT)
+                else:
+                    log.warning("reporter: connection problem (%s); retrying", e)
                 if conn is not None:
                     conn.close()
                 conn = None
@@ -657,7 +703,7 @@ class Worker:
                 out = wire.complete(conn, [(r.run_id, r.task_id, r.lock_version) for r in rs],
                                     [encode(r.outcome[1]) for r in rs], fail=fail)
             except psycopg.errors.Error as e:
-                if isinstance(e, psycopg.OperationalError) and not _sqlstate(e):
+                if _connection_error(e):
                     raise
                 log.warning("reporter: %s refused (%s); one by one",
                             "dex.fail_tasks" if fail else "dex.complete_tasks", e)
@@ -680,7 +726,7 @@ class Worker:
                              (r.run_id, r.task_id, r.lock_version, Jsonb(value)))
             self._settle(r, True)
         except psycopg.errors.Error as e:
-            if isinstance(e, psycopg.OperationalError) and not _sqlstate(e):
+            if _connection_error(e):
                 raise
             if _sqlstate(e) == LEASE_LOST:
                 self._settle(r, False)
@@ -695,7 +741,7 @@ class Worker:
                                  "type": "dex.ResultRefused", "terminal": True})))
                 self._settle(r, True)
             except psycopg.errors.Error as e2:
-                if isinstance(e2, psycopg.OperationalError) and not _sqlstate(e2):
+                if _connection_error(e2):
                     raise
                 log.error("could not fail activity %s of run %s: %s", r.task_id, r.run_id, e2)
                 self._settle(r, False)
