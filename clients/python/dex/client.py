@@ -261,11 +261,17 @@ class Client:
                           (run_id, event_id, Jsonb(payload) if payload is not None else None)
                           ).fetchone()[0]
 
-    def send_event_to_instance(self, instance_id: str, event_id: str, payload: Any = None) -> bool:
-        """Send an external event to the active run of a workflow instance."""
-        return self._exec("SELECT dex.send_external_event_to_instance(%s, %s, %s)",
-                          (instance_id, event_id, Jsonb(payload) if payload is not None else None)
-                          ).fetchone()[0]
+    def send_event_to_instance(self, instance_id: str, event_id: str, payload: Any = None,
+                               queue: str | None = None) -> bool:
+        """Send an external event to the active run of a workflow instance.
+
+        Instance ids are unique per workflow queue: without ``queue`` the run is looked
+        for on every queue this role may use, and an id active on several of them is an
+        error (SQLSTATE 21000) that asks for the queue.
+        """
+        return self._exec("SELECT dex.send_external_event_to_instance(%s, %s, %s, %s)",
+                          (instance_id, event_id, Jsonb(payload) if payload is not None else None,
+                           queue)).fetchone()[0]
 
     def format_history(self, run_id: str, width: int = 64) -> str:
         """The run's history as a table, one event per line."""

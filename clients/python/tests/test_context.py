@@ -130,7 +130,7 @@ def test_external_events_and_timeouts(client, queues, start_worker):
         client.start(events, queue=queues[0], instance_id=instance)
     assert client.start(events, queue=queues[0], instance_id=instance,
                         if_active="return") == run_id
-    assert client.send_event_to_instance(instance, "approval", {"by": "ana"}) is True
+    assert client.send_event_to_instance(instance, "approval", {"by": "ana"}, queue=queues[0]) is True
     result = client.result(run_id, timeout=10)
     assert result == {"early": {"n": 1}, "timed_out": True, "approval": {"by": "ana"}}
     history = client.history(run_id)
