@@ -217,11 +217,17 @@ COMMENT ON TABLE dex.lease IS
 
 -- Queue grants: the roles that may use each queue (besides superusers and
 -- dex_admin; see src/privileges.c).  dex.create_queue grants a new queue to
--- dex_client and dex_worker.  A grantee is a role's oid: roles belong to the
--- cluster, and the maintenance worker removes the rows of dropped ones.
+-- dex_client and dex_worker.  A grantee is a role: roles belong to the
+-- cluster, and the maintenance worker removes the rows of dropped ones.  Its
+-- type is regrole, an oid that pg_dump writes as the role's name, so that a
+-- restore into another cluster grants the role of that name, not whichever
+-- has the oid there (see Backups below).  queue_id names a queue but is no
+-- foreign key: a parallel pg_restore loads the rows of extension tables in
+-- any order, and a grant could come before its queue.  Grants are written
+-- by dex.create_queue and dex.grant_queue only, for queues that exist.
 CREATE TABLE dex.queue_grant (
-    queue_id    integer NOT NULL REFERENCES dex.queue (id),
-    grantee     oid NOT NULL,
+    queue_id    integer NOT NULL,
+    grantee     regrole NOT NULL,
     granted_at  timestamptz NOT NULL DEFAULT pg_catalog.now(),
     PRIMARY KEY (queue_id, grantee)
 );
@@ -976,3 +982,52 @@ GRANT SELECT (id, name, kind, status, capacity, partition) ON dex.queue TO dex_a
 GRANT SELECT (queue_id, priority, created_at, locked_by, locked_until) ON dex.workflow_task TO dex_admin;
 GRANT SELECT (queue_id, priority, status, created_at, locked_by, locked_until)
     ON dex.activity_task TO dex_admin;
+
+/*
+ * Backups: pg_dump dumps the rows of the logged tables and the values of the
+ * sequences; pg_restore (or psql) brings them back into a database where it
+ * first runs CREATE EXTENSION dex.  See README.md, "Backup and restore", and
+ * test/t/010_backup.pl.
+ *
+ * What is dumped: every logged table (its rows; CREATE EXTENSION makes the
+ * table), and the sequences whose values must not go back: lease_version,
+ * so that a lock version handed out after a restore is greater than every
+ * one handed out before (fencing), and the identity sequences of dex.queue
+ * and dex.workflow_inbox, so that new rows do not take ids restored rows
+ * hold.  Grants of roles that were dropped (rows the maintenance worker has
+ * not removed yet) are left out: their oid would name no role, or another.
+ *
+ * What is not: the task tables and dex.lease.  Both are UNLOGGED, derived
+ * data: tasks are rebuilt from runs, history, inbox and activity_retry, and
+ * a lease held at the time of the dump is void in the restored database.
+ * The queues' task partitions are members of the extension (src/api_queues.c),
+ * so pg_dump leaves them out; the trigger below makes them again as the
+ * restored queues arrive, and the scheduler then rebuilds the tasks
+ * (src/scheduler.c).
+ */
+CREATE FUNCTION dex.queue_partition()
+RETURNS trigger
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_queue_partition_trigger';
+COMMENT ON FUNCTION dex.queue_partition() IS
+    'Trigger AFTER INSERT on dex.queue: makes the task partition of each new queue, as a member of the extension; a queue row that dex.create_queue did not insert is a restore, after which the scheduler rebuilds the task tables.';
+REVOKE ALL ON FUNCTION dex.queue_partition() FROM PUBLIC;
+CREATE TRIGGER queue_partition AFTER INSERT ON dex.queue
+    FOR EACH ROW EXECUTE FUNCTION dex.queue_partition();
+
+SELECT pg_catalog.pg_extension_config_dump('dex.queue', '');
+SELECT pg_catalog.pg_extension_config_dump('dex.queue_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('dex.queue_grant',
+    'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) grantee)');
+SELECT pg_catalog.pg_extension_config_dump('dex.workflow_run', '');
+SELECT pg_catalog.pg_extension_config_dump('dex.run_instance', '');
+SELECT pg_catalog.pg_extension_config_dump('dex.workflow_inbox', '');
+SELECT pg_catalog.pg_extension_config_dump('dex.workflow_inbox_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('dex.workflow_history', '');
+SELECT pg_catalog.pg_extension_config_dump('dex.concurrency_slot', '');
+SELECT pg_catalog.pg_extension_config_dump('dex.concurrency_wait', '');
+SELECT pg_catalog.pg_extension_config_dump('dex.external_event', '');
+SELECT pg_catalog.pg_extension_config_dump('dex.activity_retry', '');
+SELECT pg_catalog.pg_extension_config_dump('dex.lease_version', '');

@@ -2,7 +2,8 @@
  *
  * api_queues.c
  *	  dex.create_queue and dex.alter_queue: task queues, their partitions,
- *	  capacity and pause.
+ *	  capacity and pause; the trigger that makes the partitions of restored
+ *	  queues.
  *
  * A queue is a row of dex.queue plus one partition of the task table of its
  * kind.  Both kinds are UNLOGGED: tasks are derived data, rebuilt after a
@@ -10,18 +11,43 @@
  * normalize to the same partition are refused.  Creation takes a lock on
  * dex.queue that serializes concurrent creators but not readers.
  *
+ * Backups.  pg_dump dumps the rows of dex's logged tables (they are
+ * registered with pg_extension_config_dump) but no member object of the
+ * extension, and CREATE EXTENSION makes those again on restore.  The
+ * partitions are made at run time, so each is made a member of the
+ * extension when it is created: pg_dump leaves them out, with their (derived)
+ * rows, and a restore cannot collide with them.  They come back with their
+ * queues instead: dex.queue_partition(), an AFTER INSERT trigger on
+ * dex.queue (a member of the extension too, so it exists before the
+ * restored rows arrive; COPY fires triggers), makes the partition of every
+ * queue row that arrives.  A row that dex.create_queue did not insert can
+ * only be a restore (nobody else may write dex.queue): the trigger then
+ * also notes the restoring session in dex.lease ('restore'), and the
+ * scheduler rebuilds the task tables from the restored rows once that
+ * session has ended, that is once every table is restored (scheduler.c).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "catalog/dependency.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_class.h"
+#include "catalog/pg_extension.h"
 #include "catalog/pg_type.h"
+#include "commands/extension.h"
+#include "commands/trigger.h"
 #include "fmgr.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/rel.h"
+#include "utils/timestamp.h"
 
 #include "dex.h"
 
 PG_FUNCTION_INFO_V1(dex_create_queue);
+PG_FUNCTION_INFO_V1(dex_queue_partition_trigger);
 
 #define QUEUE_NAME_MAX 128
 #define PARTITION_PREFIX_LEN 16	/* strlen("workflow_task_q_") */
@@ -99,6 +125,53 @@ static DexPlan insert_queue_plan = {
 	4, {TEXTOID, TEXTOID, INT4OID, TEXTOID}
 };
 
+/* dex.create_queue is inserting its row: the trigger sees no restore */
+static bool inserting_queue = false;
+
+/*
+ * Make the task partition of a queue unless it exists, and make it a member
+ * of the extension unless it is one (see the header).  The dependency is
+ * what ALTER EXTENSION dex ADD TABLE records; it is recorded here because
+ * neither the caller of dex.create_queue nor a restoring role need own the
+ * extension.  A partition made inside an extension script is a member
+ * already.  Runs inside the caller's SPI connection.
+ */
+static void
+ensure_partition(int32 queue_id, bool workflow, const char *partition)
+{
+	Oid			schema = get_namespace_oid("dex", false);
+	Oid			relid = get_relname_relid(partition, schema);
+	ObjectAddress rel;
+	ObjectAddress extension;
+
+	if (!OidIsValid(relid))
+	{
+		StringInfoData ddl;
+
+		initStringInfo(&ddl);
+		if (workflow)
+			appendStringInfo(&ddl,
+							 "CREATE UNLOGGED TABLE dex.%s PARTITION OF dex.workflow_task "
+							 "FOR VALUES IN (%d) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02)",
+							 quote_identifier(partition), queue_id);
+		else
+			appendStringInfo(&ddl,
+							 "CREATE UNLOGGED TABLE dex.%s PARTITION OF dex.activity_task "
+							 "FOR VALUES IN (%d) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02)",
+							 quote_identifier(partition), queue_id);
+		if (SPI_execute(ddl.data, false, 0) != SPI_OK_UTILITY)
+			elog(ERROR, "could not create partition \"%s\"", partition);
+		relid = get_relname_relid(partition, schema);
+		if (!OidIsValid(relid))
+			elog(ERROR, "partition \"%s\" was not created", partition);
+	}
+	if (OidIsValid(getExtensionOfObject(RelationRelationId, relid)))
+		return;
+	ObjectAddressSet(rel, RelationRelationId, relid);
+	ObjectAddressSet(extension, ExtensionRelationId, get_extension_oid("dex", false));
+	recordDependencyOn(&rel, &extension, DEPENDENCY_EXTENSION);
+}
+
 Datum
 dex_create_queue(PG_FUNCTION_ARGS)
 {
@@ -109,7 +182,6 @@ dex_create_queue(PG_FUNCTION_ARGS)
 	char	   *partition;
 	Datum		values[4];
 	int32		queue_id;
-	StringInfoData ddl;
 
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		ereport(ERROR,
@@ -159,26 +231,87 @@ dex_create_queue(PG_FUNCTION_ARGS)
 	values[1] = CStringGetTextDatum(kind);
 	values[2] = Int32GetDatum(capacity);
 	values[3] = CStringGetTextDatum(partition);
-	dex_spi_exec(&insert_queue_plan, values, capacity > 0 ? NULL : "  n ", 1);
+	inserting_queue = true;
+	PG_TRY();
+	{
+		dex_spi_exec(&insert_queue_plan, values, capacity > 0 ? NULL : "  n ", 1);
+	}
+	PG_FINALLY();
+	{
+		inserting_queue = false;
+	}
+	PG_END_TRY();
 	queue_id = (int32) dex_spi_getint64(0, 1);
 	dex_grant_queue_defaults(queue_id);
 
-	initStringInfo(&ddl);
-	if (workflow)
-		appendStringInfo(&ddl,
-						 "CREATE UNLOGGED TABLE dex.%s PARTITION OF dex.workflow_task "
-						 "FOR VALUES IN (%d) WITH (fillfactor = 70, autovacuum_vacuum_scale_factor = 0.02)",
-						 quote_identifier(partition), queue_id);
-	else
-		appendStringInfo(&ddl,
-						 "CREATE UNLOGGED TABLE dex.%s PARTITION OF dex.activity_task "
-						 "FOR VALUES IN (%d) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02)",
-						 quote_identifier(partition), queue_id);
-	if (SPI_execute(ddl.data, false, 0) != SPI_OK_UTILITY)
-		elog(ERROR, "could not create partition \"%s\"", partition);
+	/*
+	 * On a 1.2 schema the trigger has made the partition by now; on an older
+	 * one (the library updated before ALTER EXTENSION dex UPDATE) this does.
+	 */
+	ensure_partition(queue_id, workflow, partition);
 
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+/* ----------------------------------------------------------------
+ * dex.queue_partition(): AFTER INSERT FOR EACH ROW on dex.queue
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * The restoring session's process id, noted for the scheduler: it rebuilds
+ * the task tables once that session has ended (scheduler.c).  One row
+ * whatever the number of queues; a later restore takes it over.
+ */
+static DexPlan note_restore_plan = {
+	"INSERT INTO dex.lease (name, holder, acquired_at, expires_at) "
+	"VALUES ('restore', pg_catalog.pg_backend_pid()::text, pg_catalog.now(), 'infinity') "
+	"ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, acquired_at = EXCLUDED.acquired_at",
+	0, {0}
+};
+
+/*
+ * Every queue row that arrives gets its partition: those of dex.create_queue
+ * and those a restore writes (COPY fires row triggers).  Rows that
+ * dex.create_queue did not insert are a restore: the task tables must be
+ * rebuilt once the restored runs, history and inbox are all in.
+ */
+Datum
+dex_queue_partition_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+	TupleDesc	desc;
+	HeapTuple	row;
+	bool		isnull;
+	int32		queue_id;
+	char	   *kind;
+	char	   *partition;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) ||
+		!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("dex.queue_partition() must be fired AFTER INSERT FOR EACH ROW")));
+
+	desc = RelationGetDescr(trigdata->tg_relation);
+	row = trigdata->tg_trigtuple;
+	queue_id = DatumGetInt32(SPI_getbinval(row, desc, SPI_fnumber(desc, "id"), &isnull));
+	kind = TextDatumGetCString(SPI_getbinval(row, desc, SPI_fnumber(desc, "kind"), &isnull));
+	partition = pstrdup(NameStr(*DatumGetName(SPI_getbinval(row, desc, SPI_fnumber(desc, "partition"),
+														   &isnull))));
+
+	SPI_connect();
+	ensure_partition(queue_id, strcmp(kind, "workflow") == 0, partition);
+	if (!inserting_queue)
+	{
+		dex_spi_exec(&note_restore_plan, NULL, NULL, 0);
+		dex_wake_scheduler_at_commit(DT_NOBEGIN);
+	}
+	SPI_finish();
+	return PointerGetDatum(NULL);
 }
 
 /* ----------------------------------------------------------------

@@ -16,7 +16,10 @@
  *		a lease the crash interrupted is void, so the attempt runs again
  *		(activities run at least once).
  * A row in the UNLOGGED dex.lease table marks the tasks valid: a crash
- * truncates it too.  Every insert here is idempotent (ON CONFLICT DO
+ * truncates it too, and so does a physical backup started as a new cluster;
+ * after a logical restore the scheduler deletes it once the restoring
+ * session has ended (scheduler.c), and the same rebuild makes the tasks of
+ * the restored runs.  Every insert here is idempotent (ON CONFLICT DO
  * NOTHING), so a rebuild interrupted by another crash simply runs again.
  *
  * Clients may already be calling the API when the scheduler starts (right

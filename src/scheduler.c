@@ -15,7 +15,17 @@
  *	  - workflow-task leases that expired: the task is pollable again as it
  *		is; the scheduler only wakes the workers waiting on its queue;
  *	  - after a crash, the UNLOGGED task partitions are empty: they are
- *		rebuilt from runs, history and inbox (rebuild.c).
+ *		rebuilt from runs, history and inbox (rebuild.c);
+ *	  - after a logical restore (pg_restore, or psql with a plain dump), the
+ *		task partitions, which the trigger on dex.queue made for the restored
+ *		queues (api_queues.c), are empty; the trigger notes the restoring
+ *		session in dex.lease ('restore').  The restored tables arrive one by
+ *		one, in transactions of their own or in parallel sessions, and a
+ *		rebuild from some of them would make wrong tasks (an activity whose
+ *		result is still to come queued again), so the scheduler waits, doing
+ *		nothing, until that session has ended: a pg_restore, serial or
+ *		parallel (whose workers all end together), has then restored
+ *		everything.  It then rebuilds the task tables as after a crash.
  *
  * Each pass is one short transaction over at most BATCH_SIZE rows per duty;
  * a full batch makes the next pass start at once.  Between passes the
@@ -37,6 +47,8 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
 #include "tcop/tcopprot.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -51,6 +63,8 @@ PGDLLEXPORT void dex_scheduler_main(Datum main_arg);
 #define ERROR_RETRY_MS 1000
 /* how soon to look again at due rows another transaction has locked */
 #define LOCKED_RETRY_MS 100
+/* how often to look whether a restoring session has ended */
+#define RESTORE_RETRY_MS 1000
 
 /* batches are MATERIALIZED CTEs so that a rescan cannot exceed the batch size */
 /*
@@ -159,6 +173,65 @@ reclaim_expired_lease(int row)
 								isnull ? DT_NOEND : DatumGetTimestampTz(deadline), failure);
 }
 
+/* The session that restores dex's tables (api_queues.c), if any */
+static DexPlan restore_plan = {
+	"SELECT holder FROM dex.lease WHERE name = 'restore'", 0, {0}
+};
+
+/*
+ * It has ended: the task tables are emptied and rebuilt from what it
+ * restored.  Emptied, because what they hold was made from some of the
+ * restored tables only: by a rebuild or a pass that began before the
+ * restore was noted (the note commits with the first queue rows, and a
+ * statement that read none of them may be followed by one that reads more),
+ * or by a client.  A lease taken meanwhile is void, as are those of the
+ * dump.
+ */
+static DexPlan restore_done_plan = {
+	"WITH note AS (DELETE FROM dex.lease WHERE name IN ('restore', 'tasks_valid')), "
+	"     workflow_tasks AS (DELETE FROM dex.workflow_task) "
+	"DELETE FROM dex.activity_task",
+	0, {0}
+};
+
+/* the restoring process already logged, so that it is logged once */
+static int	restore_logged_pid = 0;
+
+/*
+ * Whether a restore of this database is in progress: its session (the
+ * process noted by the trigger on dex.queue) is still connected here.  When
+ * it has ended, the note goes and the task tables are emptied and marked
+ * invalid, in this pass's transaction, so that the rebuild that follows
+ * makes them from every restored row; the rebuild lock keeps API calls out
+ * from here (locks.c).  A process id reused by another database's backend
+ * does not count; one reused here only delays the rebuild until it ends.
+ */
+static bool
+restore_in_progress(void)
+{
+	int			pid;
+	PGPROC	   *proc;
+
+	dex_spi_exec(&restore_plan, NULL, NULL, 1);
+	if (SPI_processed == 0)
+		return false;
+	pid = atoi(dex_spi_gettext_copy(0, 1));
+	proc = pid > 0 ? BackendPidGetProc(pid) : NULL;
+	if (proc != NULL && proc->databaseId == MyDatabaseId)
+	{
+		if (pid != restore_logged_pid)
+			ereport(LOG,
+					(errmsg("dex scheduler: process %d is restoring database \"%s\"; the task tables will be rebuilt when its session ends",
+							pid, dex_worker_database)));
+		restore_logged_pid = pid;
+		return true;
+	}
+	dex_lock_for_rebuild();
+	dex_spi_exec(&restore_done_plan, NULL, NULL, 0);
+	restore_logged_pid = 0;
+	return false;
+}
+
 /*
  * One pass over the scheduler's duties.  Returns when it should run next:
  * now if a batch was full, else the earliest due time (DT_NOEND if none).
@@ -183,6 +256,12 @@ scheduler_pass(bool *extension_seen)
 	}
 	*extension_seen = true;
 
+	/* nothing runs on half-restored tables */
+	if (restore_in_progress())
+	{
+		next = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), RESTORE_RETRY_MS);
+		goto done;
+	}
 	if (dex_rebuild_tasks_if_needed())
 		ereport(LOG, (errmsg("dex scheduler rebuilt the task tables of database \"%s\"",
 							 dex_worker_database)));
