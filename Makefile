@@ -23,7 +23,7 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
             -Wno-sign-compare -Wno-cast-function-type
 SHLIB_LINK = -lprotobuf-c
 
-REGRESS = setup codec queues runs tasks errors batch events control listing children keys timeouts capacity monitoring bad_input roles queue_access instances
+REGRESS = setup codec queues runs tasks errors batch events control listing children keys timeouts capacity monitoring bad_input roles queue_access instances security
 REGRESS_OPTS = --load-extension=dex
 
 EXTRA_CLEAN = src/gen
