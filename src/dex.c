@@ -19,9 +19,14 @@
 
 #include <float.h>
 
+#include "access/genam.h"
+#include "access/stratnum.h"
+#include "access/table.h"
 #include "access/xact.h"
 #include "catalog/dependency.h"
+#include "catalog/indexing.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_depend.h"
 #include "catalog/pg_namespace.h"
 #include "commands/dbcommands.h"
 #include "commands/extension.h"
@@ -32,6 +37,7 @@
 #include "postmaster/bgworker.h"
 #include "storage/ipc.h"
 #include "tcop/utility.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -138,19 +144,28 @@ static void
 drop_empty_schema(void)
 {
 	Oid			schema = get_namespace_oid("dex", true);
+	Relation	depend;
+	ScanKeyData key[2];
+	SysScanDesc scan;
 	bool		empty;
 	ObjectAddress object;
 
 	if (!OidIsValid(schema))
 		return;
-	/* not read-only: a fresh snapshot, which sees the drop */
-	SPI_connect();
-	if (SPI_execute(psprintf("SELECT NOT EXISTS (SELECT FROM pg_catalog.pg_depend "
-							 "WHERE refclassid = %u AND refobjid = %u)",
-							 NamespaceRelationId, schema), false, 1) != SPI_OK_SELECT)
-		elog(ERROR, "could not look for objects in schema dex");
-	empty = dex_spi_getbool(0, 1);
-	SPI_finish();
+	/*
+	 * An index scan of pg_depend, not a query: nothing here resolves a name
+	 * through the search_path of whoever runs DROP EXTENSION.  The catalog
+	 * snapshot sees the drop, which the command counter has made visible.
+	 */
+	depend = table_open(DependRelationId, AccessShareLock);
+	ScanKeyInit(&key[0], Anum_pg_depend_refclassid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(NamespaceRelationId));
+	ScanKeyInit(&key[1], Anum_pg_depend_refobjid, BTEqualStrategyNumber, F_OIDEQ,
+				ObjectIdGetDatum(schema));
+	scan = systable_beginscan(depend, DependReferenceIndexId, true, NULL, 2, key);
+	empty = !HeapTupleIsValid(systable_getnext(scan));
+	systable_endscan(scan);
+	table_close(depend, AccessShareLock);
 	if (!empty)
 		return;
 	ObjectAddressSet(object, NamespaceRelationId, schema);

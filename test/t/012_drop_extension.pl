@@ -54,8 +54,23 @@ $node->safe_psql('postgres', q{CREATE EXTENSION dex; CREATE TABLE dex.mine (x in
 $node->safe_psql('postgres', q{DROP EXTENSION dex});
 is($node->safe_psql('postgres', q{SELECT x FROM dex.mine}), '1', 'a schema dex that holds other objects stays, with them');
 
-# an extension created again after a drop works
+# DROP EXTENSION under a hostile search_path runs none of the attacker's code: an
+# operator = (oid, integer) matches a comparison with a literal better than pg_catalog's
 $node->safe_psql('postgres', q{DROP TABLE dex.mine; DROP SCHEMA dex; CREATE EXTENSION dex;
+	CREATE SCHEMA evil; CREATE TABLE evil.ran (what text);
+	CREATE FUNCTION evil.eq(oid, integer) RETURNS boolean LANGUAGE plpgsql AS
+	  $$BEGIN INSERT INTO evil.ran VALUES ('eq'); RETURN $1::integer = $2; END$$;
+	CREATE OPERATOR evil.= (LEFTARG = oid, RIGHTARG = integer, FUNCTION = evil.eq);
+	CREATE FUNCTION evil.exists(boolean) RETURNS boolean LANGUAGE plpgsql AS
+	  $$BEGIN INSERT INTO evil.ran VALUES ('exists'); RETURN $1; END$$;});
+$node->safe_psql('postgres', q{SET search_path = evil, pg_catalog; DROP EXTENSION dex});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM evil.ran}), '0',
+	'DROP EXTENSION dex under a hostile search_path runs no attacker code');
+is($node->safe_psql('postgres', $schema), '0', 'and still drops the empty schema');
+$node->safe_psql('postgres', q{DROP SCHEMA evil CASCADE});
+
+# an extension created again after a drop works
+$node->safe_psql('postgres', q{CREATE EXTENSION dex;
 	SELECT dex.create_queue('wf', 'workflow'); SELECT dex.create_run('w', 'wf')});
 is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.poll_tasks('wf', 'w')}), '1',
 	'dex created again works');
