@@ -12,6 +12,15 @@ SELECT array_length(:'runs'::uuid[], 1) AS created,
           FROM dex.runs WHERE id = ANY (:'runs')) AS same_settings,
        (SELECT array_agg(r ORDER BY r) = array_agg(r) FROM unnest(:'runs'::uuid[]) r) AS ids_in_order;
 
+-- ids are strictly ascending in argument order even when thousands share a millisecond
+BEGIN;
+SELECT bool_and(id > prev) AS thousands_in_order
+  FROM (SELECT id, lag(id) OVER (ORDER BY n) AS prev
+          FROM dex.create_runs('b', 'batch-wf', array_fill('1'::jsonb, ARRAY[5000]))
+               WITH ORDINALITY AS r (id, n)) AS ids
+ WHERE prev IS NOT NULL;
+ROLLBACK;
+
 -- one poll leases them all; one call completes them all: two schedule an
 -- activity, two complete their run
 SELECT array_agg(run_id ORDER BY run_id) AS r, array_agg(task_id ORDER BY run_id) AS t,

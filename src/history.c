@@ -242,17 +242,28 @@ dex_queue_room_freed_spi(int queue_col, int limited_col)
 
 /*
  * A new UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, 12 bits of
- * sub-millisecond time so ids made by one backend sort in creation order,
- * then 62 random bits.
+ * sub-millisecond time, then 62 random bits.  The 60 bits of time never
+ * repeat or go back within a backend (RFC 9562, 6.2 method 3): an id made in
+ * the same 1/4096 ms as the previous one, or after the clock stepped back,
+ * takes the previous time plus one step, so the ids of one create_runs call
+ * sort in the order of its arguments.
  */
 pg_uuid_t *
 dex_new_uuid(void)
 {
+	static uint64 last_time = 0;	/* unix_ms << 12 | sub_ms of the last id */
 	pg_uuid_t  *uuid = palloc(sizeof(pg_uuid_t));
 	TimestampTz now = GetCurrentTimestamp();
 	int64		unix_us = now + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY;
-	uint64		unix_ms = (uint64) (unix_us / 1000);
-	uint32		sub_ms = (uint32) ((unix_us % 1000) * 4096 / 1000);
+	uint64		time = ((uint64) (unix_us / 1000) << 12) | (uint64) ((unix_us % 1000) * 4096 / 1000);
+	uint64		unix_ms;
+	uint32		sub_ms;
+
+	if (time <= last_time)
+		time = last_time + 1;
+	last_time = time;
+	unix_ms = time >> 12;
+	sub_ms = (uint32) (time & 0xfff);
 
 	if (!pg_strong_random(uuid->data + 8, 8))
 		ereport(ERROR,
