@@ -25,6 +25,9 @@
  * stopped; runs created long ago that are still active are only looked at
  * again by the next sweep.
  *
+ * Nothing is deleted while a logical restore of the database is under way
+ * (api_queues.c notes it, the scheduler ends it).
+ *
  * Each pass also removes the queue grants of roles that were dropped
  * (privileges.c): roles belong to the cluster, and a role created later may
  * get a dropped role's oid.
@@ -128,6 +131,16 @@ static DexPlan retention_delete_plan = {
 	1, {UUIDARRAYOID}
 };
 
+/*
+ * A logical restore is under way (the trigger on dex.queue noted it; the
+ * scheduler removes the note when the restoring session has ended).  Runs
+ * restored before their history must not be deleted then: the history that
+ * follows them would be left without a run.
+ */
+static DexPlan restoring_plan = {
+	"SELECT FROM dex.lease WHERE name = 'restore'", 0, {0}
+};
+
 /* where the sweep goes on: the last run id looked at (all zero: the start) */
 static pg_uuid_t sweep_position;
 
@@ -157,6 +170,12 @@ retention_batch(TimestampTz cutoff, bool *more)
 	ArrayBuildState *due = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 	uint64		n;
 
+	dex_spi_exec(&restoring_plan, NULL, NULL, 1);
+	if (SPI_processed > 0)
+	{
+		*more = false;
+		return 0;
+	}
 	uuid_v7_floor(cutoff, &cutoff_id);
 	values[0] = UUIDPGetDatum(&sweep_position);
 	values[1] = UUIDPGetDatum(&cutoff_id);

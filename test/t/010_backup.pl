@@ -327,6 +327,27 @@ sub drive
 drive($dst, 'app', 'restored', $issued_before_dump);
 drive($copy, 'app', 'physical copy', $issued_before_backup);
 
+# The maintenance worker deletes no run while a restore is under way: runs
+# restored before their history would leave that history without a run.
+# With a retention of one second, the run completed before the dump goes only
+# once the restoring session has ended.
+$dst->safe_psql('postgres', 'CREATE DATABASE app_retained');
+$restorer = $dst->background_psql('app_retained');
+$restorer->query_safe("\\i $plain");
+$dst->safe_psql('postgres', q{ALTER SYSTEM SET dex.retention_period = '1s';
+	ALTER SYSTEM SET dex.maintenance_naptime = '100ms'; SELECT pg_reload_conf()});
+sleep 3;
+is($dst->safe_psql('app_retained', q{SELECT count(*) FROM dex.workflow_run WHERE workflow_name = 'done'}), '1',
+	'while a restore is under way, retention deletes no run');
+$restorer->quit;
+ok($dst->poll_query_until('app_retained', q{
+	SELECT NOT EXISTS (SELECT FROM dex.workflow_run WHERE workflow_name = 'done')
+	   AND NOT EXISTS (SELECT FROM dex.workflow_history h
+	                    WHERE NOT EXISTS (SELECT FROM dex.workflow_run r WHERE r.id = h.run_id))}),
+	'once it has ended, the ended run goes with its history');
+$dst->safe_psql('postgres', q{ALTER SYSTEM RESET dex.retention_period;
+	ALTER SYSTEM RESET dex.maintenance_naptime; SELECT pg_reload_conf()});
+
 # a database updated from 1.1 dumps no task partition either
 $src->safe_psql('postgres', 'CREATE DATABASE old');
 $src->safe_psql('old', q{CREATE EXTENSION dex VERSION '1.1'; SELECT dex.create_queue('wf', 'workflow');
