@@ -9,8 +9,9 @@ SELECT p.oid::regprocedure AS function, pg_get_function_result(p.oid) AS returns
  WHERE n.nspname = 'dex'
  ORDER BY p.oid::regprocedure::text;
 
--- every function is documented and pins its search_path (procedures cannot:
--- a SET clause forbids transaction control; they qualify every name instead)
+-- every function is documented and pins its search_path (a procedure cannot:
+-- a SET clause forbids transaction control; its C code pins it instead, see
+-- sql/security.sql)
 SELECT p.oid::regprocedure AS undocumented_or_unpinned
   FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
  WHERE n.nspname = 'dex'
