@@ -10,15 +10,18 @@ MODULE_big = dex
 
 PROTOS = common event command task
 WKT_PROTOS = timestamp duration
-PROTO_SRCS = $(PROTOS:%=src/gen/dex/v1/%.pb-c.c) $(WKT_PROTOS:%=src/gen/google/protobuf/%.pb-c.c)
+GEN = src/wire/gen
+PROTO_SRCS = $(PROTOS:%=$(GEN)/dex/v1/%.pb-c.c) $(WKT_PROTOS:%=$(GEN)/google/protobuf/%.pb-c.c)
 PROTO_HDRS = $(PROTO_SRCS:.c=.h)
 
-SRCS = src/dex.c src/codec.c src/api_codec.c src/spi_util.c src/wakeup.c src/stats.c src/privileges.c src/api_queues.c \
-       src/api_runs.c src/api_tasks.c src/history.c src/workflow_task.c src/commands.c src/completion.c \
-       src/rebuild.c src/locks.c src/instances.c src/launcher.c src/scheduler.c src/maintenance.c
+# One folder per duty; dependencies run one way (src/README.md, checked by test/layers.py):
+#   api, workers -> engine -> shmem, wire -> util
+SRCS = src/dex.c \
+       $(wildcard src/util/*.c) $(wildcard src/wire/*.c) $(wildcard src/shmem/*.c) \
+       $(wildcard src/engine/*.c) $(wildcard src/api/*.c) $(wildcard src/workers/*.c)
 OBJS = $(SRCS:.c=.o) $(PROTO_SRCS:.c=.o)
 
-PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/src/gen
+PG_CPPFLAGS = -I$(srcdir)/src -I$(srcdir)/$(GEN)
 PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers \
             -Wno-sign-compare -Wno-cast-function-type
 SHLIB_LINK = -lprotobuf-c
@@ -26,7 +29,7 @@ SHLIB_LINK = -lprotobuf-c
 REGRESS = setup codec queues runs tasks errors batch events control listing children keys timeouts capacity monitoring bad_input roles queue_access instances security
 REGRESS_OPTS = --load-extension=dex
 
-EXTRA_CLEAN = src/gen
+EXTRA_CLEAN = $(GEN)
 
 PROTOC_C ?= protoc-c
 PROTO_INCLUDE ?= /usr/include
@@ -39,16 +42,16 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # protoc-c output: the engine's protocol and the two well-known types it uses.
-src/gen/dex/v1/%.pb-c.c src/gen/dex/v1/%.pb-c.h: proto/dex/v1/%.proto
-	@mkdir -p src/gen
-	$(PROTOC_C) --c_out=src/gen -Iproto -I$(PROTO_INCLUDE) $<
+$(GEN)/dex/v1/%.pb-c.c $(GEN)/dex/v1/%.pb-c.h: proto/dex/v1/%.proto
+	@mkdir -p $(GEN)
+	$(PROTOC_C) --c_out=$(GEN) -Iproto -I$(PROTO_INCLUDE) $<
 
-src/gen/google/protobuf/%.pb-c.c src/gen/google/protobuf/%.pb-c.h: $(PROTO_INCLUDE)/google/protobuf/%.proto
-	@mkdir -p src/gen
-	$(PROTOC_C) --c_out=src/gen -I$(PROTO_INCLUDE) google/protobuf/$*.proto
+$(GEN)/google/protobuf/%.pb-c.c $(GEN)/google/protobuf/%.pb-c.h: $(PROTO_INCLUDE)/google/protobuf/%.proto
+	@mkdir -p $(GEN)
+	$(PROTOC_C) --c_out=$(GEN) -I$(PROTO_INCLUDE) google/protobuf/$*.proto
 
 # Every C file may include any generated header.
-$(SRCS:.c=.o): $(PROTO_HDRS) $(wildcard src/*.h)
+$(SRCS:.c=.o): $(PROTO_HDRS) $(wildcard src/*.h src/*/*.h)
 
 # Generated code is not ours to lint: keep -Werror but silence what protoc-c emits.
 $(PROTO_SRCS:.c=.o): override CFLAGS += -Wno-unused-parameter

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one test command. Installs missing Debian packages, builds and installs dex, starts a
 # throwaway cluster (test/lib.sh) and runs every suite that has tests:
+#   layers     test/layers.py: dependencies between src/'s files run one way, without cycles
 #   regress    pg_regress over the Makefile's REGRESS (sql/*.sql, expected/*.out)
 #   isolation  pg_isolation_regress over test/isolation/specs/*.spec
 #   pgtap      pg_prove over test/pgtap/*.sql
@@ -101,6 +102,12 @@ make_var() {
   # shellcheck disable=SC2016 # $($*) is for make
   printf 'dex-print-%%:\n\t@echo $($*)\n' |
     make -s --no-print-directory -C "$DEX_ROOT" -f Makefile -f - PG_CONFIG="$PG_CONFIG" "dex-print-$1"
+}
+
+# The layering of src/ (test/layers.py): one test, over the object files the build left.
+suite_layers() {
+  run_logged layers "$DEX_SRC" python3 test/layers.py "$DEX_SRC/src"
+  if ((rc == 0)); then record layers 1 0; else record layers 0 1; fi
 }
 
 suite_regress() {
@@ -226,6 +233,7 @@ step cluster dex_start_cluster
 # run_suite NAME: a suite never stops the others; a bug in its own plumbing counts as a failure.
 run_suite() { "suite_$1" || record "$1" 0 1 "harness error, status $?"; }
 
+run_suite layers
 run_suite regress
 ensure_extension || true
 run_suite isolation

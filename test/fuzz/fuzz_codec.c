@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * fuzz_codec.c
- *	  The fuzz targets of src/codec.c and src/commands.c, and what they
+ *	  The fuzz targets of src/wire/codec.c and src/engine/commands.c, and what they
  *	  check.
  *
  * Three targets, each one libFuzzer binary (fuzz_main.c):
@@ -65,14 +65,14 @@
 #include "utils/jsonb.h"
 
 #include "codec.h"
-#include "dex.h"
+#include "engine/engine.h"
 #include "google/protobuf/duration.pb-c.h"
 #include "google/protobuf/timestamp.pb-c.h"
 
 #include "fuzz_codec.h"
 #include "fuzz_pg.h"
 
-/* src/codec.c's DEX_PB_MAX_DEPTH: no message nests deeper, whatever its type */
+/* src/wire/codec.c's DEX_PB_MAX_DEPTH: no message nests deeper, whatever its type */
 #define MAX_DEPTH	100
 
 /*

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * fuzz_codec.h
- *	  The fuzz targets of src/codec.c (fuzz_codec.c), for the libFuzzer
+ *	  The fuzz targets of src/wire/codec.c (fuzz_codec.c), for the libFuzzer
  *	  entry points (fuzz_main.c) and the seed generator (seedgen.c).
  *
  * IDENTIFICATION

@@ -2,7 +2,7 @@
  *
  * fuzz_jsonb.c
  *	  A stand-in for the backend's jsonb, for the fuzzing harness: the API
- *	  src/codec.c uses (pushJsonbValue, JsonbValueToJsonb, the iterator,
+ *	  src/wire/codec.c uses (pushJsonbValue, JsonbValueToJsonb, the iterator,
  *	  getIthJsonbValueFromContainer, JsonbExtractScalar), jsonb made from
  *	  JSON text like jsonb_in makes it, and jsonb printed back as text.
  *

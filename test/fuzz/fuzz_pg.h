@@ -6,7 +6,7 @@
  *	  ereport(ERROR) as a normal outcome, and jsonb made from JSON text and
  *	  printed back as text.
  *
- * src/codec.c runs outside the server in the harness.  The symbols it takes
+ * src/wire/codec.c runs outside the server in the harness.  The symbols it takes
  * from the backend (palloc, ereport, StringInfo, numeric, jsonb, ...) are
  * defined by pg_stubs.c and fuzz_jsonb.c, written for the harness: they
  * keep the documented behaviour the codec relies on and are stricter than

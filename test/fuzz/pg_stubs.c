@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * pg_stubs.c
- *	  Stand-ins for the PostgreSQL backend functions src/codec.c calls, so
+ *	  Stand-ins for the PostgreSQL backend functions src/wire/codec.c calls, so
  *	  that the codec runs in a libFuzzer process instead of a server: memory,
  *	  ereport, StringInfo, stack depth, fmgr calls, numeric, dates and the
  *	  server encoding (UTF-8).  Jsonb is in fuzz_jsonb.c.

@@ -37,7 +37,7 @@
  */
 #include "postgres.h"
 
-#include "dex.h"
+#include "engine/engine.h"
 
 /* The longest delay or timeout a command may ask for: 100 years */
 #define MAX_DELAY_MS ((int64) 100 * 365 * 24 * 3600 * 1000)

@@ -44,7 +44,7 @@
 #include "utils/rel.h"
 #include "utils/timestamp.h"
 
-#include "dex.h"
+#include "api/api.h"
 
 PG_FUNCTION_INFO_V1(dex_create_queue);
 PG_FUNCTION_INFO_V1(dex_queue_partition_trigger);
@@ -359,11 +359,87 @@ dex_alter_queue(PG_FUNCTION_ARGS)
 	SPI_connect();
 	dex_spi_exec(&alter_queue_plan, values, nulls, 0);
 	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("queue \"%s\" does not exist", name)));
+		dex_queue_does_not_exist(name, NULL);
 	dex_queue_work_added((int32) dex_spi_getint64(0, 1));
 	dex_queue_cache_reset();
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+/* ----------------------------------------------------------------
+ * dex.grant_queue(queue, role), dex.revoke_queue(queue, role)
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dex_grant_queue);
+PG_FUNCTION_INFO_V1(dex_revoke_queue);
+PG_FUNCTION_INFO_V1(dex_usable_queue_ids);
+
+static DexPlan grant_plan = {
+	"INSERT INTO dex.queue_grant (queue_id, grantee) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+	2, {INT4OID, OIDOID}
+};
+
+static DexPlan revoke_plan = {
+	"DELETE FROM dex.queue_grant WHERE queue_id = $1 AND grantee = $2",
+	2, {INT4OID, OIDOID}
+};
+
+
+static Datum
+grant_or_revoke(FunctionCallInfo fcinfo, bool grant)
+{
+	char	   *name;
+	DexQueue	queue;
+	Datum		values[2];
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("queue and role must not be null")));
+	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	SPI_connect();
+	queue = dex_existing_queue(name, NULL);
+	values[0] = Int32GetDatum(queue.id);
+	values[1] = PG_GETARG_DATUM(1);
+	dex_spi_exec(grant ? &grant_plan : &revoke_plan, values, NULL, 0);
+	dex_queue_cache_reset();
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* dex.grant_queue(queue text, role regrole): the role may use the queue */
+Datum
+dex_grant_queue(PG_FUNCTION_ARGS)
+{
+	return grant_or_revoke(fcinfo, true);
+}
+
+/* dex.revoke_queue(queue text, role regrole): takes back dex.grant_queue */
+Datum
+dex_revoke_queue(PG_FUNCTION_ARGS)
+{
+	return grant_or_revoke(fcinfo, false);
+}
+
+
+/*
+ * dex.usable_queue_ids() returns integer[]: the ids of the queues the caller
+ * may use; the dex.runs view shows the runs of these.
+ */
+static Datum
+usable_queue_ids(PG_FUNCTION_ARGS)
+{
+	Datum		result;
+
+	SPI_connect();
+	result = SPI_datumTransfer(dex_usable_queue_ids_list(), false, -1);
+	SPI_finish();
+	PG_RETURN_DATUM(result);
+}
+
+Datum
+dex_usable_queue_ids(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, usable_queue_ids);
 }

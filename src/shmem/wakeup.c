@@ -49,7 +49,7 @@
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
-#include "dex.h"
+#include "shmem/shmem.h"
 
 #define DEX_WAIT_SLOTS 256
 

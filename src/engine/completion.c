@@ -35,7 +35,7 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
-#include "dex.h"
+#include "engine/engine.h"
 
 /* ----------------------------------------------------------------
  * Lost leases
@@ -896,120 +896,6 @@ static DexPlan cancel_timers_plan = {
 	"WHERE i.run_id = c.run_id AND i.timer_id = c.timer_id",
 	2, {UUIDARRAYOID, INT4ARRAYOID}
 };
-
-/*
- * Pending work is withdrawn, except task rows another transaction holds (a
- * poll in a worker's open transaction): waiting for them while holding the
- * run lock could deadlock (the locking protocol of history.c).  Such a task
- * is refused when completed, and cleared by polls and the scheduler.
- */
-static DexPlan end_runs_plan = {
-	"WITH a AS (DELETE FROM dex.activity_task a USING (SELECT run_id, event_id FROM dex.activity_task "
-	"             WHERE run_id = ANY ($1) FOR UPDATE SKIP LOCKED) s "
-	"           WHERE a.run_id = s.run_id AND a.event_id = s.event_id), "
-	"     e AS (DELETE FROM dex.external_event WHERE run_id = ANY ($1)), "
-	"     ar AS (DELETE FROM dex.activity_retry WHERE run_id = ANY ($1)), "
-	"     t AS (DELETE FROM dex.workflow_task t USING (SELECT run_id, queue_id FROM dex.workflow_task "
-	"             WHERE run_id = ANY ($1) FOR UPDATE SKIP LOCKED) s "
-	"           WHERE t.run_id = s.run_id AND t.queue_id = s.queue_id), "
-	"     n AS (DELETE FROM dex.run_instance i USING dex.workflow_run r "
-	"           WHERE r.id = ANY ($1) AND i.instance_id = r.instance_id AND i.run_id = r.id) "
-	"DELETE FROM dex.workflow_inbox WHERE run_id = ANY ($1)",
-	1, {UUIDARRAYOID}
-};
-
-/* the children that ended, with a parent still there to tell */
-static DexPlan ended_children_plan = {
-	"SELECT r.parent_id, r.parent_event_id, r.status, r.result, r.failure "
-	"FROM dex.workflow_run r JOIN dex.workflow_run p ON p.id = r.parent_id "
-	"WHERE r.id = ANY ($1) AND r.parent_id IS NOT NULL "
-	"AND p.status = ANY ('{CREATED,RUNNING,SUSPENDED}'::text[]) ORDER BY r.parent_id",
-	1, {UUIDARRAYOID}
-};
-
-static DexPlan active_children_plan = {
-	"SELECT id FROM dex.workflow_run WHERE parent_id = ANY ($1) "
-	"AND status = ANY ('{CREATED,RUNNING,SUSPENDED}'::text[]) ORDER BY id",
-	1, {UUIDARRAYOID}
-};
-
-/*
- * Everything that follows the end of runs (locked by the caller): their
- * pending work is removed, their instance ids and concurrency keys freed (the
- * next run waiting for a key is admitted), their parents told
- * (childRunCompleted or childRunFailed, through the scheduler: a child does
- * not lock its parent), and their children that still run cancelled.
- */
-void
-dex_end_runs(Datum run_ids)
-{
-	Datum		values[1] = {run_ids};
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	DexInboxBatch inbox;
-	int			n;
-	pg_uuid_t  *children;
-
-	dex_spi_exec(&end_runs_plan, values, NULL, 0);
-	dex_release_keys(run_ids);
-
-	dex_spi_exec(&ended_children_plan, values, NULL, 0);
-	dex_inbox_batch_init(&inbox);
-	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		bool		isnull;
-		pg_uuid_t  *parent = palloc(sizeof(pg_uuid_t));
-		int32		event_id = (int32) dex_spi_getint64(i, 2);
-		char	   *status = dex_spi_gettext_copy(i, 3);
-		bytea	   *result = dex_spi_getbytea_copy(i, 4);
-		bytea	   *failure = dex_spi_getbytea_copy(i, 5);
-		Dex__V1__WorkflowEvent *ev = dex_new_event(0, now);
-
-		memcpy(parent, DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)), sizeof(pg_uuid_t));
-		if (strcmp(status, "COMPLETED") == 0)
-		{
-			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_CHILD_RUN_COMPLETED;
-			ev->child_run_completed = palloc(sizeof(Dex__V1__ChildRunCompleted));
-			dex__v1__child_run_completed__init(ev->child_run_completed);
-			ev->child_run_completed->child_run_created_event_id = event_id;
-			ev->child_run_completed->result = result ? dex_payload_unpack(result, "result") : NULL;
-		}
-		else
-		{
-			Dex__V1__Failure *f;
-
-			if (failure)
-				f = (Dex__V1__Failure *)
-					dex_pb_unpack(&dex__v1__failure__descriptor, (uint8 *) VARDATA_ANY(failure),
-								  VARSIZE_ANY_EXHDR(failure), "failure");
-			else
-			{
-				f = palloc(sizeof(*f));
-				dex__v1__failure__init(f);
-				f->message = "the child run was cancelled";
-				f->type = "dex.Cancelled";
-			}
-			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_CHILD_RUN_FAILED;
-			ev->child_run_failed = palloc(sizeof(Dex__V1__ChildRunFailed));
-			dex__v1__child_run_failed__init(ev->child_run_failed);
-			ev->child_run_failed->child_run_created_event_id = event_id;
-			ev->child_run_failed->failure = f;
-		}
-		dex_inbox_batch_add_unlocked(&inbox, parent, ev);
-	}
-	dex_inbox_batch_flush(&inbox);
-
-	dex_spi_exec(&active_children_plan, values, NULL, 0);
-	n = (int) SPI_processed;
-	children = palloc(sizeof(pg_uuid_t) * Max(n, 1));
-	for (int i = 0; i < n; i++)
-	{
-		bool		isnull;
-
-		memcpy(&children[i], DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)), sizeof(pg_uuid_t));
-	}
-	for (int i = 0; i < n; i++)
-		dex_cancel_run_internal(&children[i], "the parent run ended", true);
-}
 
 /*
  * A run that goes on gets a new task if unseen events remain.  "Visible" is

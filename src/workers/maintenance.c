@@ -58,7 +58,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "dex.h"
+#include "workers/workers.h"
 
 PGDLLEXPORT void dex_maintenance_main(Datum main_arg);
 
@@ -86,8 +86,8 @@ static DexPlan acquire_lease_plan = {
  * Take or renew the named lease for this process for duration_ms, in the
  * current transaction.  Returns false if another holder's lease is live.
  */
-bool
-dex_lease_acquire(const char *name, int duration_ms)
+static bool
+lease_acquire(const char *name, int duration_ms)
 {
 	Datum		values[3];
 
@@ -256,7 +256,7 @@ maintenance_pass(bool leave_without_dex)
 		dex_worker_leave_without_extension(leave_without_dex);
 		goto done;
 	}
-	held = dex_lease_acquire("maintenance", dex_maintenance_naptime_ms * 3 + 60000);
+	held = lease_acquire("maintenance", dex_maintenance_naptime_ms * 3 + 60000);
 	if (held && dex_queue_grants_exist())
 		dex_spi_exec(&forget_dropped_roles_plan, NULL, NULL, 0);
 	end_batch();

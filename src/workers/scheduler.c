@@ -55,7 +55,7 @@
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
-#include "dex.h"
+#include "workers/workers.h"
 
 PGDLLEXPORT void dex_scheduler_main(Datum main_arg);
 

@@ -51,7 +51,7 @@
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
-#include "dex.h"
+#include "workers/workers.h"
 
 PGDLLEXPORT void dex_launcher_main(Datum main_arg);
 

@@ -12,7 +12,7 @@
 #include "fmgr.h"
 #include "utils/builtins.h"
 
-#include "dex.h"
+#include "api/api.h"
 
 PG_FUNCTION_INFO_V1(dex_to_json);
 PG_FUNCTION_INFO_V1(dex_from_json);

@@ -36,7 +36,7 @@
 #include "utils/lsyscache.h"
 #include "utils/guc.h"
 
-#include "dex.h"
+#include "util/util.h"
 
 int
 dex_spi_exec(DexPlan *plan, Datum *values, const char *nulls, long count)

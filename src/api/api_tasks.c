@@ -37,7 +37,7 @@
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 
-#include "dex.h"
+#include "api/api.h"
 
 PG_FUNCTION_INFO_V1(dex_poll_tasks);
 PG_FUNCTION_INFO_V1(dex_poll_tasks_pb);
@@ -339,10 +339,7 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 
 	SPI_connect();
 	dex_wait_for_rebuild();
-	if (!dex_lookup_queue(queue_name, &queue))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("queue \"%s\" does not exist", queue_name)));
+	queue = dex_existing_queue(queue_name, NULL);
 	dex_check_queue_use(&queue);
 
 	/* a paused queue hands out nothing, a full one nothing more */
@@ -882,10 +879,7 @@ look_at_queue(const char *queue_name, DexQueue *queue, uint64 *generation, bool 
 	int			guc_level = dex_push_planner_settings();
 	Datum		values[1];
 
-	if (!dex_lookup_queue(queue_name, queue))
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("queue \"%s\" does not exist", queue_name)));
+	*queue = dex_existing_queue(queue_name, NULL);
 	dex_check_queue_use(queue);
 
 	/* read the generation first: work committed after this wakes us */

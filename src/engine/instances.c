@@ -29,7 +29,7 @@
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 
-#include "dex.h"
+#include "engine/engine.h"
 
 /* [0]: a 1.1 schema, ids global; [1]: ids per queue.  $1 queue id, $2 instance id, $3 run id */
 static DexPlan claim_plans[2] = {

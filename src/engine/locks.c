@@ -35,7 +35,7 @@
 #include "storage/lock.h"
 #include "utils/lsyscache.h"
 
-#include "dex.h"
+#include "engine/engine.h"
 
 #define REBUILD_LOCK_SUBID 1
 #define CAPACITY_LOCK_SUBID 2

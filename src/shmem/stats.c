@@ -46,7 +46,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/timestamp.h"
 
-#include "dex.h"
+#include "shmem/shmem.h"
 
 #define DEX_STAT_SLOTS 1024
 

@@ -22,7 +22,7 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 
-#include "dex.h"
+#include "api/api.h"
 
 PG_FUNCTION_INFO_V1(dex_create_run);
 PG_FUNCTION_INFO_V1(dex_run_history);
@@ -120,18 +120,6 @@ static DexPlan insert_run_plan = {
 	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, pg_catalog.now())",
 	9, {UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID}
 };
-
-/*
- * Raise the error of an unknown run: for a run that does not exist, and for
- * one of a queue the caller may not use (privileges.c), alike.
- */
-static void
-no_such_run(pg_uuid_t *run_id)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_UNDEFINED_OBJECT),
-			 errmsg("workflow run %s does not exist", dex_uuid_to_cstring(run_id))));
-}
 
 static DexPlan insert_task_plan = {
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) VALUES ($1, $2, $3)",
@@ -276,7 +264,7 @@ run_history(PG_FUNCTION_ARGS)
 	SPI_connect();
 	dex_spi_exec(&run_exists_plan, values, NULL, 1);
 	if (SPI_processed == 0 || !dex_may_use_queue_id((int32) dex_spi_getint64(0, 1)))
-		no_such_run(run_id);
+		dex_no_such_run(run_id);
 
 	dex_spi_exec(&history_plan, values, NULL, 0);
 	for (uint64 row = 0; row < SPI_processed; row++)
@@ -446,10 +434,10 @@ send_external_event(pg_uuid_t *run_id, const char *event_id, Jsonb *payload)
 
 	dex_spi_exec(&lock_run_for_event_plan, values, NULL, 1);
 	if (SPI_processed == 0)
-		no_such_run(run_id);
+		dex_no_such_run(run_id);
 	status = dex_spi_gettext_copy(0, 1);
 	if (!dex_may_use_queue_id((int32) dex_spi_getint64(0, 2)))
-		no_such_run(run_id);
+		dex_no_such_run(run_id);
 	if (dex_status_is_terminal(status))
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -549,163 +537,6 @@ PG_FUNCTION_INFO_V1(dex_cancel_run);
 PG_FUNCTION_INFO_V1(dex_suspend_run);
 PG_FUNCTION_INFO_V1(dex_resume_run);
 
-static DexPlan lock_run_plan = {
-	"SELECT status, cancel_requested, queue_id FROM dex.workflow_run WHERE id = $1 FOR NO KEY UPDATE",
-	1, {UUIDOID}
-};
-
-static DexPlan set_status_plan = {
-	"UPDATE dex.workflow_run SET status = $2, updated_at = now() WHERE id = $1",
-	2, {UUIDOID, TEXTOID}
-};
-
-static DexPlan note_cancel_plan = {
-	"UPDATE dex.workflow_run SET cancel_requested = true, updated_at = now() WHERE id = $1",
-	1, {UUIDOID}
-};
-
-static DexPlan end_run_now_plan = {
-	"WITH h AS (INSERT INTO dex.workflow_history (run_id, sequence, events) "
-	"           SELECT id, history_length + 1, $2 FROM dex.workflow_run WHERE id = $1) "
-	"UPDATE dex.workflow_run SET status = 'CANCELLED', history_length = history_length + $3, "
-	"       updated_at = now(), completed_at = now() WHERE id = $1",
-	3, {UUIDOID, BYTEAOID, INT4OID}
-};
-
-/*
- * A task a poll holds (SKIP LOCKED: see the locking protocol of history.c)
- * is left: its completion keeps the run suspended.
- */
-static DexPlan withdraw_task_plan = {
-	"DELETE FROM dex.workflow_task t USING (SELECT run_id, queue_id FROM dex.workflow_task "
-	"  WHERE run_id = $1 AND locked_by IS NULL FOR UPDATE SKIP LOCKED) s "
-	"WHERE t.run_id = s.run_id AND t.queue_id = s.queue_id",
-	1, {UUIDOID}
-};
-
-/*
- * The run, locked; its status.  Errors if it does not exist, or, for the
- * caller's own request (for_caller), if its queue is not one the caller may
- * use: the engine's own steps (a parent's cancellation reaching its
- * children) are not the caller's.
- */
-static char *
-lock_run(pg_uuid_t *run_id, bool *cancel_requested, bool for_caller)
-{
-	Datum		values[1] = {UUIDPGetDatum(run_id)};
-	char	   *status;
-	int32		queue_id;
-
-	dex_spi_exec(&lock_run_plan, values, NULL, 1);
-	if (SPI_processed == 0)
-		no_such_run(run_id);
-	if (cancel_requested)
-		*cancel_requested = dex_spi_getbool(0, 2);
-	status = dex_spi_gettext_copy(0, 1);
-	queue_id = (int32) dex_spi_getint64(0, 3);
-	if (for_caller && !dex_may_use_queue_id(queue_id))
-		no_such_run(run_id);
-	return status;
-}
-
-static void
-illegal_transition(pg_uuid_t *run_id, const char *action, const char *status)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			 errmsg("cannot %s workflow run %s", action, dex_uuid_to_cstring(run_id)),
-			 errdetail("Its status is %s.", status)));
-}
-
-static Dex__V1__WorkflowEvent *
-simple_event(Dex__V1__WorkflowEvent__SubjectCase subject)
-{
-	Dex__V1__WorkflowEvent *ev = dex_new_event(0, GetCurrentTransactionStartTimestamp());
-
-	ev->subject_case = subject;
-	/* the subjects used here have no fields: an initialized empty message of any type fits */
-	switch (subject)
-	{
-		case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_SUSPENDED:
-			ev->run_suspended = palloc(sizeof(Dex__V1__RunSuspended));
-			dex__v1__run_suspended__init(ev->run_suspended);
-			break;
-		case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_RESUMED:
-			ev->run_resumed = palloc(sizeof(Dex__V1__RunResumed));
-			dex__v1__run_resumed__init(ev->run_resumed);
-			break;
-		default:
-			elog(ERROR, "unexpected event subject %d", (int) subject);
-	}
-	return ev;
-}
-
-/*
- * Cancel a run (see dex.cancel_run).  With if_active, a run that has ended is
- * left alone instead of being an error: the cascade from a parent uses it.
- */
-void
-dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
-{
-	char	   *status;
-	bool		cancel_requested;
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
-
-	/* if_active: a parent's end cancels its children, the engine's doing */
-	status = lock_run(run_id, &cancel_requested, !if_active);
-	if (dex_status_is_terminal(status))
-	{
-		if (if_active)
-			return;
-		illegal_transition(run_id, "cancel", status);
-	}
-
-	if (strcmp(status, "RUNNING") == 0)
-	{
-		Dex__V1__WorkflowEvent *ev;
-
-		if (!cancel_requested)
-		{
-			Datum		values[1] = {UUIDPGetDatum(run_id)};
-
-			ev = dex_new_event(0, now);
-			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCEL_REQUESTED;
-			ev->run_cancel_requested = palloc(sizeof(Dex__V1__RunCancelRequested));
-			dex__v1__run_cancel_requested__init(ev->run_cancel_requested);
-			ev->run_cancel_requested->reason = pstrdup(reason);
-			dex_spi_exec(&note_cancel_plan, values, NULL, 0);
-			dex_insert_inbox(run_id, ev, now);
-		}
-	}
-	else
-	{
-		/* not executing: record the end, and withdraw everything */
-		Datum		ids = dex_uuid_array(&run_id, 1);
-		HTAB	   *runs = dex_load_runs(ids, false);
-		DexRun	   *run = dex_find_run(runs, run_id);
-		Dex__V1__EventBatch batch;
-		Dex__V1__WorkflowEvent *events[2];
-		Dex__V1__WorkflowEvent *cancelled = dex_new_event(0, now);
-		Datum		values[3];
-
-		dex__v1__event_batch__init(&batch);
-		batch.events = events;
-		if (strcmp(status, "CREATED") == 0)
-			events[batch.n_events++] = dex_run_created_event(run);
-		cancelled->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCELLED;
-		cancelled->run_cancelled = palloc(sizeof(Dex__V1__RunCancelled));
-		dex__v1__run_cancelled__init(cancelled->run_cancelled);
-		cancelled->run_cancelled->reason = pstrdup(reason);
-		events[batch.n_events++] = cancelled;
-
-		values[0] = UUIDPGetDatum(run_id);
-		values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &batch));
-		values[2] = Int32GetDatum((int32) batch.n_events);
-		dex_spi_exec(&end_run_now_plan, values, NULL, 0);
-		dex_end_runs(ids);
-	}
-}
-
 /*
  * dex.cancel_run(run_id, reason): a run that is executing receives
  * runCancelRequested and ends CANCELLED when the workflow task that shows it
@@ -743,8 +574,6 @@ static Datum
 suspend_run(PG_FUNCTION_ARGS)
 {
 	pg_uuid_t  *run_id;
-	char	   *status;
-	Datum		values[2];
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -753,16 +582,7 @@ suspend_run(PG_FUNCTION_ARGS)
 	run_id = PG_GETARG_UUID_P(0);
 	SPI_connect();
 	dex_wait_for_rebuild();
-	status = lock_run(run_id, NULL, true);
-	if (strcmp(status, "RUNNING") != 0)
-		illegal_transition(run_id, "suspend", status);
-	values[0] = UUIDPGetDatum(run_id);
-	values[1] = CStringGetTextDatum("SUSPENDED");
-	dex_spi_exec(&set_status_plan, values, NULL, 0);
-	dex_spi_exec(&withdraw_task_plan, values, NULL, 0);
-	/* delivered with the next task, after the run is resumed */
-	dex_insert_inbox(run_id, simple_event(DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_SUSPENDED),
-					 GetCurrentTransactionStartTimestamp());
+	dex_suspend_run_internal(run_id);
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -772,8 +592,6 @@ static Datum
 resume_run(PG_FUNCTION_ARGS)
 {
 	pg_uuid_t  *run_id;
-	char	   *status;
-	Datum		values[2];
 
 	if (PG_ARGISNULL(0))
 		ereport(ERROR,
@@ -782,14 +600,7 @@ resume_run(PG_FUNCTION_ARGS)
 	run_id = PG_GETARG_UUID_P(0);
 	SPI_connect();
 	dex_wait_for_rebuild();
-	status = lock_run(run_id, NULL, true);
-	if (strcmp(status, "SUSPENDED") != 0)
-		illegal_transition(run_id, "resume", status);
-	values[0] = UUIDPGetDatum(run_id);
-	values[1] = CStringGetTextDatum("RUNNING");
-	dex_spi_exec(&set_status_plan, values, NULL, 0);
-	dex_insert_inbox(run_id, simple_event(DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_RESUMED),
-					 GetCurrentTransactionStartTimestamp());
+	dex_resume_run_internal(run_id);
 	SPI_finish();
 	PG_RETURN_VOID();
 }

@@ -44,7 +44,7 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
-#include "dex.h"
+#include "engine/engine.h"
 
 #define REBUILD_BATCH 1000
 

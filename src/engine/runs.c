@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * workflow_task.c
+ * runs.c
  *	  What a workflow task is made of, loaded for many runs at once: each
  *	  run's projection, its stored history and the inbox events the task
  *	  shows; and the events a task shows and records.
@@ -21,18 +21,7 @@
 #include "utils/hsearch.h"
 #include "utils/jsonb.h"
 
-#include "dex.h"
-
-/* uuid[] of the given ids */
-Datum
-dex_uuid_array(pg_uuid_t *const *ids, int n)
-{
-	Datum	   *elems = palloc(sizeof(Datum) * Max(n, 1));
-
-	for (int i = 0; i < n; i++)
-		elems[i] = UUIDPGetDatum(ids[i]);
-	return PointerGetDatum(construct_array(elems, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
-}
+#include "engine/engine.h"
 
 #define LOAD_RUNS_SQL \
 	"SELECT id, workflow_name, workflow_version, status, history_length, last_event_id, argument, " \
@@ -307,4 +296,46 @@ dex_build_new_events(DexRun *run, const char *worker_id, TimestampTz started_at,
 						  "inbox event");
 	*n_events = n;
 	return events;
+}
+
+static DexPlan lock_runs_plan = {
+	"SELECT id, status FROM dex.workflow_run WHERE id = ANY ($1) ORDER BY id FOR NO KEY UPDATE",
+	1, {UUIDARRAYOID}
+};
+
+static DexPlan share_runs_plan = {
+	"SELECT id, status FROM dex.workflow_run WHERE id = ANY ($1) ORDER BY id FOR SHARE",
+	1, {UUIDARRAYOID}
+};
+
+/*
+ * Lock the runs (a uuid[] datum), in id order: to write them, or to add
+ * events to them (share).  SPI_tuptable holds (id, status) of those that
+ * exist, in id order.
+ */
+void
+dex_lock_runs(Datum run_ids, bool share)
+{
+	Datum		values[1] = {run_ids};
+
+	dex_spi_exec(share ? &share_runs_plan : &lock_runs_plan, values, NULL, 0);
+}
+
+bool
+dex_status_is_terminal(const char *status)
+{
+	return strcmp(status, "COMPLETED") == 0 || strcmp(status, "FAILED") == 0 ||
+		strcmp(status, "CANCELLED") == 0;
+}
+
+/*
+ * Raise the error of an unknown run: for a run that does not exist, and for
+ * one of a queue the caller may not use (access.c), alike.
+ */
+void
+dex_no_such_run(pg_uuid_t *run_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("workflow run %s does not exist", dex_uuid_to_cstring(run_id))));
 }

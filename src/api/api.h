@@ -1,0 +1,31 @@
+/*-------------------------------------------------------------------------
+ *
+ * api/api.h
+ *	  What the SQL entry points share: the rights a call runs with
+ *	  (api_call.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DEX_API_API_H
+#define DEX_API_API_H
+
+#include "postgres.h"
+
+#include "fmgr.h"
+
+#include "engine/engine.h"
+
+/* api_call.c */
+typedef struct DexApiCall
+{
+	Oid			userid;			/* the caller's user and security context */
+	int			sec_context;
+	Oid			caller;			/* the enclosing API call's caller */
+	int			guc_level;		/* nest level of the pinned search_path; 0: none */
+} DexApiCall;
+
+extern void dex_api_enter(Oid proc_oid, DexApiCall *call);
+extern void dex_api_leave(const DexApiCall *call, bool error);
+extern Datum dex_api_call(FunctionCallInfo fcinfo, PGFunction body);
+
+#endif							/* DEX_API_API_H */

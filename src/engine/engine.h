@@ -1,0 +1,187 @@
+/*-------------------------------------------------------------------------
+ *
+ * engine/engine.h
+ *	  The engine's rules: queues and who may use them, runs and their
+ *	  histories, the inbox, instance ids, concurrency keys, retries,
+ *	  applying completions, the lifecycle of runs, the rebuild after a crash
+ *	  and dex's own locks.  Everything here runs in the caller's transaction
+ *	  and SPI connection; src/README.md gives the locking protocol.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DEX_ENGINE_ENGINE_H
+#define DEX_ENGINE_ENGINE_H
+
+#include "postgres.h"
+
+#include "utils/jsonb.h"
+
+#include "util/util.h"
+#include "wire/wire.h"
+#include "shmem/shmem.h"
+
+/* queues.c */
+typedef struct DexQueue
+{
+	int32		id;
+	char	   *name;
+	bool		is_workflow;
+	bool		paused;			/* polls hand out nothing */
+	int32		capacity;		/* most tasks leased at once; 0: no limit */
+	int			n_grantees;		/* roles it is granted to; -1: no grants (1.0) */
+	Oid		   *grantees;
+} DexQueue;
+
+extern bool dex_queue_grants_exist(void);
+extern bool dex_lookup_queue(const char *name, DexQueue *queue);
+extern void dex_queue_does_not_exist(const char *name, const char *kind) pg_attribute_noreturn();
+extern DexQueue dex_existing_queue(const char *name, const char *kind);
+extern bool dex_queue_by_id(int32 queue_id, DexQueue *queue);
+extern const char *dex_queue_name(int32 queue_id);
+extern void dex_queue_cache_reset(void);
+/* a statement's column: whether the queue of task t has a capacity */
+#define DEX_QUEUE_LIMITED_SQL \
+	"(SELECT q.capacity IS NOT NULL FROM dex.queue q WHERE q.id = t.queue_id)"
+extern void dex_queue_room_freed_spi(int queue_col, int limited_col);
+
+/* access.c: who may use which queue */
+extern Oid	dex_access_set_caller(Oid role);
+extern DexQueue dex_require_queue(const char *name, bool want_workflow);
+extern bool dex_may_use_queue(const DexQueue *queue);
+extern void dex_check_queue_use(const DexQueue *queue);
+extern bool dex_may_use_queue_id(int32 queue_id);
+extern void dex_check_queue_use_spi(int queue_col);
+extern void dex_grant_queue_defaults(int32 queue_id);
+extern Datum dex_usable_queue_ids_datum(void);
+extern Datum dex_usable_queue_ids_list(void);
+
+/* instances.c */
+extern bool dex_claim_instance(int32 queue_id, const char *instance_id, pg_uuid_t *run_id);
+extern int	dex_find_instance(Datum queue_ids, const char *instance_id);
+
+/* runs.c: runs, histories and the events of workflow tasks */
+typedef struct DexRun
+{
+	pg_uuid_t	id;				/* hash key */
+	char	   *workflow_name;
+	int32		workflow_version;
+	char	   *status;
+	int32		history_length;
+	int32		last_event_id;
+	bytea	   *argument;
+	TimestampTz created_at;
+	char	   *instance_id;
+	int32		priority;
+	Jsonb	   *labels;
+	char	   *concurrency_key;
+	char	   *custom_status;
+	bool		has_parent;
+	pg_uuid_t	parent_id;
+	int32		queue_id;
+	int32		generation;		/* continue-as-new count */
+	int32		parent_event_id;	/* the parent's ChildRunCreated event */
+	bool		cancel_requested;
+	bytea	   *history;		/* dex_load_histories: one encoded EventBatch */
+	int			n_inbox;		/* dex_load_inbox: encoded WorkflowEvents */
+	bytea	  **inbox;
+} DexRun;
+
+extern struct HTAB *dex_load_runs(Datum ids, bool lock);
+extern DexRun *dex_find_run(struct HTAB *runs, pg_uuid_t *id);
+extern void dex_load_histories(struct HTAB *runs, Datum ids);
+extern void dex_load_inbox(struct HTAB *runs, Datum run_ids, Datum inbox_ids, bool consume);
+extern Dex__V1__RunStatus dex_run_status_enum(const char *status);
+extern Dex__V1__WorkflowEvent *dex_run_created_event(DexRun *run);
+extern Dex__V1__WorkflowEvent **dex_build_new_events(DexRun *run, const char *worker_id,
+													 TimestampTz started_at, int extra,
+													 size_t *n_events);
+
+extern void dex_lock_runs(Datum run_ids, bool share);
+extern bool dex_status_is_terminal(const char *status);
+extern void dex_no_such_run(pg_uuid_t *run_id) pg_attribute_noreturn();
+
+/* inbox.c */
+typedef struct DexInboxBatch
+{
+	ArrayBuildState *run_ids;
+	ArrayBuildState *visible_from;
+	ArrayBuildState *delayed;
+	ArrayBuildState *events;
+	ArrayBuildState *timer_ids;
+	ArrayBuildState *visible_runs;
+	int			n;
+} DexInboxBatch;
+
+extern void dex_inbox_batch_init(DexInboxBatch *b);
+extern void dex_inbox_batch_add(DexInboxBatch *b, pg_uuid_t *run_id,
+								Dex__V1__WorkflowEvent *event, TimestampTz visible_from);
+extern void dex_inbox_batch_flush(DexInboxBatch *b);
+extern void dex_insert_inbox(pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
+							 TimestampTz visible_from);
+extern void dex_inbox_batch_add_unlocked(DexInboxBatch *b, pg_uuid_t *run_id,
+										 Dex__V1__WorkflowEvent *event);
+extern void dex_ensure_workflow_tasks(Datum run_ids);
+
+/* keys.c: concurrency keys */
+extern int	dex_keys_per_queue(void);
+extern bool dex_admit_run(pg_uuid_t *run_id, int32 queue_id, const char *key, int32 priority);
+extern void dex_release_keys(Datum run_ids);
+
+/* retry.c */
+extern Dex__V1__RetryPolicy *dex_effective_retry_policy(const Dex__V1__RetryPolicy *given);
+extern TimestampTz dex_retry_time(const Dex__V1__RetryPolicy *policy, int attempt);
+extern void dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id,
+										int32 attempt, bytea *retry_policy,
+										TimestampTz deadline,
+										Dex__V1__Failure *failure);
+
+/* commands.c */
+extern int64 dex_duration_ms(const Google__Protobuf__Duration *d);
+extern const char *dex_command_name(const Dex__V1__Command *cmd);
+extern void dex_check_commands(const Dex__V1__WorkflowTaskCompletion *completion);
+extern void dex_refuse_command_after_end(const Dex__V1__Command *cmd) pg_attribute_noreturn();
+
+/* completion.c */
+typedef struct DexWorkflowCompletion
+{
+	pg_uuid_t  *run_id;
+	int64		lock_version;
+	Dex__V1__WorkflowTaskCompletion *completion;
+	bool		done;			/* out: false if not applied (lease lost, run
+								 * ended, or superseded) */
+	bool		superseded;		/* out: set aside, as new events came (see
+								 * completion.c) */
+	TimestampTz started_at;		/* internal: from the fenced task row */
+	char	   *worker_id;
+	Datum		inbox_ids;		/* internal: the inbox rows the task showed */
+	bool		has_inbox;
+} DexWorkflowCompletion;
+
+typedef struct DexActivityCompletion
+{
+	pg_uuid_t  *run_id;
+	int32		task_id;
+	int64		lock_version;
+	Dex__V1__Payload *result;
+	bool		done;			/* out: false if the lease was lost */
+} DexActivityCompletion;
+
+extern void dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version);
+extern void dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost);
+extern void dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost);
+
+/* lifecycle.c: cancel, suspend, resume; the end of runs */
+extern void dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active);
+extern void dex_suspend_run_internal(pg_uuid_t *run_id);
+extern void dex_resume_run_internal(pg_uuid_t *run_id);
+extern void dex_end_runs(Datum run_ids);
+
+/* rebuild.c */
+extern bool dex_rebuild_tasks_if_needed(void);
+
+/* locks.c */
+extern void dex_wait_for_rebuild(void);
+extern void dex_lock_for_rebuild(void);
+extern void dex_lock_queue_polls(int32 queue_id);
+
+#endif							/* DEX_ENGINE_ENGINE_H */

@@ -1,0 +1,332 @@
+/*-------------------------------------------------------------------------
+ *
+ * lifecycle.c
+ *	  A run's life outside its workflow tasks: cancel, suspend and resume,
+ *	  and everything that follows the end of runs.
+ *
+ * An operator's request (the API) or the engine itself (a parent that ended
+ * cancels its children) changes a run here.  Each function runs in the
+ * caller's transaction and SPI connection and locks the run's row first,
+ * FOR NO KEY UPDATE, as the locking protocol in src/README.md asks; pending
+ * work another transaction holds is skipped (SKIP LOCKED), never waited for.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+
+#include "engine/engine.h"
+
+static DexPlan lock_run_plan = {
+	"SELECT status, cancel_requested, queue_id FROM dex.workflow_run WHERE id = $1 FOR NO KEY UPDATE",
+	1, {UUIDOID}
+};
+
+static DexPlan set_status_plan = {
+	"UPDATE dex.workflow_run SET status = $2, updated_at = now() WHERE id = $1",
+	2, {UUIDOID, TEXTOID}
+};
+
+static DexPlan note_cancel_plan = {
+	"UPDATE dex.workflow_run SET cancel_requested = true, updated_at = now() WHERE id = $1",
+	1, {UUIDOID}
+};
+
+static DexPlan end_run_now_plan = {
+	"WITH h AS (INSERT INTO dex.workflow_history (run_id, sequence, events) "
+	"           SELECT id, history_length + 1, $2 FROM dex.workflow_run WHERE id = $1) "
+	"UPDATE dex.workflow_run SET status = 'CANCELLED', history_length = history_length + $3, "
+	"       updated_at = now(), completed_at = now() WHERE id = $1",
+	3, {UUIDOID, BYTEAOID, INT4OID}
+};
+
+/*
+ * A task a poll holds (SKIP LOCKED: see the locking protocol in src/README.md)
+ * is left: its completion keeps the run suspended.
+ */
+static DexPlan withdraw_task_plan = {
+	"DELETE FROM dex.workflow_task t USING (SELECT run_id, queue_id FROM dex.workflow_task "
+	"  WHERE run_id = $1 AND locked_by IS NULL FOR UPDATE SKIP LOCKED) s "
+	"WHERE t.run_id = s.run_id AND t.queue_id = s.queue_id",
+	1, {UUIDOID}
+};
+
+/*
+ * The run, locked; its status.  Errors if it does not exist, or, for the
+ * caller's own request (for_caller), if its queue is not one the caller may
+ * use: the engine's own steps (a parent's cancellation reaching its
+ * children) are not the caller's.
+ */
+static char *
+lock_run(pg_uuid_t *run_id, bool *cancel_requested, bool for_caller)
+{
+	Datum		values[1] = {UUIDPGetDatum(run_id)};
+	char	   *status;
+	int32		queue_id;
+
+	dex_spi_exec(&lock_run_plan, values, NULL, 1);
+	if (SPI_processed == 0)
+		dex_no_such_run(run_id);
+	if (cancel_requested)
+		*cancel_requested = dex_spi_getbool(0, 2);
+	status = dex_spi_gettext_copy(0, 1);
+	queue_id = (int32) dex_spi_getint64(0, 3);
+	if (for_caller && !dex_may_use_queue_id(queue_id))
+		dex_no_such_run(run_id);
+	return status;
+}
+
+static void
+illegal_transition(pg_uuid_t *run_id, const char *action, const char *status)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("cannot %s workflow run %s", action, dex_uuid_to_cstring(run_id)),
+			 errdetail("Its status is %s.", status)));
+}
+
+static Dex__V1__WorkflowEvent *
+simple_event(Dex__V1__WorkflowEvent__SubjectCase subject)
+{
+	Dex__V1__WorkflowEvent *ev = dex_new_event(0, GetCurrentTransactionStartTimestamp());
+
+	ev->subject_case = subject;
+	/* the subjects used here have no fields: an initialized empty message of any type fits */
+	switch (subject)
+	{
+		case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_SUSPENDED:
+			ev->run_suspended = palloc(sizeof(Dex__V1__RunSuspended));
+			dex__v1__run_suspended__init(ev->run_suspended);
+			break;
+		case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_RESUMED:
+			ev->run_resumed = palloc(sizeof(Dex__V1__RunResumed));
+			dex__v1__run_resumed__init(ev->run_resumed);
+			break;
+		default:
+			elog(ERROR, "unexpected event subject %d", (int) subject);
+	}
+	return ev;
+}
+
+/*
+ * Cancel a run (see dex.cancel_run).  With if_active, a run that has ended is
+ * left alone instead of being an error: the cascade from a parent uses it.
+ */
+void
+dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
+{
+	char	   *status;
+	bool		cancel_requested;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	/* if_active: a parent's end cancels its children, the engine's doing */
+	status = lock_run(run_id, &cancel_requested, !if_active);
+	if (dex_status_is_terminal(status))
+	{
+		if (if_active)
+			return;
+		illegal_transition(run_id, "cancel", status);
+	}
+
+	if (strcmp(status, "RUNNING") == 0)
+	{
+		Dex__V1__WorkflowEvent *ev;
+
+		if (!cancel_requested)
+		{
+			Datum		values[1] = {UUIDPGetDatum(run_id)};
+
+			ev = dex_new_event(0, now);
+			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCEL_REQUESTED;
+			ev->run_cancel_requested = palloc(sizeof(Dex__V1__RunCancelRequested));
+			dex__v1__run_cancel_requested__init(ev->run_cancel_requested);
+			ev->run_cancel_requested->reason = pstrdup(reason);
+			dex_spi_exec(&note_cancel_plan, values, NULL, 0);
+			dex_insert_inbox(run_id, ev, now);
+		}
+	}
+	else
+	{
+		/* not executing: record the end, and withdraw everything */
+		Datum		ids = dex_uuid_array(&run_id, 1);
+		HTAB	   *runs = dex_load_runs(ids, false);
+		DexRun	   *run = dex_find_run(runs, run_id);
+		Dex__V1__EventBatch batch;
+		Dex__V1__WorkflowEvent *events[2];
+		Dex__V1__WorkflowEvent *cancelled = dex_new_event(0, now);
+		Datum		values[3];
+
+		dex__v1__event_batch__init(&batch);
+		batch.events = events;
+		if (strcmp(status, "CREATED") == 0)
+			events[batch.n_events++] = dex_run_created_event(run);
+		cancelled->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCELLED;
+		cancelled->run_cancelled = palloc(sizeof(Dex__V1__RunCancelled));
+		dex__v1__run_cancelled__init(cancelled->run_cancelled);
+		cancelled->run_cancelled->reason = pstrdup(reason);
+		events[batch.n_events++] = cancelled;
+
+		values[0] = UUIDPGetDatum(run_id);
+		values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &batch));
+		values[2] = Int32GetDatum((int32) batch.n_events);
+		dex_spi_exec(&end_run_now_plan, values, NULL, 0);
+		dex_end_runs(ids);
+	}
+}
+
+/*
+ * Suspend a running run (see dex.suspend_run): it gets no workflow task
+ * until it is resumed; a task already handed out still completes.
+ */
+void
+dex_suspend_run_internal(pg_uuid_t *run_id)
+{
+	char	   *status;
+	Datum		values[2];
+
+	status = lock_run(run_id, NULL, true);
+	if (strcmp(status, "RUNNING") != 0)
+		illegal_transition(run_id, "suspend", status);
+	values[0] = UUIDPGetDatum(run_id);
+	values[1] = CStringGetTextDatum("SUSPENDED");
+	dex_spi_exec(&set_status_plan, values, NULL, 0);
+	dex_spi_exec(&withdraw_task_plan, values, NULL, 0);
+	/* delivered with the next task, after the run is resumed */
+	dex_insert_inbox(run_id, simple_event(DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_SUSPENDED),
+					 GetCurrentTransactionStartTimestamp());
+}
+
+/* Resume a suspended run (see dex.resume_run). */
+void
+dex_resume_run_internal(pg_uuid_t *run_id)
+{
+	char	   *status;
+	Datum		values[2];
+
+	status = lock_run(run_id, NULL, true);
+	if (strcmp(status, "SUSPENDED") != 0)
+		illegal_transition(run_id, "resume", status);
+	values[0] = UUIDPGetDatum(run_id);
+	values[1] = CStringGetTextDatum("RUNNING");
+	dex_spi_exec(&set_status_plan, values, NULL, 0);
+	dex_insert_inbox(run_id, simple_event(DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_RESUMED),
+					 GetCurrentTransactionStartTimestamp());
+}
+
+/*
+ * Pending work is withdrawn, except task rows another transaction holds (a
+ * poll in a worker's open transaction): waiting for them while holding the
+ * run lock could deadlock (the locking protocol in src/README.md).  Such a task
+ * is refused when completed, and cleared by polls and the scheduler.
+ */
+static DexPlan end_runs_plan = {
+	"WITH a AS (DELETE FROM dex.activity_task a USING (SELECT run_id, event_id FROM dex.activity_task "
+	"             WHERE run_id = ANY ($1) FOR UPDATE SKIP LOCKED) s "
+	"           WHERE a.run_id = s.run_id AND a.event_id = s.event_id), "
+	"     e AS (DELETE FROM dex.external_event WHERE run_id = ANY ($1)), "
+	"     ar AS (DELETE FROM dex.activity_retry WHERE run_id = ANY ($1)), "
+	"     t AS (DELETE FROM dex.workflow_task t USING (SELECT run_id, queue_id FROM dex.workflow_task "
+	"             WHERE run_id = ANY ($1) FOR UPDATE SKIP LOCKED) s "
+	"           WHERE t.run_id = s.run_id AND t.queue_id = s.queue_id), "
+	"     n AS (DELETE FROM dex.run_instance i USING dex.workflow_run r "
+	"           WHERE r.id = ANY ($1) AND i.instance_id = r.instance_id AND i.run_id = r.id) "
+	"DELETE FROM dex.workflow_inbox WHERE run_id = ANY ($1)",
+	1, {UUIDARRAYOID}
+};
+
+/* the children that ended, with a parent still there to tell */
+static DexPlan ended_children_plan = {
+	"SELECT r.parent_id, r.parent_event_id, r.status, r.result, r.failure "
+	"FROM dex.workflow_run r JOIN dex.workflow_run p ON p.id = r.parent_id "
+	"WHERE r.id = ANY ($1) AND r.parent_id IS NOT NULL "
+	"AND p.status = ANY ('{CREATED,RUNNING,SUSPENDED}'::text[]) ORDER BY r.parent_id",
+	1, {UUIDARRAYOID}
+};
+
+static DexPlan active_children_plan = {
+	"SELECT id FROM dex.workflow_run WHERE parent_id = ANY ($1) "
+	"AND status = ANY ('{CREATED,RUNNING,SUSPENDED}'::text[]) ORDER BY id",
+	1, {UUIDARRAYOID}
+};
+
+/*
+ * Everything that follows the end of runs (locked by the caller): their
+ * pending work is removed, their instance ids and concurrency keys freed (the
+ * next run waiting for a key is admitted), their parents told
+ * (childRunCompleted or childRunFailed, through the scheduler: a child does
+ * not lock its parent), and their children that still run cancelled.
+ */
+void
+dex_end_runs(Datum run_ids)
+{
+	Datum		values[1] = {run_ids};
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	DexInboxBatch inbox;
+	int			n;
+	pg_uuid_t  *children;
+
+	dex_spi_exec(&end_runs_plan, values, NULL, 0);
+	dex_release_keys(run_ids);
+
+	dex_spi_exec(&ended_children_plan, values, NULL, 0);
+	dex_inbox_batch_init(&inbox);
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+		pg_uuid_t  *parent = palloc(sizeof(pg_uuid_t));
+		int32		event_id = (int32) dex_spi_getint64(i, 2);
+		char	   *status = dex_spi_gettext_copy(i, 3);
+		bytea	   *result = dex_spi_getbytea_copy(i, 4);
+		bytea	   *failure = dex_spi_getbytea_copy(i, 5);
+		Dex__V1__WorkflowEvent *ev = dex_new_event(0, now);
+
+		memcpy(parent, DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)), sizeof(pg_uuid_t));
+		if (strcmp(status, "COMPLETED") == 0)
+		{
+			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_CHILD_RUN_COMPLETED;
+			ev->child_run_completed = palloc(sizeof(Dex__V1__ChildRunCompleted));
+			dex__v1__child_run_completed__init(ev->child_run_completed);
+			ev->child_run_completed->child_run_created_event_id = event_id;
+			ev->child_run_completed->result = result ? dex_payload_unpack(result, "result") : NULL;
+		}
+		else
+		{
+			Dex__V1__Failure *f;
+
+			if (failure)
+				f = (Dex__V1__Failure *)
+					dex_pb_unpack(&dex__v1__failure__descriptor, (uint8 *) VARDATA_ANY(failure),
+								  VARSIZE_ANY_EXHDR(failure), "failure");
+			else
+			{
+				f = palloc(sizeof(*f));
+				dex__v1__failure__init(f);
+				f->message = "the child run was cancelled";
+				f->type = "dex.Cancelled";
+			}
+			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_CHILD_RUN_FAILED;
+			ev->child_run_failed = palloc(sizeof(Dex__V1__ChildRunFailed));
+			dex__v1__child_run_failed__init(ev->child_run_failed);
+			ev->child_run_failed->child_run_created_event_id = event_id;
+			ev->child_run_failed->failure = f;
+		}
+		dex_inbox_batch_add_unlocked(&inbox, parent, ev);
+	}
+	dex_inbox_batch_flush(&inbox);
+
+	dex_spi_exec(&active_children_plan, values, NULL, 0);
+	n = (int) SPI_processed;
+	children = palloc(sizeof(pg_uuid_t) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		memcpy(&children[i], DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)), sizeof(pg_uuid_t));
+	}
+	for (int i = 0; i < n; i++)
+		dex_cancel_run_internal(&children[i], "the parent run ended", true);
+}

@@ -1,0 +1,208 @@
+/*-------------------------------------------------------------------------
+ *
+ * queues.c
+ *	  Queues as the engine sees them: looked up by name or id through a
+ *	  per-transaction cache, with the roles they are granted to.
+ *
+ * Lookups only: whether the caller may use a queue is access.c's to say,
+ * and creating or changing queues is the API's (api/api_queues.c), which
+ * resets the cache.  Runs inside the caller's SPI connection.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "storage/proc.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+
+#include "engine/engine.h"
+
+/*
+ * Queues are looked up through a small cache that lives as long as the
+ * current top-level transaction: a batch names the same few queues again and
+ * again, and queue rows do not change identity within a transaction.
+ */
+#define QUEUE_CACHE_SIZE 32
+
+static DexQueue queue_cache[QUEUE_CACHE_SIZE];
+static int	queue_cache_n = 0;
+static LocalTransactionId queue_cache_lxid = InvalidLocalTransactionId;
+
+static void
+queue_cache_check(void)
+{
+	if (queue_cache_lxid != MyProc->lxid)
+	{
+		queue_cache_n = 0;
+		queue_cache_lxid = MyProc->lxid;
+	}
+}
+
+static void
+queue_cache_add(int row, const char *name)
+{
+	DexQueue   *q;
+	bool		isnull;
+	Datum		d;
+
+	if (queue_cache_n == QUEUE_CACHE_SIZE)
+		queue_cache_n = 0;		/* start over: it is only a cache */
+	q = &queue_cache[queue_cache_n++];
+	q->id = (int32) dex_spi_getint64(row, 1);
+	q->name = MemoryContextStrdup(TopTransactionContext, name);
+	q->is_workflow = dex_spi_getbool(row, 3);
+	q->paused = dex_spi_getbool(row, 4);
+	d = dex_spi_getdatum(row, 5, &isnull);
+	q->capacity = isnull ? 0 : DatumGetInt32(d);
+	d = dex_spi_getdatum(row, 6, &isnull);
+	q->n_grantees = -1;
+	q->grantees = NULL;
+	if (!isnull)
+	{
+		ArrayType  *a = DatumGetArrayTypeP(d);
+		int			n = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
+
+		q->n_grantees = n;
+		q->grantees = MemoryContextAlloc(TopTransactionContext, sizeof(Oid) * Max(n, 1));
+		if (n > 0)
+			memcpy(q->grantees, ARR_DATA_PTR(a), sizeof(Oid) * n);
+	}
+}
+
+/* dex.alter_queue changed a queue: forget what this transaction cached */
+void
+dex_queue_cache_reset(void)
+{
+	queue_cache_n = 0;
+}
+
+/*
+ * Whether the schema has queue grants: a database still on version 1.0 of
+ * the extension (before ALTER EXTENSION dex UPDATE) has none, and there
+ * every role of dex may use every queue, as 1.0 had it.
+ */
+bool
+dex_queue_grants_exist(void)
+{
+	Oid			schema = get_namespace_oid("dex", true);
+
+	return OidIsValid(schema) && OidIsValid(get_relname_relid("queue_grant", schema));
+}
+
+/*
+ * A queue's row with the roles it is granted to (privileges.c); a schema
+ * still on version 1.0 has no grants.  Qualified throughout: dex.wait_for_tasks
+ * cannot pin its search_path.
+ */
+#define QUEUE_COLUMNS(grantees) \
+	"SELECT q.id, q.name, q.kind OPERATOR(pg_catalog.=) 'workflow', " \
+	"q.status OPERATOR(pg_catalog.=) 'PAUSED', q.capacity, " grantees " FROM dex.queue q "
+#define QUEUE_GRANTEES \
+	"ARRAY(SELECT g.grantee FROM dex.queue_grant g WHERE g.queue_id OPERATOR(pg_catalog.=) q.id)"
+#define QUEUE_NO_GRANTEES "NULL::pg_catalog.oid[]"
+
+static DexPlan lookup_queue_plans[2] = {
+	{QUEUE_COLUMNS(QUEUE_NO_GRANTEES) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}}
+};
+
+bool
+dex_lookup_queue(const char *name, DexQueue *queue)
+{
+	Datum		values[1];
+
+	queue_cache_check();
+	for (int i = 0; i < queue_cache_n; i++)
+		if (strcmp(queue_cache[i].name, name) == 0)
+		{
+			*queue = queue_cache[i];
+			return true;
+		}
+
+	values[0] = CStringGetTextDatum(name);
+	dex_spi_exec(&lookup_queue_plans[dex_queue_grants_exist()], values, NULL, 1);
+	if (SPI_processed == 0)
+		return false;
+	queue_cache_add(0, name);
+	*queue = queue_cache[queue_cache_n - 1];
+	return true;
+}
+
+/*
+ * The one error of a queue that does not exist.  "kind" ("workflow",
+ * "activity", or NULL if any would do) goes into the hint.
+ */
+void
+dex_queue_does_not_exist(const char *name, const char *kind)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("queue \"%s\" does not exist", name),
+			 kind ? errhint("Create it with dex.create_queue('%s', '%s').", name, kind) : 0));
+}
+
+/* The queue of that name, which must exist. */
+DexQueue
+dex_existing_queue(const char *name, const char *kind)
+{
+	DexQueue	queue;
+
+	if (!dex_lookup_queue(name, &queue))
+		dex_queue_does_not_exist(name, kind);
+	return queue;
+}
+
+static DexPlan queue_by_id_plans[2] = {
+	{QUEUE_COLUMNS(QUEUE_NO_GRANTEES) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}}
+};
+
+/* The queue with that id; false if there is none. */
+bool
+dex_queue_by_id(int32 queue_id, DexQueue *queue)
+{
+	Datum		values[1] = {Int32GetDatum(queue_id)};
+
+	queue_cache_check();
+	for (int i = 0; i < queue_cache_n; i++)
+		if (queue_cache[i].id == queue_id)
+		{
+			*queue = queue_cache[i];
+			return true;
+		}
+
+	dex_spi_exec(&queue_by_id_plans[dex_queue_grants_exist()], values, NULL, 1);
+	if (SPI_processed == 0)
+		return false;
+	queue_cache_add(0, dex_spi_gettext_copy(0, 2));
+	*queue = queue_cache[queue_cache_n - 1];
+	return true;
+}
+
+const char *
+dex_queue_name(int32 queue_id)
+{
+	DexQueue	queue;
+
+	return dex_queue_by_id(queue_id, &queue) ? queue.name : "";
+}
+
+/*
+ * Tasks ended or left their leases: the rows of the current SPI result whose
+ * queue has a capacity (column "limited_col", read by the statement itself
+ * with DEX_QUEUE_LIMITED_SQL, so no lookup is added) may have room again, and
+ * their waiting workers are told at commit.
+ */
+void
+dex_queue_room_freed_spi(int queue_col, int limited_col)
+{
+	for (uint64 i = 0; i < SPI_processed; i++)
+		if (dex_spi_getbool((int) i, limited_col))
+			dex_queue_work_added((int32) dex_spi_getint64((int) i, queue_col));
+}

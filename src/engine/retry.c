@@ -1,0 +1,212 @@
+/*-------------------------------------------------------------------------
+ *
+ * retry.c
+ *	  Activity retries: the effective retry policy, the backoff, and what
+ *	  happens when an attempt fails.
+ *
+ * A retry is two rows: the activity task, made visible again at the retry
+ * time, and its logged record in dex.activity_retry, from which the rebuild
+ * after a crash restores the attempt count and the backoff.  Runs in the
+ * caller's transaction; the caller has fenced and locked the task row.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "common/pg_prng.h"
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "utils/timestamp.h"
+
+#include "engine/engine.h"
+
+static Google__Protobuf__Duration *
+duration_from_ms(int64 ms)
+{
+	Google__Protobuf__Duration *d = palloc(sizeof(*d));
+
+	google__protobuf__duration__init(d);
+	d->seconds = ms / 1000;
+	d->nanos = (int32) ((ms % 1000) * 1000000);
+	return d;
+}
+
+/*
+ * The retry policy an activity runs under: the given one with unset
+ * (zero) fields taken from the dex.retry_* settings.
+ */
+Dex__V1__RetryPolicy *
+dex_effective_retry_policy(const Dex__V1__RetryPolicy *given)
+{
+	Dex__V1__RetryPolicy *p = palloc(sizeof(*p));
+
+	dex__v1__retry_policy__init(p);
+	if (given)
+	{
+		if (given->max_attempts < 0 || given->multiplier < 0 ||
+			given->randomization_factor < 0 || given->randomization_factor > 1 ||
+			(given->multiplier > 0 && given->multiplier < 1) ||
+			(given->initial_delay && dex_duration_ms(given->initial_delay) < 0) ||
+			(given->max_delay && dex_duration_ms(given->max_delay) < 0) ||
+			isnan(given->multiplier) || isnan(given->randomization_factor))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("invalid retry policy"),
+					 errdetail("max_attempts and delays must not be negative, multiplier must be at least 1 and randomization_factor between 0 and 1.")));
+		p->max_attempts = given->max_attempts;
+		p->initial_delay = given->initial_delay;
+		p->multiplier = given->multiplier;
+		p->randomization_factor = given->randomization_factor;
+		p->max_delay = given->max_delay;
+		p->n_non_retryable_types = given->n_non_retryable_types;
+		p->non_retryable_types = given->non_retryable_types;
+	}
+	if (p->max_attempts == 0)
+		p->max_attempts = dex_retry_max_attempts;
+	if (p->initial_delay == NULL)
+		p->initial_delay = duration_from_ms(dex_retry_initial_delay_ms);
+	if (p->multiplier == 0)
+		p->multiplier = dex_retry_multiplier;
+	if (p->randomization_factor == 0)
+		p->randomization_factor = dex_retry_randomization;
+	if (p->max_delay == NULL)
+		p->max_delay = duration_from_ms(dex_retry_max_delay_ms);
+	return p;
+}
+
+/*
+ * When attempt "attempt" + 1 may start after attempt "attempt" failed:
+ * initial_delay * multiplier^(attempt-1), spread by +/- randomization_factor,
+ * capped at max_delay.
+ */
+TimestampTz
+dex_retry_time(const Dex__V1__RetryPolicy *policy, int attempt)
+{
+	double		delay = (double) dex_duration_ms(policy->initial_delay);
+	double		max_delay = (double) dex_duration_ms(policy->max_delay);
+
+	delay *= pow(policy->multiplier, Max(attempt - 1, 0));
+	if (policy->randomization_factor > 0)
+		delay *= 1.0 + policy->randomization_factor *
+			(2.0 * pg_prng_double(&pg_global_prng_state) - 1.0);
+	if (delay > max_delay)
+		delay = max_delay;
+	if (delay < 0 || isnan(delay))
+		delay = 0;
+	return GetCurrentTransactionStartTimestamp() + (int64) (delay * 1000.0);
+}
+
+static bool
+failure_is_non_retryable(const Dex__V1__RetryPolicy *policy,
+						 const Dex__V1__Failure *failure)
+{
+	if (failure->terminal)
+		return true;
+	if (failure->type && failure->type[0] != '\0')
+	{
+		for (size_t i = 0; i < policy->n_non_retryable_types; i++)
+			if (strcmp(policy->non_retryable_types[i], failure->type) == 0)
+				return true;
+	}
+	return false;
+}
+
+static DexPlan retry_activity_plan = {
+	"UPDATE dex.activity_task SET status = 'CREATED', attempt = attempt OPERATOR(pg_catalog.+) 1, "
+	"visible_from = $3, locked_by = NULL, locked_until = NULL, last_failure = $4 "
+	"WHERE run_id OPERATOR(pg_catalog.=) $1 AND event_id OPERATOR(pg_catalog.=) $2",
+	4, {UUIDOID, INT4OID, TIMESTAMPTZOID, BYTEAOID}
+};
+
+/* the logged record of the retry, for the rebuild after a crash */
+static DexPlan record_retry_plan = {
+	"INSERT INTO dex.activity_retry (run_id, event_id, attempt, visible_from, last_failure, heartbeat_details) "
+	"SELECT $1, $2, $3, $4, $5, t.heartbeat_details FROM dex.activity_task t "
+	"WHERE t.run_id = $1 AND t.event_id = $2 "
+	"ON CONFLICT (run_id, event_id) DO UPDATE "
+	"SET attempt = EXCLUDED.attempt, visible_from = EXCLUDED.visible_from, "
+	"last_failure = EXCLUDED.last_failure, heartbeat_details = EXCLUDED.heartbeat_details",
+	5, {UUIDOID, INT4OID, INT4OID, TIMESTAMPTZOID, BYTEAOID}
+};
+
+static DexPlan delete_activity_plan = {
+	"WITH r AS (DELETE FROM dex.activity_retry WHERE run_id OPERATOR(pg_catalog.=) $1 "
+	"           AND event_id OPERATOR(pg_catalog.=) $2) "
+	"DELETE FROM dex.activity_task WHERE run_id OPERATOR(pg_catalog.=) $1 AND event_id OPERATOR(pg_catalog.=) $2",
+	2, {UUIDOID, INT4OID}
+};
+
+/*
+ * An attempt of a leased activity failed (dex.fail_task or an expired
+ * lease); the caller has fenced and locked the task row.  Retry it after the
+ * policy's backoff, or fail the activity and tell the workflow.
+ */
+void
+dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id, int32 attempt,
+							bytea *retry_policy, TimestampTz deadline,
+							Dex__V1__Failure *failure)
+{
+	Dex__V1__RetryPolicy *policy;
+	TimestampTz retry_at = 0;
+	bool		retry;
+
+	policy = (Dex__V1__RetryPolicy *)
+		dex_pb_unpack(&dex__v1__retry_policy__descriptor,
+					  (uint8 *) VARDATA_ANY(retry_policy),
+					  VARSIZE_ANY_EXHDR(retry_policy), "retry policy");
+
+	retry = !failure_is_non_retryable(policy, failure) && attempt < policy->max_attempts;
+	if (retry)
+	{
+		retry_at = dex_retry_time(policy, attempt);
+		if (retry_at >= deadline)
+		{
+			/* the schedule-to-close timeout ends the activity */
+			Dex__V1__Failure *timeout = palloc(sizeof(*timeout));
+
+			dex__v1__failure__init(timeout);
+			timeout->message = "the activity's schedule-to-close timeout passed";
+			timeout->type = "dex.ScheduleToCloseTimeout";
+			timeout->terminal = true;
+			timeout->cause = failure;
+			failure = timeout;
+			retry = false;
+		}
+	}
+	if (retry)
+	{
+		Datum		values[4];
+
+		values[0] = UUIDPGetDatum(run_id);
+		values[1] = Int32GetDatum(event_id);
+		values[2] = TimestampTzGetDatum(retry_at);
+		values[3] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure));
+		dex_spi_exec(&retry_activity_plan, values, NULL, 0);
+		{
+			Datum		retry[5] = {values[0], values[1], Int32GetDatum(attempt + 1),
+			values[2], values[3]};
+
+			dex_spi_exec(&record_retry_plan, retry, NULL, 0);
+		}
+		dex_wake_scheduler_at_commit(retry_at);
+	}
+	else
+	{
+		Datum		values[2] = {UUIDPGetDatum(run_id), Int32GetDatum(event_id)};
+		TimestampTz now = GetCurrentTransactionStartTimestamp();
+		Dex__V1__WorkflowEvent *event = dex_new_event(0, now);
+		Dex__V1__ActivityTaskFailed *failed = palloc(sizeof(*failed));
+
+		dex_spi_exec(&delete_activity_plan, values, NULL, 0);
+
+		dex__v1__activity_task_failed__init(failed);
+		failed->activity_task_created_event_id = event_id;
+		failed->failure = failure;
+		failed->attempts = attempt;
+		event->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_ACTIVITY_TASK_FAILED;
+		event->activity_task_failed = failed;
+		dex_insert_inbox(run_id, event, now);
+	}
+}

@@ -1,0 +1,71 @@
+/*-------------------------------------------------------------------------
+ *
+ * shmem/shmem.h
+ *	  dex's shared memory: the registry of databases and their workers, the
+ *	  scheduler's and the queues' wake-ups (wakeup.c), and the activity
+ *	  counters of dex.stat_counters() (stats.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DEX_SHMEM_SHMEM_H
+#define DEX_SHMEM_SHMEM_H
+
+#include "postgres.h"
+
+#include "datatype/timestamp.h"
+
+#include "util/util.h"
+
+/* wakeup.c */
+extern void dex_shmem_request(void);
+extern void dex_shmem_startup(void);
+extern void dex_wakeup_init(void);
+#define DEX_MAX_DATABASES 64
+extern bool dex_worker_register(bool scheduler);
+extern void dex_worker_no_extension(void);
+extern void dex_database_status(Oid dbid, bool *dropping, bool *no_extension);
+extern void dex_database_drop_begin(Oid dbid);
+extern void dex_database_drop_done(Oid dbid);
+extern void dex_launcher_register(void);
+extern void dex_wake_launcher_at_commit(void);
+extern uint64 dex_launcher_events(void);
+extern void dex_scheduler_set_next_wake(TimestampTz when);
+extern void dex_wake_scheduler_at_commit(TimestampTz due);
+extern void dex_warn_if_not_preloaded(const char *what);
+extern void dex_queue_work_added(int32 queue_id);
+extern void dex_queue_work_added_spi(int col);
+extern uint64 dex_queue_generation(int32 queue_id);
+extern bool dex_queue_wait(int32 queue_id, uint64 generation, long timeout_ms);
+
+/* stats.c: the counters of dex.stat_counters(), per (database, queue) */
+typedef enum DexStatCounter
+{
+	/* a queue's */
+	DEX_STAT_TASKS_CREATED,
+	DEX_STAT_POLLS,
+	DEX_STAT_POLLS_EMPTY,
+	DEX_STAT_TASKS_LEASED,
+	DEX_STAT_TASKS_COMPLETED,
+	DEX_STAT_TASKS_FAILED,
+	DEX_STAT_COMPLETIONS_SUPERSEDED,
+	DEX_STAT_RETRIES_DUE,
+	DEX_STAT_LEASES_EXPIRED,
+	/* the database's own (queue id 0) */
+	DEX_STAT_LEASES_LOST,
+	DEX_STAT_RUNS_WOKEN,
+	DEX_STAT_SCHEDULER_PASSES,
+	DEX_STAT_SCHEDULER_ERRORS,
+	DEX_STAT_SCHEDULER_TIME,	/* microseconds */
+	DEX_STAT_SCHEDULER_MAX_TIME,	/* microseconds */
+	DEX_STAT_N
+} DexStatCounter;
+
+extern void dex_stats_shmem_request(void);
+extern void dex_stats_shmem_startup(void);
+extern void dex_stat_add(int32 queue_id, DexStatCounter counter, int64 n);
+extern void dex_stat_poll(int32 queue_id, int64 n);
+extern void dex_stat_count_spi(DexStatCounter counter, int col);
+extern void dex_stat_scheduler_pass(TimestampTz start, bool failed);
+extern void dex_report_wait(const char *what);
+
+#endif							/* DEX_SHMEM_SHMEM_H */

@@ -1,0 +1,146 @@
+/*-------------------------------------------------------------------------
+ *
+ * settings.c
+ *	  The dex.* settings (GUCs): their variables, definitions and defaults.
+ *
+ * Defined by _PG_init in every process that loads dex; the README's
+ * Settings section documents each.  Settings read by the background workers
+ * are PGC_SIGHUP; those that shape one call are PGC_USERSET.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <float.h>
+#include <limits.h>
+
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "dex.h"
+
+char	   *dex_database = NULL;
+int			dex_scheduler_naptime_ms = 600000;
+int			dex_retry_max_attempts = 6;
+int			dex_retry_initial_delay_ms = 5000;
+double		dex_retry_multiplier = 1.5;
+double		dex_retry_randomization = 0.3;
+int			dex_retry_max_delay_ms = 30 * 60 * 1000;
+int			dex_max_payload_size = 1024 * 1024;
+int			dex_retention_period_s = 7 * 24 * 3600;
+int			dex_retention_batch_size = 1000;
+int			dex_maintenance_naptime_ms = 60000;
+
+bool		dex_allow_drop_with_runs = false;
+
+bool		dex_preloaded = false;
+
+/* The dex.* settings, defined once per process by _PG_init. */
+void
+dex_define_settings(void)
+{
+	DefineCustomBoolVariable("dex.allow_drop_with_runs",
+							 "Lets DROP EXTENSION dex delete the workflow runs of the database.",
+							 "Without it, DROP EXTENSION dex is refused while runs exist.",
+							 &dex_allow_drop_with_runs,
+							 false,
+							 PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.scheduler_naptime",
+							"Longest time the scheduler sleeps when nothing is due.",
+							"The scheduler wakes earlier when work falls due or a backend sets its latch.",
+							&dex_scheduler_naptime_ms,
+							600000, 10, INT_MAX / 2,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.retry_max_attempts",
+							"Default maximum attempts of an activity, the first included.",
+							NULL,
+							&dex_retry_max_attempts,
+							6, 1, 10000,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.retry_initial_delay",
+							"Default delay before an activity's first retry.",
+							NULL,
+							&dex_retry_initial_delay_ms,
+							5000, 0, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomRealVariable("dex.retry_multiplier",
+							 "Default factor by which each retry delay grows.",
+							 NULL,
+							 &dex_retry_multiplier,
+							 1.5, 1.0, 1000.0,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+	DefineCustomRealVariable("dex.retry_randomization",
+							 "Default random spread of retry delays, as a fraction of the delay.",
+							 NULL,
+							 &dex_retry_randomization,
+							 0.3, 0.0, 1.0,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.retry_max_delay",
+							"Default longest delay between two attempts of an activity.",
+							NULL,
+							&dex_retry_max_delay_ms,
+							30 * 60 * 1000, 0, INT_MAX,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.max_payload_size",
+							"Largest payload (argument, result, failure, command list) dex accepts.",
+							NULL,
+							&dex_max_payload_size,
+							1024 * 1024, 1024, MaxAllocSize / 2,
+							PGC_SUSET, GUC_UNIT_BYTE,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dex.retention_period",
+							"How long runs that ended are kept before the maintenance worker deletes them.",
+							"A run goes with its history, inbox and tasks once it has been over this long. 0 keeps runs forever.",
+							&dex_retention_period_s,
+							7 * 24 * 3600, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_S,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.retention_batch_size",
+							"Runs the maintenance worker deletes per transaction.",
+							NULL,
+							&dex_retention_batch_size,
+							1000, 1, 100000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.maintenance_naptime",
+							"Time between two passes of the maintenance worker.",
+							NULL,
+							&dex_maintenance_naptime_ms,
+							60000, 100, INT_MAX / 2,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("dex.database",
+							   "Databases the dex workers serve.",
+							   "A name, a comma-separated list of names, or * for every database where dex is installed.",
+							   &dex_database,
+							   "postgres",
+							   PGC_SIGHUP, GUC_LIST_INPUT,
+							   NULL, NULL, NULL);
+
+	MarkGUCPrefixReserved("dex");
+}
+
+/*
+ * Refuse a payload larger than dex.max_payload_size.
+ */
+void
+dex_check_payload_size(Size size, const char *what)
+{
+	if (size > (Size) dex_max_payload_size)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("%s is too large", what),
+				 errdetail("It has %zu bytes; the limit is %d bytes.",
+						   size, dex_max_payload_size),
+				 errhint("Raise \"%s\" or pass large data by reference.",
+						 "dex.max_payload_size")));
+}

@@ -1,0 +1,50 @@
+/*-------------------------------------------------------------------------
+ *
+ * util/util.h
+ *	  Small shared helpers with no knowledge of dex's rules: prepared SPI
+ *	  plans and typed results, arrays for multi-row statements, run ids,
+ *	  and the checks of SQL arguments.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef DEX_UTIL_UTIL_H
+#define DEX_UTIL_UTIL_H
+
+#include "postgres.h"
+
+#include "executor/spi.h"
+#include "utils/array.h"
+#include "utils/uuid.h"
+
+#include "dex.h"
+
+/* spi.c: prepared plans kept across calls, typed access to results */
+typedef struct DexPlan
+{
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[16];
+	SPIPlanPtr	plan;
+} DexPlan;
+
+extern int	dex_spi_exec(DexPlan *plan, Datum *values, const char *nulls, long count);
+extern Datum dex_spi_getdatum(int row, int col, bool *isnull);
+extern bool dex_spi_getbool(int row, int col);
+extern int64 dex_spi_getint64(int row, int col);
+extern bool dex_column_exists(const char *table, const char *column);
+extern bytea *dex_spi_getbytea_copy(int row, int col);
+extern char *dex_spi_gettext_copy(int row, int col);
+extern int	dex_push_planner_settings(void);
+extern void dex_pop_planner_settings(int level);
+
+
+/* arrays.c */
+extern void dex_array_add(ArrayBuildState *state, Datum value, bool isnull);
+extern Datum dex_array_result(ArrayBuildState *state);
+extern Datum dex_uuid_array(pg_uuid_t *const *ids, int n);
+
+/* ids.c */
+extern pg_uuid_t *dex_new_uuid(void);
+extern char *dex_uuid_to_cstring(const pg_uuid_t *uuid);
+
+#endif							/* DEX_UTIL_UTIL_H */
