@@ -45,12 +45,15 @@ SELECT max(lock_version) FILTER (WHERE task_id = 1) AS v1,
 -- a terminal failure fails the activity at once
 SELECT dex.fail_task(:'run', 2, :v2, '{"message": "card declined", "terminal": true}');
 
--- a retryable failure counts the attempt and backs off (initial delay 0.2 s)
+-- a retryable failure counts the attempt and backs off (initial delay 0.2 s from the
+-- failure's transaction, which the check shares so that now() is the same)
+BEGIN;
 SELECT dex.fail_task(:'run', 1, :v1, '{"message": "timeout"}');
 SELECT event_id, status, attempt, locked_by,
        visible_from - now() BETWEEN interval '0.19 s' AND interval '0.21 s' AS backed_off,
        dex.to_json('dex.v1.Failure', last_failure) AS last_failure
   FROM dex.activity_task WHERE run_id = :'run';
+COMMIT;
 -- not pollable before its time
 SELECT count(*) FROM dex.poll_tasks('tasks-act', 'w');
 
@@ -59,9 +62,11 @@ SELECT pg_temp.wait_for_task('tasks-act');
 SELECT lock_version AS v1, task->>'attempt' AS attempt, task->'lastFailure' AS last_failure
   FROM dex.poll_tasks('tasks-act', 'w') \gset
 \echo attempt :attempt last failure :last_failure
+BEGIN;
 SELECT dex.fail_task(:'run', 1, :v1, '{"message": "timeout"}');
 SELECT attempt, visible_from - now() BETWEEN interval '0.39 s' AND interval '0.41 s' AS backed_off_twice
   FROM dex.activity_task WHERE run_id = :'run';
+COMMIT;
 
 -- the last attempt fails for good; the workflow sees both failures as events
 SELECT pg_temp.wait_for_task('tasks-act');

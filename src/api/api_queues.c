@@ -183,10 +183,7 @@ dex_create_queue(PG_FUNCTION_ARGS)
 	Datum		values[4];
 	int32		queue_id;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("queue name and kind must not be null")));
+	dex_args_not_null(fcinfo, 2, "queue name and kind");
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	kind = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	capacity = PG_ARGISNULL(2) ? 0 : PG_GETARG_INT32(2);
@@ -343,10 +340,7 @@ dex_alter_queue(PG_FUNCTION_ARGS)
 	char		nulls[3] = {' ', ' ', ' '};
 	char	   *name;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("queue name must not be null")));
+	dex_arg_not_null(fcinfo, 0, "queue name");
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	if (!PG_ARGISNULL(1) && PG_GETARG_INT32(1) != 0)
 		check_capacity(PG_GETARG_INT32(1));
@@ -393,10 +387,7 @@ grant_or_revoke(FunctionCallInfo fcinfo, bool grant)
 	DexQueue	queue;
 	Datum		values[2];
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("queue and role must not be null")));
+	dex_args_not_null(fcinfo, 2, "queue and role");
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	SPI_connect();
 	queue = dex_existing_queue(name, NULL);

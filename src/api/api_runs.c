@@ -27,49 +27,6 @@
 PG_FUNCTION_INFO_V1(dex_create_run);
 PG_FUNCTION_INFO_V1(dex_run_history);
 
-#define NAME_MAX_LEN 255
-
-static char *
-required_name(FunctionCallInfo fcinfo, int arg, const char *what)
-{
-	char	   *s;
-
-	if (PG_ARGISNULL(arg))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", what)));
-	s = text_to_cstring(PG_GETARG_TEXT_PP(arg));
-	if (s[0] == '\0' || strlen(s) > NAME_MAX_LEN)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must have 1 to %d bytes", what, NAME_MAX_LEN)));
-	return s;
-}
-
-static char *
-optional_name(FunctionCallInfo fcinfo, int arg, const char *what)
-{
-	if (PG_ARGISNULL(arg))
-		return NULL;
-	return required_name(fcinfo, arg, what);
-}
-
-/*
- * An argument with a default is not optional: NULL is refused (22004), not
- * taken as the default.  NULL means "none" only where there can be none (an
- * argument, an instance id, labels, a key, a filter).
- */
-static int32
-required_int32(FunctionCallInfo fcinfo, int arg, const char *what)
-{
-	if (PG_ARGISNULL(arg))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", what),
-				 errhint("Leave the argument out to take its default.")));
-	return PG_GETARG_INT32(arg);
-}
-
 /*
  * Labels are a JSON object of string values (a proto map<string, string>).
  */
@@ -134,15 +91,15 @@ static DexPlan insert_task_plan = {
 static Datum
 create_run(PG_FUNCTION_ARGS)
 {
-	char	   *workflow_name = required_name(fcinfo, 0, "workflow name");
-	char	   *queue_name = required_name(fcinfo, 1, "queue");
+	char	   *workflow_name = dex_arg_name(fcinfo, 0, "workflow name");
+	char	   *queue_name = dex_arg_name(fcinfo, 1, "queue");
 	Jsonb	   *argument = PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2);
-	int32		version = required_int32(fcinfo, 3, "workflow version");
-	char	   *instance_id = optional_name(fcinfo, 4, "instance id");
-	int32		priority = required_int32(fcinfo, 5, "priority");
+	int32		version = dex_arg_int32(fcinfo, 3, "workflow version");
+	char	   *instance_id = dex_arg_optional_name(fcinfo, 4, "instance id");
+	int32		priority = dex_arg_int32(fcinfo, 5, "priority");
 	Jsonb	   *labels = PG_ARGISNULL(6) ? NULL : PG_GETARG_JSONB_P(6);
-	char	   *concurrency_key = optional_name(fcinfo, 7, "concurrency key");
-	char	   *if_active = required_name(fcinfo, 8, "if_active");
+	char	   *concurrency_key = dex_arg_optional_name(fcinfo, 7, "concurrency key");
+	char	   *if_active = dex_arg_name(fcinfo, 8, "if_active");
 	MemoryContext outer = CurrentMemoryContext;
 	pg_uuid_t  *run_id;
 	Dex__V1__Payload *payload;
@@ -252,10 +209,7 @@ run_history(PG_FUNCTION_ARGS)
 	MemoryContext old;
 
 	/* not STRICT: a null run id is an error, as everywhere else */
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("run id must not be null")));
+	dex_arg_not_null(fcinfo, 0, "run id");
 	run_id = PG_GETARG_UUID_P(0);
 	values[0] = UUIDPGetDatum(run_id);
 	InitMaterializedSRF(fcinfo, 0);
@@ -322,10 +276,10 @@ static Datum
 create_runs(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *workflow_name = required_name(fcinfo, 0, "workflow name");
-	char	   *queue_name = required_name(fcinfo, 1, "queue");
-	int32		version = required_int32(fcinfo, 3, "workflow version");
-	int32		priority = required_int32(fcinfo, 4, "priority");
+	char	   *workflow_name = dex_arg_name(fcinfo, 0, "workflow name");
+	char	   *queue_name = dex_arg_name(fcinfo, 1, "queue");
+	int32		version = dex_arg_int32(fcinfo, 3, "workflow version");
+	int32		priority = dex_arg_int32(fcinfo, 4, "priority");
 	Jsonb	   *labels = PG_ARGISNULL(5) ? NULL : PG_GETARG_JSONB_P(5);
 	ArrayType  *arguments;
 	Datum	   *elems;
@@ -465,12 +419,9 @@ send_external_event_to_run(PG_FUNCTION_ARGS)
 	char	   *event_id;
 	bool		sent;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("run id must not be null")));
+	dex_arg_not_null(fcinfo, 0, "run id");
 	run_id = PG_GETARG_UUID_P(0);
-	event_id = required_name(fcinfo, 1, "event id");
+	event_id = dex_arg_name(fcinfo, 1, "event id");
 	SPI_connect();
 	dex_wait_for_rebuild();
 	sent = send_external_event(run_id, event_id, PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2));
@@ -487,10 +438,10 @@ send_external_event_to_run(PG_FUNCTION_ARGS)
 static Datum
 send_external_event_to_instance(PG_FUNCTION_ARGS)
 {
-	char	   *instance_id = required_name(fcinfo, 0, "instance id");
-	char	   *event_id = required_name(fcinfo, 1, "event id");
+	char	   *instance_id = dex_arg_name(fcinfo, 0, "instance id");
+	char	   *event_id = dex_arg_name(fcinfo, 1, "event id");
 	/* 1.1's SQL function has no queue argument */
-	char	   *queue_name = PG_NARGS() > 3 ? optional_name(fcinfo, 3, "queue") : NULL;
+	char	   *queue_name = PG_NARGS() > 3 ? dex_arg_optional_name(fcinfo, 3, "queue") : NULL;
 	Datum		queue_ids;
 	int			found;
 	pg_uuid_t  *run_id;
@@ -549,10 +500,7 @@ cancel_run(PG_FUNCTION_ARGS)
 {
 	char	   *reason = "";
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("run id must not be null")));
+	dex_arg_not_null(fcinfo, 0, "run id");
 	if (!PG_ARGISNULL(1))
 	{
 		/* stored in the history like a payload: the same limit */
@@ -575,10 +523,7 @@ suspend_run(PG_FUNCTION_ARGS)
 {
 	pg_uuid_t  *run_id;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("run id must not be null")));
+	dex_arg_not_null(fcinfo, 0, "run id");
 	run_id = PG_GETARG_UUID_P(0);
 	SPI_connect();
 	dex_wait_for_rebuild();
@@ -593,10 +538,7 @@ resume_run(PG_FUNCTION_ARGS)
 {
 	pg_uuid_t  *run_id;
 
-	if (PG_ARGISNULL(0))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("run id must not be null")));
+	dex_arg_not_null(fcinfo, 0, "run id");
 	run_id = PG_GETARG_UUID_P(0);
 	SPI_connect();
 	dex_wait_for_rebuild();
@@ -649,7 +591,7 @@ list_runs(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Datum		values[11];
 	char		nulls[11];
-	int32		page_size = required_int32(fcinfo, 9, "page size");
+	int32		page_size = dex_arg_int32(fcinfo, 9, "page size");
 	int			natts;
 
 	if (page_size < 1 || page_size > MAX_PAGE_SIZE)

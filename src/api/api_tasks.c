@@ -315,19 +315,13 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 	ArrayBuildState *inbox_ids = initArrayResult(INT8OID, CurrentMemoryContext, false);
 	Datum		inbox;
 
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2) || PG_ARGISNULL(3))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("queue, worker id, max tasks and lease duration must not be null")));
+	dex_args_not_null(fcinfo, 4, "queue, worker id, max tasks and lease duration");
 	queue_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	worker_id = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	max_tasks = PG_GETARG_INT32(2);
 	lease = PG_GETARG_INTERVAL_P(3);
 
-	if (worker_id[0] == '\0' || strlen(worker_id) > 255)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("worker id must have 1 to 255 bytes")));
+	dex_check_name(worker_id, "worker id");
 	if (max_tasks < 1 || max_tasks > MAX_TASKS_PER_POLL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -474,19 +468,14 @@ dex_poll_tasks_pb(PG_FUNCTION_ARGS)
 static void
 check_task_args(FunctionCallInfo fcinfo, const char *what)
 {
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1) || PG_ARGISNULL(2))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("run id, task id and lock version must not be null")));
+	dex_args_not_null(fcinfo, 3, "run id, task id and lock version");
 	if (PG_GETARG_INT32(1) < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("task id must not be negative"),
 				 errhint("Task id 0 names a run's workflow task, a positive id an activity task.")));
-	if (PG_ARGISNULL(3) && strcmp(what, "failure") == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("failure must not be null")));
+	if (strcmp(what, "failure") == 0)
+		dex_arg_not_null(fcinfo, 3, "failure");
 }
 
 /* The commands of a workflow task from JSON: a WorkflowTaskCompletion or a bare array of commands */
@@ -940,10 +929,7 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 				 errmsg("dex.wait_for_tasks cannot wait inside a transaction block"),
 				 errdetail("It ends its transaction before it sleeps, so that a waiting worker holds no snapshot."),
 				 errhint("Call it with autocommit on: CALL dex.wait_for_tasks(...) outside BEGIN ... COMMIT.")));
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("queue and timeout must not be null")));
+	dex_args_not_null(fcinfo, 2, "queue and timeout");
 	queue_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	timeout = PG_GETARG_INTERVAL_P(1);
 	if (!interval_usecs(timeout, &timeout_usecs) ||
@@ -1009,10 +995,7 @@ batch_array(FunctionCallInfo fcinfo, int arg, Oid elemtype, const char *what,
 	bool	   *nulls;
 	int			count;
 
-	if (PG_ARGISNULL(arg))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("%s must not be null", what)));
+	dex_arg_not_null(fcinfo, arg, what);
 	array = PG_GETARG_ARRAYTYPE_P(arg);
 	if (ARR_NDIM(array) > 1)
 		ereport(ERROR,
@@ -1284,10 +1267,7 @@ heartbeat_task(PG_FUNCTION_ARGS)
 	TimestampTz until;
 
 	check_task_args(fcinfo, "result");
-	if (PG_ARGISNULL(3))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("lease duration must not be null")));
+	dex_arg_not_null(fcinfo, 3, "lease duration");
 	run_id = PG_GETARG_UUID_P(0);
 	task_id = PG_GETARG_INT32(1);
 	lock_version = PG_GETARG_INT64(2);
@@ -1324,10 +1304,7 @@ heartbeat_tasks(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	TaskBatch	b = read_task_batch(fcinfo, InvalidOid, NULL);
 
-	if (PG_ARGISNULL(3))
-		ereport(ERROR,
-				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				 errmsg("lease duration must not be null")));
+	dex_arg_not_null(fcinfo, 3, "lease duration");
 	(void) b;
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();

@@ -8,7 +8,7 @@
  * the run it completes: every command has a kind; ids are not negative, and
  * positive for the commands that create something; the command that ends
  * the run (completeRun, failRun, continueAsNew) comes last; names and event
- * ids are non-empty and at most 255 bytes where dex stores them as keys;
+ * ids are non-empty and at most DEX_NAME_MAX_LEN bytes where dex stores them as keys;
  * priorities are 0..100, versions not negative; delays and timeouts are in
  * range (at most 100 years); failRun carries a failure.  A violation is
  * ERRCODE_INVALID_PARAMETER_VALUE.
@@ -43,7 +43,6 @@
 #define MAX_DELAY_MS ((int64) 100 * 365 * 24 * 3600 * 1000)
 
 /* The longest names and keys dex stores, as dex.create_run checks them */
-#define MAX_NAME_LEN 255
 
 /* Milliseconds of a Duration, rounded up so that a positive one stays positive */
 int64
@@ -109,11 +108,11 @@ check_schedule_activity(const Dex__V1__Command *cmd)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("command scheduleActivity %d has no activity name", id)));
-	if (strlen(sa->name) > MAX_NAME_LEN)
+	if (strlen(sa->name) > DEX_NAME_MAX_LEN)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("activity name of command scheduleActivity %d must have at most %d bytes",
-						id, MAX_NAME_LEN)));
+						id, DEX_NAME_MAX_LEN)));
 	if (sa->priority < 0 || sa->priority > 100)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -163,10 +162,10 @@ check_wait_external_event(const Dex__V1__Command *cmd)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("command waitExternalEvent %d needs an event id", id)));
 	/* dex.send_external_event takes no longer ids: the wait could not end */
-	if (strlen(w->event_id) > MAX_NAME_LEN)
+	if (strlen(w->event_id) > DEX_NAME_MAX_LEN)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("command waitExternalEvent %d has an event id of more than 255 bytes", id)));
+				 errmsg("command waitExternalEvent %d has an event id of more than %d bytes", id, DEX_NAME_MAX_LEN)));
 	if (!duration_ok(w->timeout, 0))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -186,12 +185,12 @@ check_start_child_run(const Dex__V1__Command *cmd)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("command startChildRun %d has no workflow name", id)));
 	/* as dex.create_run checks them */
-	if (strlen(sc->workflow_name) > MAX_NAME_LEN ||
-		(sc->instance_id != NULL && strlen(sc->instance_id) > MAX_NAME_LEN) ||
-		(sc->concurrency_key != NULL && strlen(sc->concurrency_key) > MAX_NAME_LEN))
+	if (strlen(sc->workflow_name) > DEX_NAME_MAX_LEN ||
+		(sc->instance_id != NULL && strlen(sc->instance_id) > DEX_NAME_MAX_LEN) ||
+		(sc->concurrency_key != NULL && strlen(sc->concurrency_key) > DEX_NAME_MAX_LEN))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("workflow name, instance id and concurrency key of child run %d must have at most 255 bytes", id)));
+				 errmsg("workflow name, instance id and concurrency key of child run %d must have at most %d bytes", id, DEX_NAME_MAX_LEN)));
 	if (sc->workflow_version < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -13,6 +13,7 @@
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "fmgr.h"
 #include "utils/array.h"
 #include "utils/uuid.h"
 
@@ -42,6 +43,14 @@ extern void dex_pop_planner_settings(int level);
 extern void dex_array_add(ArrayBuildState *state, Datum value, bool isnull);
 extern Datum dex_array_result(ArrayBuildState *state);
 extern Datum dex_uuid_array(pg_uuid_t *const *ids, int n);
+
+/* args.c: checks of SQL arguments */
+extern void dex_arg_not_null(FunctionCallInfo fcinfo, int arg, const char *what);
+extern void dex_args_not_null(FunctionCallInfo fcinfo, int n, const char *what);
+extern int32 dex_arg_int32(FunctionCallInfo fcinfo, int arg, const char *what);
+extern void dex_check_name(const char *name, const char *what);
+extern char *dex_arg_name(FunctionCallInfo fcinfo, int arg, const char *what);
+extern char *dex_arg_optional_name(FunctionCallInfo fcinfo, int arg, const char *what);
 
 /* ids.c */
 extern pg_uuid_t *dex_new_uuid(void);

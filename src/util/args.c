@@ -1,0 +1,78 @@
+/*-------------------------------------------------------------------------
+ *
+ * args.c
+ *	  Checks of the arguments of SQL entry points: nulls and names.
+ *
+ * An argument with a default is not optional: NULL is refused
+ * (ERRCODE_NULL_VALUE_NOT_ALLOWED), not taken as the default.  NULL means
+ * "none" only where there can be none (a run's argument, an instance id,
+ * labels, a key, a filter), and the entry point reads those itself.  Names
+ * dex stores as keys have 1 to DEX_NAME_MAX_LEN bytes.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/builtins.h"
+
+#include "util/util.h"
+
+/* Refuse a NULL argument "arg", called "what" in the message. */
+void
+dex_arg_not_null(FunctionCallInfo fcinfo, int arg, const char *what)
+{
+	if (PG_ARGISNULL(arg))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what)));
+}
+
+/* Refuse a NULL among the first n arguments, which "what" names together. */
+void
+dex_args_not_null(FunctionCallInfo fcinfo, int n, const char *what)
+{
+	for (int arg = 0; arg < n; arg++)
+		dex_arg_not_null(fcinfo, arg, what);
+}
+
+/* An argument with a default: NULL is refused, with a hint. */
+int32
+dex_arg_int32(FunctionCallInfo fcinfo, int arg, const char *what)
+{
+	if (PG_ARGISNULL(arg))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("%s must not be null", what),
+				 errhint("Leave the argument out to take its default.")));
+	return PG_GETARG_INT32(arg);
+}
+
+/* Refuse a name of no bytes or of more than DEX_NAME_MAX_LEN. */
+void
+dex_check_name(const char *name, const char *what)
+{
+	if (name[0] == '\0' || strlen(name) > DEX_NAME_MAX_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must have 1 to %d bytes", what, DEX_NAME_MAX_LEN)));
+}
+
+/* A name argument, which must be given. */
+char *
+dex_arg_name(FunctionCallInfo fcinfo, int arg, const char *what)
+{
+	char	   *name;
+
+	dex_arg_not_null(fcinfo, arg, what);
+	name = text_to_cstring(PG_GETARG_TEXT_PP(arg));
+	dex_check_name(name, what);
+	return name;
+}
+
+/* A name argument that may be NULL (none). */
+char *
+dex_arg_optional_name(FunctionCallInfo fcinfo, int arg, const char *what)
+{
+	return PG_ARGISNULL(arg) ? NULL : dex_arg_name(fcinfo, arg, what);
+}
