@@ -35,4 +35,4 @@ __all__ = [
     "WaitTimeout", "Worker", "WorkflowContext", "activity", "activity_context", "decode",
     "encode", "format_history", "replay", "workflow",
 ]
-__version__ = "0.1.0"
+__version__ = "1.2"   # the extension's default_version (dex.control); tests/test_version.py

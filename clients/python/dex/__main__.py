@@ -1,17 +1,22 @@
-"""python3 -m dex worker|history ...: run a worker, or print a run's history."""
+"""python3 -m dex worker|history ... (or the `dex` command that pip installs): run a worker, or
+print a run's history."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import logging
+import os
 import sys
 
-from . import Client, Worker
+from . import Client, Worker, __version__
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m dex")
+    # "dex" when run as the console script that pip installs, "python3 -m dex" otherwise.
+    script = os.path.splitext(os.path.basename(sys.argv[0]))[0] if sys.argv else ""
+    p = argparse.ArgumentParser(prog="dex" if script == "dex" else "python3 -m dex")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     p.add_argument("--conninfo", default="", help="libpq connection string (default: PG* variables)")
     pooled_help = ("the connections go through a pooler in transaction mode (PgBouncer): no "
                    "prepared statements; --no-pooled: a direct connection (default: turn them "
