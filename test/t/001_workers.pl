@@ -4,18 +4,13 @@
 # UNLOGGED workflow-task partitions are rebuilt and the runs finish.
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use DexCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('dex');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'dex'
-dex.database = 'postgres'
-restart_after_crash = on
-});
-$node->start;
+my $node = dex_cluster('dex', conf => "restart_after_crash = on\n");
 
 # the launcher and the scheduler run, recognisable in pg_stat_activity
 ok($node->poll_query_until('postgres',

@@ -6,17 +6,13 @@
 # workers deadlocked with them and could queue a completed activity again.
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use DexCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('dex');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'dex'
-dex.database = 'postgres'
-});
-$node->start;
+my $node = dex_cluster('dex');
 
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION dex;

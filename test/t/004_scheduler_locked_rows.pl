@@ -4,14 +4,13 @@
 # 8,000 transactions a second for as long as the row stayed locked.
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use DexCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('dex');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'dex'\ndex.database = 'postgres'\n");
-$node->start;
+my $node = dex_cluster('dex');
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION dex;
 	SELECT dex.create_queue('wf', 'workflow');

@@ -22,7 +22,9 @@ use strict;
 use warnings;
 use IPC::Run;
 use List::Util qw(shuffle);
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use DexCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
@@ -32,16 +34,11 @@ my $seed = $ENV{DEX_FAULT_SEED} || int(rand(1_000_000));
 srand($seed);
 note "runs = $runs, seed = $seed";
 
-my $node = PostgreSQL::Test::Cluster->new('dex');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'dex'
-dex.database = 'postgres'
+my $node = dex_cluster('dex', conf => q{
 restart_after_crash = on
 max_connections = 40
 log_statement = none
 });
-$node->start;
 my $t_start = time;
 
 $node->safe_psql('postgres', q{

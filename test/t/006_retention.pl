@@ -7,21 +7,18 @@
 # dropped roles.
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use DexCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('dex');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'dex'
-dex.database = 'postgres'
+my $node = dex_cluster('dex', conf => q{
 dex.retention_period = '1h'
 dex.maintenance_naptime = '200ms'
 dex.retention_batch_size = 7
 restart_after_crash = on
 });
-$node->start;
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION dex;
 	SELECT dex.create_queue('wf', 'workflow');

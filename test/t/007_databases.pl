@@ -4,18 +4,13 @@
 # dex is installed, and notices CREATE EXTENSION; SIGHUP changes the list.
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use DexCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('dex');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'dex'
-dex.database = 'one, two'
-max_worker_processes = 20
-});
-$node->start;
+my $node = dex_cluster('dex', database => 'one, two', conf => "max_worker_processes = 20\n");
 $node->safe_psql('postgres', 'CREATE DATABASE one; CREATE DATABASE two; CREATE DATABASE three;');
 
 sub workers

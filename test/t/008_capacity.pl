@@ -5,18 +5,14 @@
 use strict;
 use warnings;
 use IPC::Run;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use DexCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time);
 
-my $node = PostgreSQL::Test::Cluster->new('dex');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'dex'
-dex.database = 'postgres'
-});
-$node->start;
+my $node = dex_cluster('dex');
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION dex;
 	SELECT dex.create_queue('wf', 'workflow');

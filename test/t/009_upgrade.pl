@@ -6,17 +6,13 @@
 # what pg_dump dumps of the extension's tables).
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use DexCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('dex');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'dex'
-dex.database = 'postgres'
-});
-$node->start;
+my $node = dex_cluster('dex');
 
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION dex VERSION '1.0';

@@ -18,21 +18,18 @@
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use DexCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
 # every database with dex is served: three restored ones take six workers
-my $conf = qq{
-shared_preload_libraries = 'dex'
-dex.database = '*'
-max_worker_processes = 16
-};
+my %dex = (database => '*', conf => "max_worker_processes = 16\n");
 
-my $src = PostgreSQL::Test::Cluster->new('source');
-$src->init(allows_streaming => 1);    # pg_basebackup needs a replication connection
-$src->append_conf('postgresql.conf', $conf);
-$src->start;
+# allows_streaming: pg_basebackup needs a replication connection
+my $src = dex_cluster('source', %dex, init => { allows_streaming => 1 });
 $src->safe_psql('postgres', 'CREATE DATABASE app');
 
 $src->safe_psql('app', q{
@@ -153,10 +150,7 @@ like($toc, qr/SEQUENCE SET dex lease_version/, 'and the lock-version sequence');
 $src->backup('base', backup_options => [ '--wal-method=stream' ]);
 my $issued_before_backup = $src->safe_psql('app', q{SELECT last_value FROM dex.lease_version});
 
-my $dst = PostgreSQL::Test::Cluster->new('restored');
-$dst->init;
-$dst->append_conf('postgresql.conf', $conf);
-$dst->start;
+my $dst = dex_cluster('restored', %dex);
 # a role made before the restore takes the oids the source's roles had, so a
 # grant restored by oid would name another role
 $dst->safe_psql('postgres', q{CREATE ROLE intruder LOGIN});

@@ -5,17 +5,13 @@
 # nothing else is in it.
 use strict;
 use warnings;
-use PostgreSQL::Test::Cluster;
+use FindBin;
+use lib $FindBin::RealBin;
+use DexCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = PostgreSQL::Test::Cluster->new('dex');
-$node->init;
-$node->append_conf('postgresql.conf', qq{
-shared_preload_libraries = 'dex'
-dex.database = 'postgres'
-});
-$node->start;
+my $node = dex_cluster('dex');
 
 my $schema = q{SELECT count(*) FROM pg_namespace WHERE nspname = 'dex'};
 my $ext = q{SELECT count(*) FROM pg_extension WHERE extname = 'dex'};
