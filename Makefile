@@ -26,8 +26,24 @@ PG_CFLAGS = -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initi
             -Wno-sign-compare -Wno-cast-function-type
 SHLIB_LINK = -lprotobuf-c
 
+# make installcheck runs these suites against a running server (PGHOST, PGPORT, PGUSER as for
+# psql, a superuser), which needs in its postgresql.conf:
+#   shared_preload_libraries = 'dex'
+#   dex.database = 'dex_regress'
+# pg_regress makes the database dex_regress afresh (CONTRIB_TESTDB, below the include) and
+# sql/setup.sql creates the extension there; the isolation specs then run in that same
+# database. The TAP tests start their own clusters. bash test/run-tests.sh runs the same
+# suites, and more, on a throwaway cluster.
 REGRESS = setup codec queues runs tasks errors batch events control listing children keys timeouts capacity monitoring bad_input roles queue_access instances security
-REGRESS_OPTS = --load-extension=dex
+# the database pg_regress makes is UTF8 with the C locale, as in test/lib.sh's cluster, whatever
+# the server's defaults
+REGRESS_OPTS = --encoding=UTF8 --no-locale
+ISOLATION = $(sort $(basename $(notdir $(wildcard test/isolation/specs/*.spec))))
+# --use-existing: in the database the regress suite left, where dex is installed and served
+ISOLATION_OPTS = --inputdir=test/isolation --use-existing
+TAP_TESTS = 1
+# PGXS's prove looks for t/*.pl; ours are in test/t (PROVE_TESTS=test/t/012_... picks some)
+PROVE_TESTS = test/t/*.pl
 
 EXTRA_CLEAN = $(GEN)
 
@@ -40,6 +56,11 @@ override with_llvm = no
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# make installcheck: the database the server's dex.database names (sql/setup.sql shows it),
+# not PGXS's contrib_regression and isolation_regression
+CONTRIB_TESTDB = dex_regress
+ISOLATION_TESTDB = dex_regress
 
 # protoc-c output: the engine's protocol and the two well-known types it uses.
 $(GEN)/dex/v1/%.pb-c.c $(GEN)/dex/v1/%.pb-c.h: proto/dex/v1/%.proto

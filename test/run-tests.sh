@@ -3,7 +3,7 @@
 # throwaway cluster (test/lib.sh) and runs every suite that has tests:
 #   layers     test/layers.py: dependencies between src/'s files run one way, without cycles
 #   regress    pg_regress over the Makefile's REGRESS (sql/*.sql, expected/*.out)
-#   isolation  pg_isolation_regress over test/isolation/specs/*.spec
+#   isolation  pg_isolation_regress over the Makefile's ISOLATION (test/isolation/specs/*.spec)
 #   pgtap      pg_prove over test/pgtap/*.sql
 #   tap        prove over test/t/*.pl (PostgreSQL::Test::Cluster; they make their own clusters)
 #   pytest     clients/python/tests
@@ -110,25 +110,30 @@ suite_layers() {
   if ((rc == 0)); then record layers 1 0; else record layers 0 1; fi
 }
 
-suite_regress() {
-  local tests all_opts opts=() o outdir=$DEX_SCRATCH/regress
-  if ! tests=$(make_var REGRESS) || ! all_opts=$(make_var REGRESS_OPTS); then
-    record regress 0 1 "could not read REGRESS from the Makefile"; return
+# pg_regress_suite SUITE RUNNER VAR: RUNNER (pg_regress, pg_isolation_regress) over the tests
+# the Makefile declares for PGXS in VAR with the options in VAR_OPTS (REGRESS, ISOLATION), as
+# "make installcheck" runs them, but in the database of the throwaway cluster.
+pg_regress_suite() {
+  local suite=$1 runner=$2 var=$3 tests all_opts opts=() o outdir=$DEX_SCRATCH/$1
+  if ! tests=$(make_var "$var") || ! all_opts=$(make_var "${var}_OPTS"); then
+    record "$suite" 0 1 "could not read $var from the Makefile"; return
   fi
-  [[ -n $tests ]] || { skip regress "REGRESS is empty"; return; }
-  # PGXS adds --dbname=contrib_regression; the tests run in the database dex serves.
+  [[ -n $tests ]] || { skip "$suite" "$var is empty"; return; }
+  # PGXS adds --dbname=<its test database>; the tests run in the database dex serves.
   for o in $all_opts; do [[ $o == --dbname=* ]] || opts+=("$o"); done
   dex_as_user mkdir -p "$outdir"
-  # --use-existing: the dex worker holds a connection to the database, so pg_regress must not
-  # drop and recreate it. That also makes --load-extension in REGRESS_OPTS a no-op; the
-  # setup test creates the extension.
+  # --use-existing: the database dex_start_cluster made, which dex has served from the start;
+  # the setup test creates the extension, and the isolation specs run after it. VAR_OPTS may
+  # name another --inputdir, relative to the tree as for make.
   # shellcheck disable=SC2086 # a word list from the Makefile
-  run_logged regress "$DEX_SRC" "$PG_REGRESS" --bindir="$PG_BINDIR" --inputdir="$DEX_SRC" \
+  run_logged "$suite" "$DEX_SRC" "$runner" --bindir="$PG_BINDIR" --inputdir="$DEX_SRC" \
     --outputdir="$outdir" --use-existing --dbname="$DEX_DATABASE" \
     --host="$DEX_SOCKDIR" --port="$DEX_TEST_PORT" "${opts[@]}" $tests
   show_diffs "$outdir/regression.diffs"
-  count_regress regress
+  count_regress "$suite"
 }
+
+suite_regress() { pg_regress_suite regress "$PG_REGRESS" REGRESS; }
 
 # Later suites need the extension in the test database even if the regress suite did not
 # leave it there.
@@ -143,17 +148,7 @@ ensure_extension() {
     echo "$DEX_PROG: CREATE EXTENSION dex failed in $DEX_DATABASE"
 }
 
-suite_isolation() {
-  local specs=("$DEX_SRC"/test/isolation/specs/*.spec) names=() s outdir=$DEX_SCRATCH/isolation
-  ((${#specs[@]})) || { skip isolation "no test/isolation/specs/*.spec"; return; }
-  for s in "${specs[@]}"; do names+=("$(basename "$s" .spec)"); done
-  dex_as_user mkdir -p "$outdir"
-  run_logged isolation "$DEX_SRC" "$PG_ISOLATION_REGRESS" --bindir="$PG_BINDIR" \
-    --inputdir="$DEX_SRC/test/isolation" --outputdir="$outdir" --use-existing \
-    --dbname="$DEX_DATABASE" --host="$DEX_SOCKDIR" --port="$DEX_TEST_PORT" "${names[@]}"
-  show_diffs "$outdir/regression.diffs"
-  count_regress isolation
-}
+suite_isolation() { pg_regress_suite isolation "$PG_ISOLATION_REGRESS" ISOLATION; }
 
 suite_pgtap() {
   local files=("$DEX_SRC"/test/pgtap/*.sql) avail
