@@ -402,12 +402,7 @@ send_external_event(pg_uuid_t *run_id, const char *event_id, Jsonb *payload)
 	if (SPI_processed == 0)
 		return false;			/* a duplicate: dropped */
 
-	ev = dex_new_event(0, now);
-	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_EXTERNAL_EVENT_RECEIVED;
-	ev->external_event_received = palloc(sizeof(Dex__V1__ExternalEventReceived));
-	dex__v1__external_event_received__init(ev->external_event_received);
-	ev->external_event_received->event_id = pstrdup(event_id);
-	ev->external_event_received->payload = dex_payload_from_jsonb(payload);
+	ev = dex_event_external_event_received(now, pstrdup(event_id), dex_payload_from_jsonb(payload));
 	dex_insert_inbox(run_id, ev, now);
 	return true;
 }

@@ -5,7 +5,7 @@
  *	  that show them.
  *
  * Runs in the caller's transaction and SPI connection, under the locking
- * protocol of src/README.md: an event for a run whose row the caller locked
+ * protocol in src/README.md: an event for a run whose row the caller locked
  * is visible at once and makes sure the run has a workflow task; one for a
  * run it did not lock, or due later, is the scheduler's to hand over.
  *
@@ -121,8 +121,8 @@ dex_insert_inbox(pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
 }
 
 /*
- * A task row that is visible is never locked or waited for (rule 2 of the
- * file header); ON CONFLICT only meets a task inserted by a transaction still
+ * A task row that is visible is never locked or waited for (the locking
+ * protocol in src/README.md); ON CONFLICT only meets a task inserted by a transaction still
  * in progress, which holds the run lock too and does not wait for us.
  */
 static DexPlan ensure_tasks_plan = {

@@ -89,29 +89,6 @@ illegal_transition(pg_uuid_t *run_id, const char *action, const char *status)
 			 errdetail("Its status is %s.", status)));
 }
 
-static Dex__V1__WorkflowEvent *
-simple_event(Dex__V1__WorkflowEvent__SubjectCase subject)
-{
-	Dex__V1__WorkflowEvent *ev = dex_new_event(0, GetCurrentTransactionStartTimestamp());
-
-	ev->subject_case = subject;
-	/* the subjects used here have no fields: an initialized empty message of any type fits */
-	switch (subject)
-	{
-		case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_SUSPENDED:
-			ev->run_suspended = palloc(sizeof(Dex__V1__RunSuspended));
-			dex__v1__run_suspended__init(ev->run_suspended);
-			break;
-		case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_RESUMED:
-			ev->run_resumed = palloc(sizeof(Dex__V1__RunResumed));
-			dex__v1__run_resumed__init(ev->run_resumed);
-			break;
-		default:
-			elog(ERROR, "unexpected event subject %d", (int) subject);
-	}
-	return ev;
-}
-
 /*
  * Cancel a run (see dex.cancel_run).  With if_active, a run that has ended is
  * left alone instead of being an error: the cascade from a parent uses it.
@@ -134,19 +111,12 @@ dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
 
 	if (strcmp(status, "RUNNING") == 0)
 	{
-		Dex__V1__WorkflowEvent *ev;
-
 		if (!cancel_requested)
 		{
 			Datum		values[1] = {UUIDPGetDatum(run_id)};
 
-			ev = dex_new_event(0, now);
-			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCEL_REQUESTED;
-			ev->run_cancel_requested = palloc(sizeof(Dex__V1__RunCancelRequested));
-			dex__v1__run_cancel_requested__init(ev->run_cancel_requested);
-			ev->run_cancel_requested->reason = pstrdup(reason);
 			dex_spi_exec(&note_cancel_plan, values, NULL, 0);
-			dex_insert_inbox(run_id, ev, now);
+			dex_insert_inbox(run_id, dex_event_run_cancel_requested(now, pstrdup(reason)), now);
 		}
 	}
 	else
@@ -157,18 +127,13 @@ dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
 		DexRun	   *run = dex_find_run(runs, run_id);
 		Dex__V1__EventBatch batch;
 		Dex__V1__WorkflowEvent *events[2];
-		Dex__V1__WorkflowEvent *cancelled = dex_new_event(0, now);
 		Datum		values[3];
 
 		dex__v1__event_batch__init(&batch);
 		batch.events = events;
 		if (strcmp(status, "CREATED") == 0)
 			events[batch.n_events++] = dex_run_created_event(run);
-		cancelled->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCELLED;
-		cancelled->run_cancelled = palloc(sizeof(Dex__V1__RunCancelled));
-		dex__v1__run_cancelled__init(cancelled->run_cancelled);
-		cancelled->run_cancelled->reason = pstrdup(reason);
-		events[batch.n_events++] = cancelled;
+		events[batch.n_events++] = dex_event_run_cancelled(now, pstrdup(reason));
 
 		values[0] = UUIDPGetDatum(run_id);
 		values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &batch));
@@ -196,7 +161,7 @@ dex_suspend_run_internal(pg_uuid_t *run_id)
 	dex_spi_exec(&set_status_plan, values, NULL, 0);
 	dex_spi_exec(&withdraw_task_plan, values, NULL, 0);
 	/* delivered with the next task, after the run is resumed */
-	dex_insert_inbox(run_id, simple_event(DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_SUSPENDED),
+	dex_insert_inbox(run_id, dex_event_run_suspended(GetCurrentTransactionStartTimestamp()),
 					 GetCurrentTransactionStartTimestamp());
 }
 
@@ -213,7 +178,7 @@ dex_resume_run_internal(pg_uuid_t *run_id)
 	values[0] = UUIDPGetDatum(run_id);
 	values[1] = CStringGetTextDatum("RUNNING");
 	dex_spi_exec(&set_status_plan, values, NULL, 0);
-	dex_insert_inbox(run_id, simple_event(DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_RESUMED),
+	dex_insert_inbox(run_id, dex_event_run_resumed(GetCurrentTransactionStartTimestamp()),
 					 GetCurrentTransactionStartTimestamp());
 }
 
@@ -254,6 +219,28 @@ static DexPlan active_children_plan = {
 };
 
 /*
+ * What a parent is told of its child that ended: childRunCompleted with the
+ * result, or childRunFailed with the failure (a cancelled child has none).
+ */
+static Dex__V1__WorkflowEvent *
+child_ended_event(TimestampTz now, int32 created_event_id, const char *status,
+				  bytea *result, bytea *failure)
+{
+	Dex__V1__Failure *f;
+
+	if (strcmp(status, "COMPLETED") == 0)
+		return dex_event_child_run_completed(now, created_event_id,
+											 result ? dex_payload_unpack(result, "result") : NULL);
+	if (failure)
+		f = (Dex__V1__Failure *)
+			dex_pb_unpack(&dex__v1__failure__descriptor, (uint8 *) VARDATA_ANY(failure),
+						  VARSIZE_ANY_EXHDR(failure), "failure");
+	else
+		f = dex_new_failure("the child run was cancelled", "dex.Cancelled", false);
+	return dex_event_child_run_failed(now, created_event_id, f);
+}
+
+/*
  * Everything that follows the end of runs (locked by the caller): their
  * pending work is removed, their instance ids and concurrency keys freed (the
  * next run waiting for a key is admitted), their parents told
@@ -282,39 +269,10 @@ dex_end_runs(Datum run_ids)
 		char	   *status = dex_spi_gettext_copy(i, 3);
 		bytea	   *result = dex_spi_getbytea_copy(i, 4);
 		bytea	   *failure = dex_spi_getbytea_copy(i, 5);
-		Dex__V1__WorkflowEvent *ev = dex_new_event(0, now);
 
 		memcpy(parent, DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)), sizeof(pg_uuid_t));
-		if (strcmp(status, "COMPLETED") == 0)
-		{
-			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_CHILD_RUN_COMPLETED;
-			ev->child_run_completed = palloc(sizeof(Dex__V1__ChildRunCompleted));
-			dex__v1__child_run_completed__init(ev->child_run_completed);
-			ev->child_run_completed->child_run_created_event_id = event_id;
-			ev->child_run_completed->result = result ? dex_payload_unpack(result, "result") : NULL;
-		}
-		else
-		{
-			Dex__V1__Failure *f;
-
-			if (failure)
-				f = (Dex__V1__Failure *)
-					dex_pb_unpack(&dex__v1__failure__descriptor, (uint8 *) VARDATA_ANY(failure),
-								  VARSIZE_ANY_EXHDR(failure), "failure");
-			else
-			{
-				f = palloc(sizeof(*f));
-				dex__v1__failure__init(f);
-				f->message = "the child run was cancelled";
-				f->type = "dex.Cancelled";
-			}
-			ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_CHILD_RUN_FAILED;
-			ev->child_run_failed = palloc(sizeof(Dex__V1__ChildRunFailed));
-			dex__v1__child_run_failed__init(ev->child_run_failed);
-			ev->child_run_failed->child_run_created_event_id = event_id;
-			ev->child_run_failed->failure = f;
-		}
-		dex_inbox_batch_add_unlocked(&inbox, parent, ev);
+		dex_inbox_batch_add_unlocked(&inbox, parent,
+									 child_ended_event(now, event_id, status, result, failure));
 	}
 	dex_inbox_batch_flush(&inbox);
 

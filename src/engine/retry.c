@@ -6,8 +6,11 @@
  *
  * A retry is two rows: the activity task, made visible again at the retry
  * time, and its logged record in dex.activity_retry, from which the rebuild
- * after a crash restores the attempt count and the backoff.  Runs in the
- * caller's transaction; the caller has fenced and locked the task row.
+ * after a crash restores the attempt count and the backoff.  An activity
+ * that fails for good is deleted, and its run told (ActivityTaskFailed).
+ * Runs in the caller's transaction and SPI connection; the caller has
+ * fenced and locked the task row and locked its run (the locking protocol
+ * in src/README.md: dex.fail_task, or the scheduler for an expired lease).
  *
  *-------------------------------------------------------------------------
  */
@@ -164,12 +167,9 @@ dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id, int32 attempt,
 		if (retry_at >= deadline)
 		{
 			/* the schedule-to-close timeout ends the activity */
-			Dex__V1__Failure *timeout = palloc(sizeof(*timeout));
+			Dex__V1__Failure *timeout = dex_new_failure("the activity's schedule-to-close timeout passed",
+														"dex.ScheduleToCloseTimeout", true);
 
-			dex__v1__failure__init(timeout);
-			timeout->message = "the activity's schedule-to-close timeout passed";
-			timeout->type = "dex.ScheduleToCloseTimeout";
-			timeout->terminal = true;
 			timeout->cause = failure;
 			failure = timeout;
 			retry = false;
@@ -196,17 +196,8 @@ dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id, int32 attempt,
 	{
 		Datum		values[2] = {UUIDPGetDatum(run_id), Int32GetDatum(event_id)};
 		TimestampTz now = GetCurrentTransactionStartTimestamp();
-		Dex__V1__WorkflowEvent *event = dex_new_event(0, now);
-		Dex__V1__ActivityTaskFailed *failed = palloc(sizeof(*failed));
 
 		dex_spi_exec(&delete_activity_plan, values, NULL, 0);
-
-		dex__v1__activity_task_failed__init(failed);
-		failed->activity_task_created_event_id = event_id;
-		failed->failure = failure;
-		failed->attempts = attempt;
-		event->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_ACTIVITY_TASK_FAILED;
-		event->activity_task_failed = failed;
-		dex_insert_inbox(run_id, event, now);
+		dex_insert_inbox(run_id, dex_event_activity_task_failed(now, event_id, failure, attempt), now);
 	}
 }

@@ -9,7 +9,9 @@
  * dex_build_new_events, so the events a worker is shown are exactly those
  * its completion records.  One statement loads a piece for every run of a
  * batch; the results go to a hash table keyed by run id, allocated in
- * CurrentMemoryContext.  Callers are connected to SPI.
+ * CurrentMemoryContext.  Runs in the caller's transaction and SPI
+ * connection; dex_load_runs (with lock) and dex_lock_runs take the runs'
+ * row locks in run id order, as the locking protocol in src/README.md asks.
  *
  *-------------------------------------------------------------------------
  */
@@ -36,7 +38,7 @@ static DexPlan lock_load_runs_plan = {
 
 /*
  * The runs with the given ids (a uuid[] datum); with "lock", locked to be
- * written, in id order (the locking protocol of history.c).  Runs that do
+ * written, in id order (the locking protocol in src/README.md).  Runs that do
  * not exist are absent from the table.
  */
 HTAB *
@@ -194,19 +196,7 @@ dex_run_status_enum(const char *status)
 	return DEX__V1__RUN_STATUS__RUN_STATUS_UNSPECIFIED;
 }
 
-static Dex__V1__RunCreated *run_created_subject(DexRun *run);
-
-/* The RunCreated event of a run, from its row */
-Dex__V1__WorkflowEvent *
-dex_run_created_event(DexRun *run)
-{
-	Dex__V1__WorkflowEvent *ev = dex_new_event(0, run->created_at);
-
-	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CREATED;
-	ev->run_created = run_created_subject(run);
-	return ev;
-}
-
+/* The subject of a run's RunCreated event, from its row */
 static Dex__V1__RunCreated *
 run_created_subject(DexRun *run)
 {
@@ -257,6 +247,13 @@ run_created_subject(DexRun *run)
 	return rc;
 }
 
+/* The RunCreated event of a run, from its row */
+Dex__V1__WorkflowEvent *
+dex_run_created_event(DexRun *run)
+{
+	return dex_event_run_created(run->created_at, run_created_subject(run));
+}
+
 /*
  * The events a workflow task adds to its run's history before the events of
  * its commands: WorkflowTaskStarted, then for a new run RunCreated and
@@ -268,25 +265,13 @@ dex_build_new_events(DexRun *run, const char *worker_id, TimestampTz started_at,
 					 int extra, size_t *n_events)
 {
 	Dex__V1__WorkflowEvent **events = palloc(sizeof(*events) * (run->n_inbox + 3 + extra));
-	Dex__V1__WorkflowEvent *ev;
 	size_t		n = 0;
 
-	ev = dex_new_event(0, started_at);
-	ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_WORKFLOW_TASK_STARTED;
-	ev->workflow_task_started = palloc(sizeof(Dex__V1__WorkflowTaskStarted));
-	dex__v1__workflow_task_started__init(ev->workflow_task_started);
-	ev->workflow_task_started->worker_id = pstrdup(worker_id);
-	events[n++] = ev;
-
+	events[n++] = dex_event_workflow_task_started(started_at, pstrdup(worker_id));
 	if (strcmp(run->status, "CREATED") == 0)
 	{
 		events[n++] = dex_run_created_event(run);
-
-		ev = dex_new_event(0, started_at);
-		ev->subject_case = DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_STARTED;
-		ev->run_started = palloc(sizeof(Dex__V1__RunStarted));
-		dex__v1__run_started__init(ev->run_started);
-		events[n++] = ev;
+		events[n++] = dex_event_run_started(started_at);
 	}
 
 	for (int i = 0; i < run->n_inbox; i++)
