@@ -141,7 +141,10 @@ extern const char *dex_command_name(const Dex__V1__Command *cmd);
 extern void dex_check_commands(const Dex__V1__WorkflowTaskCompletion *completion);
 extern void dex_refuse_command_after_end(const Dex__V1__Command *cmd) pg_attribute_noreturn();
 
-/* completion.c */
+/*
+ * Completions: complete_workflow.c, complete_activity.c and fence.c (the
+ * files that complete workflow tasks share engine/completion.h)
+ */
 typedef struct DexWorkflowCompletion
 {
 	pg_uuid_t  *run_id;
@@ -150,7 +153,7 @@ typedef struct DexWorkflowCompletion
 	bool		done;			/* out: false if not applied (lease lost, run
 								 * ended, or superseded) */
 	bool		superseded;		/* out: set aside, as new events came (see
-								 * completion.c) */
+								 * complete_workflow.c) */
 	TimestampTz started_at;		/* internal: from the fenced task row */
 	char	   *worker_id;
 	Datum		inbox_ids;		/* internal: the inbox rows the task showed */
@@ -169,6 +172,33 @@ typedef struct DexActivityCompletion
 extern void dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version);
 extern void dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost);
 extern void dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost);
+
+/*
+ * activity_rows.c: rows of new activity tasks, one array per column, from
+ * the ActivityTaskCreated events that record them (a completion's, or the
+ * rebuild's after a crash)
+ */
+typedef struct DexActivityRows
+{
+	ArrayBuildState *queue_id;
+	ArrayBuildState *run_id;
+	ArrayBuildState *event_id;
+	ArrayBuildState *name;
+	ArrayBuildState *priority;
+	ArrayBuildState *argument;
+	ArrayBuildState *retry_policy;
+	ArrayBuildState *start_to_close;
+	ArrayBuildState *heartbeat_timeout;
+	ArrayBuildState *deadline;
+	int			n;
+} DexActivityRows;
+
+#define DEX_ACTIVITY_ROWS_COLUMNS 10
+extern void dex_activity_rows_init(DexActivityRows *rows);
+extern void dex_activity_rows_add(DexActivityRows *rows, int32 queue_id, pg_uuid_t *run_id,
+								  int32 event_id, const Dex__V1__ActivityTaskCreated *created,
+								  const Dex__V1__RetryPolicy *policy, TimestampTz created_at);
+extern void dex_activity_rows_values(DexActivityRows *rows, Datum *values);
 
 /* lifecycle.c: cancel, suspend, resume; the end of runs */
 extern void dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active);

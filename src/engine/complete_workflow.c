@@ -1,0 +1,361 @@
+/*-------------------------------------------------------------------------
+ *
+ * complete_workflow.c
+ *	  Completing workflow tasks, many per statement: the pipeline
+ *	  fence -> check -> load -> apply -> write -> wake.
+ *
+ * dex_complete_workflow_tasks runs in the caller's transaction and SPI
+ * connection, with a fixed number of statements whatever the size of the
+ * batch: each phase is one multi-row statement over arrays (unnest), built
+ * in memory first.  Its phases, each a function below:
+ *	  fence		the runs are locked, in run id order (the locking protocol in
+ *				src/README.md), so that concurrent batches do not deadlock;
+ *				then each task row is deleted only with its current lock
+ *				version.  A task of a queue the caller may not use (access.c)
+ *				fails the whole call.
+ *	  check		a task whose lease is lost, or whose run ended meanwhile, is
+ *				skipped (done = false) before anything is written for it, or,
+ *				with raise_lost, reported as an error (fence.c); a completion
+ *				that would end its run while events it did not show have come
+ *				is set aside (superseded)
+ *	  load		the inbox events each task showed, moved out of the inbox
+ *	  apply		each task's events and commands (commands_apply.c); an invalid
+ *				command fails the whole call, which then writes nothing
+ *	  write		the rows of the batch (workflow_rows.c)
+ *	  wake		what follows: the end of runs that ended, new workflow tasks
+ *				for runs that start over or have unseen events
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/array.h"
+#include "utils/hsearch.h"
+
+#include "engine/completion.h"
+
+static int
+compare_workflow_items(const void *a, const void *b)
+{
+	const DexWorkflowCompletion *x = a;
+	const DexWorkflowCompletion *y = b;
+
+	return memcmp(x->run_id, y->run_id, UUID_LEN);
+}
+
+/* ----------------------------------------------------------------
+ * Fence and check
+ * ----------------------------------------------------------------
+ */
+
+static DexPlan fence_workflow_plan = {
+	"DELETE FROM dex.workflow_task t USING unnest($1::uuid[], $2::bigint[]) AS b(run_id, lock_version) "
+	"WHERE t.run_id = b.run_id AND t.lock_version = b.lock_version AND t.locked_by IS NOT NULL "
+	"RETURNING t.run_id, t.lock_version, t.started_at, t.inbox_ids, t.locked_by, t.queue_id, "
+	DEX_QUEUE_LIMITED_SQL,
+	2, {UUIDARRAYOID, INT8ARRAYOID}
+};
+
+/* The fenced task row "r" of the fence's result, noted in its item */
+static void
+note_fenced_task(DexWorkflowCompletion *items, int n, uint64 r)
+{
+	bool		isnull;
+	pg_uuid_t  *id = DatumGetUUIDP(dex_spi_getdatum(r, 1, &isnull));
+	int64		version = dex_spi_getint64(r, 2);
+
+	for (int i = 0; i < n; i++)
+	{
+		DexWorkflowCompletion *item = &items[i];
+		Datum		ids;
+
+		if (item->done || item->lock_version != version ||
+			memcmp(item->run_id, id, UUID_LEN) != 0)
+			continue;
+		item->done = true;
+		item->started_at = (TimestampTz) dex_spi_getint64(r, 3);
+		item->worker_id = dex_spi_gettext_copy(r, 5);
+		ids = dex_spi_getdatum(r, 4, &isnull);
+		if (!isnull)
+		{
+			item->inbox_ids = SPI_datumTransfer(ids, false, -1);
+			item->has_inbox = true;
+		}
+		break;
+	}
+}
+
+/*
+ * Fence: the items sorted by run id, their runs loaded and locked in that
+ * order, their task rows deleted with their lock versions (item->done).
+ * Returns the runs.
+ */
+static HTAB *
+fence_workflow_tasks(DexWorkflowCompletion *items, int n)
+{
+	ArrayBuildState *run_ids = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	ArrayBuildState *versions = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	Datum		values[2];
+	HTAB	   *runs;
+
+	qsort(items, n, sizeof(DexWorkflowCompletion), compare_workflow_items);
+	for (int i = 0; i < n; i++)
+	{
+		items[i].done = false;
+		items[i].superseded = false;
+		items[i].has_inbox = false;
+		dex_array_add(run_ids, UUIDPGetDatum(items[i].run_id), false);
+		dex_array_add(versions, Int64GetDatum(items[i].lock_version), false);
+	}
+
+	/* the runs, locked */
+	values[0] = dex_array_result(run_ids);
+	runs = dex_load_runs(values[0], true);
+
+	/* the fence: each task row is deleted only with its current lock version */
+	values[1] = dex_array_result(versions);
+	dex_spi_exec(&fence_workflow_plan, values, NULL, 0);
+	dex_check_queue_use_spi(6);
+	for (uint64 r = 0; r < SPI_processed; r++)
+		note_fenced_task(items, n, r);
+	dex_queue_room_freed_spi(6, 7);
+	return runs;
+}
+
+/*
+ * Check: a task left to a run that ended meanwhile (a task a cancellation
+ * could not withdraw, see dex_end_runs) is refused like a lost lease.  Lost
+ * leases are counted, and with raise_lost reported.
+ */
+static void
+refuse_lost_tasks(DexWorkflowCompletion *items, int n, HTAB *runs, bool raise_lost)
+{
+	for (int i = 0; i < n; i++)
+	{
+		DexRun	   *run;
+
+		if (!items[i].done)
+			continue;
+		run = dex_find_run(runs, items[i].run_id);
+		if (run == NULL || dex_status_is_terminal(run->status))
+			items[i].done = false;	/* left to a run that ended (or was deleted) */
+	}
+	for (int i = 0; i < n; i++)
+		dex_stat_add(0, DEX_STAT_LEASES_LOST, items[i].done ? 0 : 1);
+	if (raise_lost)
+		for (int i = 0; i < n; i++)
+			if (!items[i].done)
+				dex_report_lost_lease(items[i].run_id, 0, items[i].lock_version);
+}
+
+/* Whether the completion's commands end the run (continuing as new does not). */
+static bool
+ends_run(const Dex__V1__WorkflowTaskCompletion *completion)
+{
+	for (size_t i = 0; i < completion->n_commands; i++)
+	{
+		Dex__V1__Command__KindCase kind = completion->commands[i]->kind_case;
+
+		if (kind == DEX__V1__COMMAND__KIND_COMPLETE_RUN ||
+			kind == DEX__V1__COMMAND__KIND_FAIL_RUN)
+			return true;
+	}
+	return false;
+}
+
+/* The inbox rows the item's task showed, as (run id, inbox id) pairs */
+static void
+add_inbox_ids(ArrayBuildState *runs, ArrayBuildState *ids, DexWorkflowCompletion *item)
+{
+	Datum	   *elems;
+	int			count;
+
+	if (!item->has_inbox)
+		return;
+	deconstruct_array(DatumGetArrayTypeP(item->inbox_ids), INT8OID, 8, FLOAT8PASSBYVAL,
+					  TYPALIGN_DOUBLE, &elems, NULL, &count);
+	for (int k = 0; k < count; k++)
+	{
+		dex_array_add(runs, UUIDPGetDatum(item->run_id), false);
+		dex_array_add(ids, elems[k], false);
+	}
+}
+
+/*
+ * The runs, among those whose completions would end them, that have events
+ * their tasks did not show: activity results, external events, children's
+ * ends, cancellation requests that arrived while the tasks ran (timers do not
+ * count: ending a run cancels them).
+ */
+static DexPlan unseen_events_plan = {
+	"SELECT DISTINCT i.run_id FROM dex.workflow_inbox i WHERE i.run_id = ANY ($1) "
+	"AND i.timer_id IS NULL AND i.visible_from <= clock_timestamp() "
+	"AND NOT EXISTS (SELECT 1 FROM unnest($2::uuid[], $3::bigint[]) AS s(run_id, id) "
+	"                WHERE s.run_id = i.run_id AND s.id = i.id)",
+	3, {UUIDARRAYOID, UUIDARRAYOID, INT8ARRAYOID}
+};
+
+/*
+ * Check: a completion that would end its run (or a task of a run asked to
+ * cancel) while events the task did not show have arrived is set aside
+ * (superseded): nothing of it is recorded, and the run gets a new task
+ * showing them all, so that no accepted activity result or event is dropped
+ * by the end of the run.  The workflow replays and decides again.  With
+ * raise_lost this is not an error.
+ */
+static void
+set_aside_superseded(DexWorkflowCompletion *items, int n, HTAB *runs)
+{
+	ArrayBuildState *ending = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	ArrayBuildState *inbox_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	ArrayBuildState *inbox_ids = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	ArrayBuildState *again = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	Datum		values[3];
+
+	for (int i = 0; i < n; i++)
+	{
+		if (!items[i].done)
+			continue;
+		if (dex_find_run(runs, items[i].run_id)->cancel_requested ||
+			ends_run(items[i].completion))
+		{
+			dex_array_add(ending, UUIDPGetDatum(items[i].run_id), false);
+			add_inbox_ids(inbox_runs, inbox_ids, &items[i]);
+		}
+	}
+	if (ending->nelems == 0)
+		return;
+
+	values[0] = dex_array_result(ending);
+	values[1] = dex_array_result(inbox_runs);
+	values[2] = dex_array_result(inbox_ids);
+	dex_spi_exec(&unseen_events_plan, values, NULL, 0);
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		pg_uuid_t  *id = DatumGetUUIDP(dex_spi_getdatum(r, 1, &isnull));
+
+		for (int i = 0; i < n; i++)
+			if (items[i].done && memcmp(items[i].run_id, id, UUID_LEN) == 0)
+			{
+				items[i].done = false;
+				items[i].superseded = true;
+				dex_stat_add(dex_find_run(runs, id)->queue_id, DEX_STAT_COMPLETIONS_SUPERSEDED, 1);
+				dex_array_add(again, UUIDPGetDatum(items[i].run_id), false);
+			}
+	}
+	if (again->nelems > 0)
+		dex_ensure_workflow_tasks(dex_array_result(again));
+}
+
+/* ----------------------------------------------------------------
+ * Load, apply, wake
+ * ----------------------------------------------------------------
+ */
+
+/*
+ * Load: the events the tasks that are still done were shown, moved out of
+ * the inbox into their runs.  Returns how many tasks are done.
+ */
+static int
+load_shown_events(DexWorkflowCompletion *items, int n, HTAB *runs)
+{
+	ArrayBuildState *inbox_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	ArrayBuildState *inbox_ids = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	int			n_done = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (!items[i].done)
+			continue;
+		add_inbox_ids(inbox_runs, inbox_ids, &items[i]);
+		n_done++;
+	}
+	if (n_done > 0)
+		dex_load_inbox(runs, dex_array_result(inbox_runs), dex_array_result(inbox_ids), true);
+	return n_done;
+}
+
+/* Apply: each task that is done, into the rows of the batch */
+static void
+apply_tasks(DexWorkflowCompletion *items, int n, HTAB *runs, DexBatchRows *rows)
+{
+	for (int i = 0; i < n; i++)
+	{
+		DexRun	   *run;
+		DexAppliedTask task;
+
+		if (!items[i].done)
+			continue;
+		run = dex_find_run(runs, items[i].run_id);
+		if (run == NULL)
+			elog(ERROR, "workflow run %s of a workflow task does not exist",
+				 dex_uuid_to_cstring(items[i].run_id));
+		dex_apply_workflow_task(&task, &items[i], run, rows);
+		dex_batch_rows_add_task(rows, &items[i], &task);
+		dex_stat_add(run->queue_id, DEX_STAT_TASKS_COMPLETED, 1);
+	}
+}
+
+/*
+ * A run that goes on gets a new task if unseen events remain.  "Visible" is
+ * judged by the clock, not by the transaction's start: the scheduler may have
+ * handed over a timer that fell due since (its task insert waited for our
+ * delete of the task row), and that timer must not be left without a task.
+ */
+static DexPlan requeue_plan = {
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
+	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r WHERE r.id = ANY ($1) "
+	"AND r.status = ANY ('{CREATED,RUNNING}'::text[]) "
+	"AND EXISTS (SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id "
+	"            AND i.visible_from <= clock_timestamp()) "
+	"ORDER BY r.id ON CONFLICT DO NOTHING RETURNING queue_id",
+	1, {UUIDARRAYOID}
+};
+
+/*
+ * Wake: runs that ended end (dex_end_runs), runs that start over get their
+ * first task, runs that go on a new one if events wait for them.
+ */
+static void
+wake_runs(DexBatchRows *rows)
+{
+	Datum		values[1];
+
+	if (rows->n_ended > 0)
+		dex_end_runs(dex_array_result(rows->ended));
+	if (rows->n_continued > 0)
+		dex_ensure_workflow_tasks(dex_array_result(rows->needs_task));
+	if (rows->n_open > 0)
+	{
+		values[0] = dex_array_result(rows->open);
+		dex_spi_exec(&requeue_plan, values, NULL, 0);
+		dex_queue_work_added_spi(1);
+		dex_stat_count_spi(DEX_STAT_TASKS_CREATED, 1);
+	}
+}
+
+/*
+ * Complete fenced workflow tasks (the file header gives the phases).  On
+ * return, item->done says whether each was applied, item->superseded whether
+ * it was set aside for new events.
+ */
+void
+dex_complete_workflow_tasks(DexWorkflowCompletion *items, int n, bool raise_lost)
+{
+	HTAB	   *runs;
+	DexBatchRows rows;
+
+	if (n == 0)
+		return;
+	runs = fence_workflow_tasks(items, n);
+	refuse_lost_tasks(items, n, runs, raise_lost);
+	set_aside_superseded(items, n, runs);
+	if (load_shown_events(items, n, runs) == 0)
+		return;
+	dex_batch_rows_init(&rows);
+	apply_tasks(items, n, runs, &rows);
+	dex_batch_rows_write(&rows);
+	wake_runs(&rows);
+}

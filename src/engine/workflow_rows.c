@@ -1,0 +1,246 @@
+/*-------------------------------------------------------------------------
+ *
+ * workflow_rows.c
+ *	  The rows a batch of workflow task completions writes: built in memory
+ *	  as each task is applied, then written with one multi-row statement a
+ *	  table (arrays, unnest), whatever the size of the batch.
+ *
+ * For each task: a batch of events appended to its run's history, the
+ * update of the run's row, and whether the run ended, goes on, or starts
+ * over; the commands add new activity tasks, inbox rows (timers, a child's
+ * failure) and cancelled timers (commands_apply.c).  dex_batch_rows_write
+ * writes them in a fixed order; what follows (ending runs, new workflow
+ * tasks) is the pipeline's last phase (complete_workflow.c).  Runs in the
+ * caller's transaction and SPI connection, with the runs locked and their
+ * tasks fenced (the locking protocol in src/README.md).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "engine/completion.h"
+
+void
+dex_batch_rows_init(DexBatchRows *rows)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	rows->h_run_id = initArrayResult(UUIDOID, cxt, false);
+	rows->h_sequence = initArrayResult(INT4OID, cxt, false);
+	rows->h_events = initArrayResult(BYTEAOID, cxt, false);
+	rows->r_id = initArrayResult(UUIDOID, cxt, false);
+	rows->r_status = initArrayResult(TEXTOID, cxt, false);
+	rows->r_history_length = initArrayResult(INT4OID, cxt, false);
+	rows->r_last_event_id = initArrayResult(INT4OID, cxt, false);
+	rows->r_custom_status = initArrayResult(TEXTOID, cxt, false);
+	rows->r_result = initArrayResult(BYTEAOID, cxt, false);
+	rows->r_failure = initArrayResult(BYTEAOID, cxt, false);
+	rows->r_started_at = initArrayResult(TIMESTAMPTZOID, cxt, false);
+	rows->r_completed_at = initArrayResult(TIMESTAMPTZOID, cxt, false);
+	rows->r_old_history_length = initArrayResult(INT4OID, cxt, false);
+	rows->n_runs = 0;
+	dex_activity_rows_init(&rows->activities);
+	dex_inbox_batch_init(&rows->inbox);
+	rows->n_run_id = initArrayResult(UUIDOID, cxt, false);
+	rows->n_argument = initArrayResult(BYTEAOID, cxt, false);
+	rows->n_continued = 0;
+	rows->c_run_id = initArrayResult(UUIDOID, cxt, false);
+	rows->c_timer_id = initArrayResult(INT4OID, cxt, false);
+	rows->n_cancelled = 0;
+	rows->ended = initArrayResult(UUIDOID, cxt, false);
+	rows->open = initArrayResult(UUIDOID, cxt, false);
+	rows->needs_task = initArrayResult(UUIDOID, cxt, false);
+	rows->n_ended = 0;
+	rows->n_open = 0;
+}
+
+/* A message as a bytea datum, or null */
+static void
+add_message(ArrayBuildState *array, const ProtobufCMessage *message)
+{
+	dex_array_add(array,
+				  message ? PointerGetDatum(dex_pb_pack_bytea(unconstify(ProtobufCMessage *, message))) : (Datum) 0,
+				  message == NULL);
+}
+
+/*
+ * The rows of one applied task (dex_apply_workflow_task): its history batch,
+ * its run's update, and where the run goes next.
+ */
+void
+dex_batch_rows_add_task(DexBatchRows *rows, DexWorkflowCompletion *item, const DexAppliedTask *c)
+{
+	DexRun	   *run = c->run;
+	Dex__V1__EventBatch batch;
+	bool		ended = c->new_status != NULL && !c->continued;
+
+	if (c->continued)
+	{
+		/* the old history goes: the run starts over */
+		dex_array_add(rows->n_run_id, UUIDPGetDatum(item->run_id), false);
+		add_message(rows->n_argument, (const ProtobufCMessage *) c->continue_argument);
+		rows->n_continued++;
+	}
+
+	dex__v1__event_batch__init(&batch);
+	batch.events = c->events;
+	batch.n_events = c->n_events;
+	dex_array_add(rows->h_run_id, UUIDPGetDatum(item->run_id), false);
+	dex_array_add(rows->h_sequence, Int32GetDatum(c->continued ? 1 : run->history_length + 1), false);
+	dex_array_add(rows->h_events, PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &batch)), false);
+
+	dex_array_add(rows->r_id, UUIDPGetDatum(item->run_id), false);
+	dex_array_add(rows->r_status, CStringGetTextDatum(c->new_status ? c->new_status : "RUNNING"), false);
+	dex_array_add(rows->r_history_length,
+				  Int32GetDatum(c->continued ? 1 : run->history_length + (int32) c->n_events), false);
+	dex_array_add(rows->r_last_event_id, Int32GetDatum(c->last_event_id), false);
+	dex_array_add(rows->r_custom_status,
+				  c->custom_status ? CStringGetTextDatum(c->custom_status) : (Datum) 0,
+				  c->custom_status == NULL);
+	add_message(rows->r_result, (const ProtobufCMessage *) c->result);
+	add_message(rows->r_failure, (const ProtobufCMessage *) c->failure);
+	dex_array_add(rows->r_started_at, TimestampTzGetDatum(item->started_at), false);
+	dex_array_add(rows->r_completed_at, TimestampTzGetDatum(c->now), !ended);
+	dex_array_add(rows->r_old_history_length, Int32GetDatum(run->history_length), false);
+	rows->n_runs++;
+
+	if (c->continued)
+		dex_array_add(rows->needs_task, UUIDPGetDatum(item->run_id), false);
+	else if (ended)
+	{
+		dex_array_add(rows->ended, UUIDPGetDatum(item->run_id), false);
+		rows->n_ended++;
+	}
+	else
+	{
+		dex_array_add(rows->open, UUIDPGetDatum(item->run_id), false);
+		rows->n_open++;
+	}
+}
+
+static DexPlan continue_as_new_plan = {
+	"WITH h AS (DELETE FROM dex.workflow_history WHERE run_id = ANY ($1)) "
+	"UPDATE dex.workflow_run r SET argument = u.argument, generation = r.generation + 1, "
+	"       started_at = NULL, result = NULL, failure = NULL "
+	"FROM unnest($1::uuid[], $2::bytea[]) AS u(id, argument) WHERE r.id = u.id",
+	2, {UUIDARRAYOID, BYTEAARRAYOID}
+};
+
+static DexPlan insert_history_plan = {
+	"INSERT INTO dex.workflow_history (run_id, sequence, events) "
+	"SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bytea[])",
+	3, {UUIDARRAYOID, INT4ARRAYOID, BYTEAARRAYOID}
+};
+
+/*
+ * The runs are locked, and the fence made us the holder of their workflow
+ * tasks, the only writer of their histories; the update still checks that
+ * the history did not grow, as a guard.  It keeps a suspension that
+ * dex.suspend_run made while the task ran.
+ */
+static DexPlan update_runs_plan = {
+	"UPDATE dex.workflow_run r SET "
+	"status = CASE WHEN r.status = 'SUSPENDED' AND u.status = 'RUNNING' THEN r.status ELSE u.status END, "
+	"history_length = u.history_length, "
+	"last_event_id = u.last_event_id, custom_status = u.custom_status, result = u.result, "
+	"failure = u.failure, updated_at = now(), started_at = coalesce(r.started_at, u.started_at), "
+	"task_failures = 0, last_task_failure = NULL, "
+	"completed_at = u.completed_at "
+	"FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::integer[], $5::text[], $6::bytea[], "
+	"            $7::bytea[], $8::timestamptz[], $9::timestamptz[], $10::integer[]) "
+	"     AS u(id, status, history_length, last_event_id, custom_status, result, failure, "
+	"          started_at, completed_at, old_history_length) "
+	"WHERE r.id = u.id AND r.history_length = u.old_history_length",
+	10, {UUIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID,
+		 BYTEAARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID}
+};
+
+/* the columns of DexActivityRows, in order */
+static DexPlan insert_activities_plan = {
+	"INSERT INTO dex.activity_task (queue_id, run_id, event_id, name, priority, status, attempt, "
+	"                               visible_from, argument, retry_policy, start_to_close_ms, "
+	"                               heartbeat_timeout_ms, schedule_deadline, created_at) "
+	"SELECT queue_id, run_id, event_id, name, priority, 'QUEUED', 1, now(), argument, retry_policy, "
+	"       start_to_close_ms, heartbeat_timeout_ms, schedule_deadline, now() "
+	"FROM unnest($1::integer[], $2::uuid[], $3::integer[], $4::text[], $5::smallint[], $6::bytea[], "
+	"            $7::bytea[], $8::bigint[], $9::bigint[], $10::timestamptz[]) "
+	"     AS a(queue_id, run_id, event_id, name, priority, argument, retry_policy, start_to_close_ms, "
+	"          heartbeat_timeout_ms, schedule_deadline)",
+	10, {INT4ARRAYOID, UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID,
+		 INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID}
+};
+
+/* cancelled timers: their TimerElapsed rows go, if not delivered yet */
+static DexPlan cancel_timers_plan = {
+	"DELETE FROM dex.workflow_inbox i USING unnest($1::uuid[], $2::integer[]) AS c(run_id, timer_id) "
+	"WHERE i.run_id = c.run_id AND i.timer_id = c.timer_id",
+	2, {UUIDARRAYOID, INT4ARRAYOID}
+};
+
+/* The update of the runs' rows, all or none: a run that changed is an error */
+static void
+update_runs(DexBatchRows *rows)
+{
+	Datum		values[10];
+
+	values[0] = dex_array_result(rows->r_id);
+	values[1] = dex_array_result(rows->r_status);
+	values[2] = dex_array_result(rows->r_history_length);
+	values[3] = dex_array_result(rows->r_last_event_id);
+	values[4] = dex_array_result(rows->r_custom_status);
+	values[5] = dex_array_result(rows->r_result);
+	values[6] = dex_array_result(rows->r_failure);
+	values[7] = dex_array_result(rows->r_started_at);
+	values[8] = dex_array_result(rows->r_completed_at);
+	values[9] = dex_array_result(rows->r_old_history_length);
+	dex_spi_exec(&update_runs_plan, values, NULL, 0);
+	if (SPI_processed != (uint64) rows->n_runs)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				 errmsg("workflow runs changed while their workflow tasks were completed"),
+				 errhint("Retry the completion.")));
+}
+
+/*
+ * Write the batch: runs that start over lose their history first, then the
+ * new history batches, the runs' rows, new activity tasks, inbox rows (with
+ * the workflow tasks of the runs they wake), cancelled timers.
+ */
+void
+dex_batch_rows_write(DexBatchRows *rows)
+{
+	Datum		values[DEX_ACTIVITY_ROWS_COLUMNS];
+
+	if (rows->n_continued > 0)
+	{
+		values[0] = dex_array_result(rows->n_run_id);
+		values[1] = dex_array_result(rows->n_argument);
+		dex_spi_exec(&continue_as_new_plan, values, NULL, 0);
+	}
+
+	values[0] = dex_array_result(rows->h_run_id);
+	values[1] = dex_array_result(rows->h_sequence);
+	values[2] = dex_array_result(rows->h_events);
+	dex_spi_exec(&insert_history_plan, values, NULL, 0);
+
+	update_runs(rows);
+
+	if (rows->activities.n > 0)
+	{
+		dex_activity_rows_values(&rows->activities, values);
+		dex_spi_exec(&insert_activities_plan, values, NULL, 0);
+	}
+
+	dex_inbox_batch_flush(&rows->inbox);
+
+	if (rows->n_cancelled > 0)
+	{
+		values[0] = dex_array_result(rows->c_run_id);
+		values[1] = dex_array_result(rows->c_timer_id);
+		dex_spi_exec(&cancel_timers_plan, values, NULL, 0);
+	}
+}
