@@ -14,7 +14,8 @@
  *		failed) is neither in the history nor in the inbox.  Its attempt and
  *		backoff come from dex.activity_retry, the logged record of retries;
  *		a lease the crash interrupted is void, so the attempt runs again
- *		(activities run at least once).
+ *		(activities run at least once).  The row is made as the completion
+ *		that created the activity made it (activity_rows.c).
  * A row in the UNLOGGED dex.lease table marks the tasks valid: a crash
  * truncates it too, and so does a physical backup started as a new cluster;
  * after a logical restore the scheduler deletes it once the restoring
@@ -31,7 +32,9 @@
  * a SHARE lock on dex's rebuild lock (locks.c: no SQL statement can take
  * it, so no role can stall a rebuild); a rebuild holds it EXCLUSIVE, so it
  * waits for the API transactions in flight and holds back new ones until it
- * commits.
+ * commits (the locking protocol in src/README.md).  The rebuild runs in the
+ * scheduler's transaction and SPI connection, and reads the runs it rebuilds
+ * without locking their rows: the API's writers wait for the rebuild lock.
  *
  *-------------------------------------------------------------------------
  */
@@ -58,7 +61,7 @@ static DexPlan mark_valid_plan = {
 	0, {0}
 };
 
-/* [0]: a 1.1 schema, concurrency keys global; [1]: keys per queue (history.c) */
+/* [0]: a 1.1 schema, concurrency keys global; [1]: keys per queue (keys.c) */
 #define REBUILD_WORKFLOW_TASKS(key_match) \
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) " \
 	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r " \
@@ -88,6 +91,7 @@ static DexPlan retries_plan = {
 	1, {UUIDARRAYOID}
 };
 
+/* the columns of DexActivityRows, then those of RebuiltTasks */
 static DexPlan insert_rebuilt_activities_plan = {
 	"INSERT INTO dex.activity_task (queue_id, run_id, event_id, name, priority, status, attempt, "
 	"                               visible_from, argument, retry_policy, last_failure, "
@@ -98,15 +102,15 @@ static DexPlan insert_rebuilt_activities_plan = {
 	"       attempt, visible_from, argument, retry_policy, last_failure, heartbeat_details, "
 	"       start_to_close_ms, heartbeat_timeout_ms, schedule_deadline, now() "
 	"FROM unnest($1::integer[], $2::uuid[], $3::integer[], $4::text[], $5::smallint[], $6::bytea[], "
-	"            $7::bytea[], $8::integer[], $9::timestamptz[], $10::bytea[], $11::bytea[], "
-	"            $12::bigint[], $13::bigint[], $14::timestamptz[]) "
-	"     AS a(queue_id, run_id, event_id, name, priority, argument, retry_policy, attempt, "
-	"          visible_from, last_failure, heartbeat_details, start_to_close_ms, "
-	"          heartbeat_timeout_ms, schedule_deadline) "
+	"            $7::bytea[], $8::bigint[], $9::bigint[], $10::timestamptz[], "
+	"            $11::integer[], $12::timestamptz[], $13::bytea[], $14::bytea[]) "
+	"     AS a(queue_id, run_id, event_id, name, priority, argument, retry_policy, start_to_close_ms, "
+	"          heartbeat_timeout_ms, schedule_deadline, "
+	"          attempt, visible_from, last_failure, heartbeat_details) "
 	"ON CONFLICT DO NOTHING",
 	14, {INT4ARRAYOID, UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID,
-		 BYTEAARRAYOID, INT4ARRAYOID, TIMESTAMPTZARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID,
-		 INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID}
+		 BYTEAARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID,
+		 INT4ARRAYOID, TIMESTAMPTZARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID}
 };
 
 /* A row of dex.activity_retry */
@@ -120,6 +124,13 @@ typedef struct RetryState
 	bytea	   *heartbeat_details;
 } RetryState;
 
+/* The retry records of a batch of runs */
+typedef struct Retries
+{
+	RetryState *rows;
+	int			n;
+} Retries;
+
 /* An activity of a run, while its history and inbox are read */
 typedef struct PendingActivity
 {
@@ -129,6 +140,23 @@ typedef struct PendingActivity
 	TimestampTz created_at;
 	bool		done;
 } PendingActivity;
+
+/* The activities of a run, a hash table entry keyed by run id */
+typedef struct RunActivities
+{
+	pg_uuid_t	id;
+	PendingActivity *list;
+} RunActivities;
+
+/* The rebuilt activity tasks: the rows of new tasks, and their retry state */
+typedef struct RebuiltTasks
+{
+	DexActivityRows tasks;
+	ArrayBuildState *attempt;
+	ArrayBuildState *visible_from;
+	ArrayBuildState *last_failure;
+	ArrayBuildState *heartbeat_details;
+} RebuiltTasks;
 
 static void
 note_event(PendingActivity **list, Dex__V1__WorkflowEvent *ev)
@@ -162,41 +190,16 @@ note_event(PendingActivity **list, Dex__V1__WorkflowEvent *ev)
 			p->done = true;
 }
 
-/* Rebuild the activity tasks of up to REBUILD_BATCH running runs after "after" */
+/*
+ * The ids of up to REBUILD_BATCH running runs after "after", as a uuid[]
+ * datum; the last one in *last.  Returns how many.
+ */
 static int
-rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
+next_running_runs(pg_uuid_t *after, pg_uuid_t *last, Datum *id_array)
 {
-	Datum		values[14];
+	Datum		values[2];
 	int			n_runs;
 	pg_uuid_t **ids;
-	Datum		id_array;
-	HTAB	   *runs;
-	HASH_SEQ_STATUS seq;
-	DexRun	   *run;
-	ArrayBuildState *queue_id = initArrayResult(INT4OID, CurrentMemoryContext, false);
-	ArrayBuildState *run_id = initArrayResult(UUIDOID, CurrentMemoryContext, false);
-	ArrayBuildState *event_id = initArrayResult(INT4OID, CurrentMemoryContext, false);
-	ArrayBuildState *name = initArrayResult(TEXTOID, CurrentMemoryContext, false);
-	ArrayBuildState *priority = initArrayResult(INT2OID, CurrentMemoryContext, false);
-	ArrayBuildState *argument = initArrayResult(BYTEAOID, CurrentMemoryContext, false);
-	ArrayBuildState *policy = initArrayResult(BYTEAOID, CurrentMemoryContext, false);
-	ArrayBuildState *attempt = initArrayResult(INT4OID, CurrentMemoryContext, false);
-	ArrayBuildState *visible_from = initArrayResult(TIMESTAMPTZOID, CurrentMemoryContext, false);
-	ArrayBuildState *last_failure = initArrayResult(BYTEAOID, CurrentMemoryContext, false);
-	ArrayBuildState *hb_details = initArrayResult(BYTEAOID, CurrentMemoryContext, false);
-	ArrayBuildState *start_to_close = initArrayResult(INT8OID, CurrentMemoryContext, false);
-	ArrayBuildState *hb_timeout = initArrayResult(INT8OID, CurrentMemoryContext, false);
-	ArrayBuildState *deadline = initArrayResult(TIMESTAMPTZOID, CurrentMemoryContext, false);
-	int			n_tasks = 0;
-	typedef struct RunActivities
-	{
-		pg_uuid_t	id;
-		PendingActivity *list;
-	} RunActivities;
-	HASHCTL		ctl;
-	HTAB	   *pending;
-	RetryState *retries;
-	int			n_retries;
 
 	values[0] = UUIDPGetDatum(after);
 	values[1] = Int32GetDatum(REBUILD_BATCH);
@@ -213,10 +216,23 @@ rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
 		memcpy(ids[i], DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)), sizeof(pg_uuid_t));
 	}
 	memcpy(last, ids[n_runs - 1], sizeof(pg_uuid_t));
-	id_array = dex_uuid_array(ids, n_runs);
+	*id_array = dex_uuid_array(ids, n_runs);
+	return n_runs;
+}
 
-	runs = dex_load_runs(id_array, false);
-	dex_load_histories(runs, id_array);
+/*
+ * The activities each run created, those settled marked done: from the
+ * run's history, then from the outcomes in its inbox the workflow has not
+ * seen yet.  A hash table of RunActivities, an entry for every run.
+ */
+static HTAB *
+pending_activities(HTAB *runs, Datum id_array, int n_runs)
+{
+	HASHCTL		ctl;
+	HTAB	   *pending;
+	HASH_SEQ_STATUS seq;
+	DexRun	   *run;
+	Datum		values[1] = {id_array};
 
 	ctl.keysize = sizeof(pg_uuid_t);
 	ctl.entrysize = sizeof(RunActivities);
@@ -228,23 +244,20 @@ rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
 	while ((run = hash_seq_search(&seq)) != NULL)
 	{
 		RunActivities *ra = hash_search(pending, &run->id, HASH_ENTER, NULL);
+		Dex__V1__EventBatch *batch;
 
 		ra->list = NULL;
 		if (run->history == NULL)
 			continue;
-		{
-			Dex__V1__EventBatch *batch = (Dex__V1__EventBatch *)
-				dex_pb_unpack(&dex__v1__event_batch__descriptor,
-							  (uint8 *) VARDATA(run->history),
-							  VARSIZE(run->history) - VARHDRSZ, "history");
-
-			for (size_t i = 0; i < batch->n_events; i++)
-				note_event(&ra->list, batch->events[i]);
-		}
+		batch = (Dex__V1__EventBatch *)
+			dex_pb_unpack(&dex__v1__event_batch__descriptor,
+						  (uint8 *) VARDATA(run->history),
+						  VARSIZE(run->history) - VARHDRSZ, "history");
+		for (size_t i = 0; i < batch->n_events; i++)
+			note_event(&ra->list, batch->events[i]);
 	}
 
 	/* outcomes the workflow has not seen yet */
-	values[0] = id_array;
 	dex_spi_exec(&all_inbox_plan, values, NULL, 0);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
@@ -259,100 +272,136 @@ rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
 									 (uint8 *) VARDATA_ANY(event), VARSIZE_ANY_EXHDR(event),
 									 "inbox event"));
 	}
+	return pending;
+}
 
-	/* the activities still pending, with their retry state */
+/* The retry records of the runs */
+static Retries
+load_retries(Datum id_array)
+{
+	Datum		values[1] = {id_array};
+	Retries		retries;
+
 	dex_spi_exec(&retries_plan, values, NULL, 0);
-	n_retries = (int) SPI_processed;
-	retries = palloc(sizeof(RetryState) * Max(n_retries, 1));
-	for (int i = 0; i < n_retries; i++)
+	retries.n = (int) SPI_processed;
+	retries.rows = palloc(sizeof(RetryState) * Max(retries.n, 1));
+	for (int i = 0; i < retries.n; i++)
 	{
 		bool		isnull;
+		RetryState *r = &retries.rows[i];
 
-		memcpy(&retries[i].run_id, DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)), UUID_LEN);
-		retries[i].event_id = (int32) dex_spi_getint64(i, 2);
-		retries[i].attempt = (int32) dex_spi_getint64(i, 3);
-		retries[i].visible_from = (TimestampTz) dex_spi_getint64(i, 4);
-		retries[i].last_failure = dex_spi_getbytea_copy(i, 5);
-		retries[i].heartbeat_details = dex_spi_getbytea_copy(i, 6);
+		memcpy(&r->run_id, DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)), UUID_LEN);
+		r->event_id = (int32) dex_spi_getint64(i, 2);
+		r->attempt = (int32) dex_spi_getint64(i, 3);
+		r->visible_from = (TimestampTz) dex_spi_getint64(i, 4);
+		r->last_failure = dex_spi_getbytea_copy(i, 5);
+		r->heartbeat_details = dex_spi_getbytea_copy(i, 6);
 	}
+	return retries;
+}
+
+static void
+rebuilt_tasks_init(RebuiltTasks *rows)
+{
+	dex_activity_rows_init(&rows->tasks);
+	rows->attempt = initArrayResult(INT4OID, CurrentMemoryContext, false);
+	rows->visible_from = initArrayResult(TIMESTAMPTZOID, CurrentMemoryContext, false);
+	rows->last_failure = initArrayResult(BYTEAOID, CurrentMemoryContext, false);
+	rows->heartbeat_details = initArrayResult(BYTEAOID, CurrentMemoryContext, false);
+}
+
+/*
+ * The task of a pending activity of a run: a first attempt due now, or the
+ * attempt and backoff of its retry record.  An activity of a queue that no
+ * longer exists is left out, with a warning.
+ */
+static void
+rebuild_task(RebuiltTasks *rows, DexRun *run, PendingActivity *p, const Retries *retries)
+{
+	Dex__V1__ActivityTaskCreated *c = p->created;
+	DexQueue	queue;
+	int32		n_attempt = 1;
+	TimestampTz due = GetCurrentTransactionStartTimestamp();
+	bytea	   *failure = NULL;
+	bytea	   *details = NULL;
+
+	if (!dex_lookup_queue(c->queue, &queue))
+	{
+		ereport(WARNING,
+				(errmsg("activity %d of run %s cannot be rebuilt: queue \"%s\" does not exist",
+						p->event_id, dex_uuid_to_cstring(&run->id), c->queue)));
+		return;
+	}
+	for (int i = 0; i < retries->n; i++)
+	{
+		const RetryState *r = &retries->rows[i];
+
+		if (r->event_id != p->event_id || memcmp(&r->run_id, &run->id, UUID_LEN) != 0)
+			continue;
+		n_attempt = r->attempt;
+		due = r->visible_from;
+		failure = r->last_failure;
+		details = r->heartbeat_details;
+	}
+	dex_activity_rows_add(&rows->tasks, queue.id, &run->id, p->event_id, c,
+						  dex_effective_retry_policy(c->retry_policy), p->created_at);
+	dex_array_add(rows->attempt, Int32GetDatum(n_attempt), false);
+	dex_array_add(rows->visible_from, TimestampTzGetDatum(due), false);
+	dex_array_add(rows->last_failure, PointerGetDatum(failure), failure == NULL);
+	dex_array_add(rows->heartbeat_details, PointerGetDatum(details), details == NULL);
+}
+
+static void
+insert_rebuilt_tasks(RebuiltTasks *rows)
+{
+	Datum		values[DEX_ACTIVITY_ROWS_COLUMNS + 4];
+
+	if (rows->tasks.n == 0)
+		return;
+	dex_activity_rows_values(&rows->tasks, values);
+	values[DEX_ACTIVITY_ROWS_COLUMNS] = dex_array_result(rows->attempt);
+	values[DEX_ACTIVITY_ROWS_COLUMNS + 1] = dex_array_result(rows->visible_from);
+	values[DEX_ACTIVITY_ROWS_COLUMNS + 2] = dex_array_result(rows->last_failure);
+	values[DEX_ACTIVITY_ROWS_COLUMNS + 3] = dex_array_result(rows->heartbeat_details);
+	dex_spi_exec(&insert_rebuilt_activities_plan, values, NULL, 0);
+}
+
+/*
+ * Rebuild the activity tasks of up to REBUILD_BATCH running runs after
+ * "after": the runs and their histories, the activities still pending, their
+ * retry state, one insert.  Returns how many runs it read; the last in *last.
+ */
+static int
+rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
+{
+	Datum		id_array;
+	int			n_runs;
+	HTAB	   *runs;
+	HTAB	   *pending;
+	Retries		retries;
+	RebuiltTasks rows;
+	HASH_SEQ_STATUS seq;
+	DexRun	   *run;
+
+	n_runs = next_running_runs(after, last, &id_array);
+	if (n_runs == 0)
+		return 0;
+	runs = dex_load_runs(id_array, false);
+	dex_load_histories(runs, id_array);
+	pending = pending_activities(runs, id_array, n_runs);
+	retries = load_retries(id_array);
+
+	rebuilt_tasks_init(&rows);
 	hash_seq_init(&seq, runs);
 	while ((run = hash_seq_search(&seq)) != NULL)
 	{
 		RunActivities *ra = hash_search(pending, &run->id, HASH_FIND, NULL);
 
 		for (PendingActivity *p = ra ? ra->list : NULL; p; p = p->next)
-		{
-			Dex__V1__ActivityTaskCreated *c = p->created;
-			DexQueue	queue;
-			int32		n_attempt = 1;
-			TimestampTz due = GetCurrentTransactionStartTimestamp();
-			bytea	   *failure = NULL;
-			bytea	   *details = NULL;
-
-			if (p->done)
-				continue;
-			if (!dex_lookup_queue(c->queue, &queue))
-			{
-				ereport(WARNING,
-						(errmsg("activity %d of run %s cannot be rebuilt: queue \"%s\" does not exist",
-								p->event_id, dex_uuid_to_cstring(&run->id), c->queue)));
-				continue;
-			}
-			for (int i = 0; i < n_retries; i++)
-			{
-				if (retries[i].event_id != p->event_id ||
-					memcmp(&retries[i].run_id, &run->id, UUID_LEN) != 0)
-					continue;
-				n_attempt = retries[i].attempt;
-				due = retries[i].visible_from;
-				failure = retries[i].last_failure;
-				details = retries[i].heartbeat_details;
-			}
-			dex_array_add(queue_id, Int32GetDatum(queue.id), false);
-			dex_array_add(run_id, UUIDPGetDatum(&run->id), false);
-			dex_array_add(event_id, Int32GetDatum(p->event_id), false);
-			dex_array_add(name, CStringGetTextDatum(c->name), false);
-			dex_array_add(priority, Int16GetDatum((int16) c->priority), false);
-			dex_array_add(argument,
-						  c->argument ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) c->argument)) : (Datum) 0,
-						  c->argument == NULL);
-			dex_array_add(policy,
-						  PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *)
-															dex_effective_retry_policy(c->retry_policy))),
-						  false);
-			dex_array_add(attempt, Int32GetDatum(n_attempt), false);
-			dex_array_add(visible_from, TimestampTzGetDatum(due), false);
-			dex_array_add(last_failure, PointerGetDatum(failure), failure == NULL);
-			dex_array_add(hb_details, PointerGetDatum(details), details == NULL);
-			dex_array_add(start_to_close, Int64GetDatum(dex_duration_ms(c->start_to_close_timeout)),
-						  c->start_to_close_timeout == NULL);
-			dex_array_add(hb_timeout, Int64GetDatum(dex_duration_ms(c->heartbeat_timeout)),
-						  c->heartbeat_timeout == NULL);
-			dex_array_add(deadline,
-						  TimestampTzGetDatum(p->created_at + dex_duration_ms(c->schedule_to_close_timeout) * 1000),
-						  c->schedule_to_close_timeout == NULL);
-			n_tasks++;
-		}
+			if (!p->done)
+				rebuild_task(&rows, run, p, &retries);
 	}
-
-	if (n_tasks > 0)
-	{
-		values[0] = dex_array_result(queue_id);
-		values[1] = dex_array_result(run_id);
-		values[2] = dex_array_result(event_id);
-		values[3] = dex_array_result(name);
-		values[4] = dex_array_result(priority);
-		values[5] = dex_array_result(argument);
-		values[6] = dex_array_result(policy);
-		values[7] = dex_array_result(attempt);
-		values[8] = dex_array_result(visible_from);
-		values[9] = dex_array_result(last_failure);
-		values[10] = dex_array_result(hb_details);
-		values[11] = dex_array_result(start_to_close);
-		values[12] = dex_array_result(hb_timeout);
-		values[13] = dex_array_result(deadline);
-		dex_spi_exec(&insert_rebuilt_activities_plan, values, NULL, 0);
-	}
+	insert_rebuilt_tasks(&rows);
 	return n_runs;
 }
 
