@@ -1,0 +1,256 @@
+/*-------------------------------------------------------------------------
+ *
+ * api_complete.c
+ *	  dex.complete_task and dex.complete_tasks, each with a protobuf form
+ *	  (_pb): taking the results of tasks, the commands of a workflow task or
+ *	  the result of an activity, and handing them to engine/completion.c.
+ *
+ * Locks and transactions.  A completion runs in the caller's transaction:
+ * it takes the rebuild lock shared (engine/locks.c), and engine/completion.c
+ * locks the runs before their task rows (the locking protocol,
+ * src/README.md); a batch of both kinds locks all its runs first, at once,
+ * in id order.  A completion needs the task's current lock version: one
+ * task's call raises ERRCODE_DEX_LEASE_LOST on a lost lease, a batch
+ * reports it as completed = false for that task and does not affect the
+ * others.  Invalid input fails the whole call before anything is written.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/array.h"
+#include "utils/jsonb.h"
+
+#include "api/api_tasks.h"
+
+PG_FUNCTION_INFO_V1(dex_complete_task);
+PG_FUNCTION_INFO_V1(dex_complete_task_pb);
+PG_FUNCTION_INFO_V1(dex_complete_tasks);
+PG_FUNCTION_INFO_V1(dex_complete_tasks_pb);
+
+/* The commands of a workflow task from JSON: a WorkflowTaskCompletion or a bare array of commands */
+static Dex__V1__WorkflowTaskCompletion *
+completion_from_jsonb(Jsonb *json)
+{
+	Dex__V1__WorkflowTaskCompletion *completion;
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+	int			n;
+
+	if (!JB_ROOT_IS_ARRAY(json) || JB_ROOT_IS_SCALAR(json))
+		return (Dex__V1__WorkflowTaskCompletion *)
+			dex_pb_from_jsonb(&dex__v1__workflow_task_completion__descriptor, json,
+							  "workflow task completion");
+
+	completion = palloc(sizeof(*completion));
+	dex__v1__workflow_task_completion__init(completion);
+	n = JB_ROOT_COUNT(json);
+	completion->commands = palloc(sizeof(Dex__V1__Command *) * Max(n, 1));
+	it = JsonbIteratorInit(&json->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok != WJB_ELEM)
+			continue;
+		completion->commands[completion->n_commands++] = (Dex__V1__Command *)
+			dex_pb_from_jsonb(&dex__v1__command__descriptor, JsonbValueToJsonb(&v),
+							  "command");
+	}
+	return completion;
+}
+
+/* The commands of a workflow task, from either form, checked as far as they can be alone */
+static Dex__V1__WorkflowTaskCompletion *
+completion_from(Datum result, bool isnull, bool protobuf)
+{
+	Dex__V1__WorkflowTaskCompletion *completion;
+
+	if (isnull)
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("a workflow task needs its commands"),
+				 errhint("Pass a JSON array of commands, or {\"commands\": [...]}.")));
+	if (protobuf)
+	{
+		bytea	   *data = DatumGetByteaPP(result);
+
+		dex_check_payload_size(VARSIZE_ANY_EXHDR(data), "command list");
+		completion = (Dex__V1__WorkflowTaskCompletion *)
+			dex_pb_unpack(&dex__v1__workflow_task_completion__descriptor,
+						  (uint8 *) VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data),
+						  "workflow task completion");
+	}
+	else
+	{
+		Jsonb	   *json = DatumGetJsonbP(result);
+
+		dex_check_payload_size(VARSIZE(json), "command list");
+		completion = completion_from_jsonb(json);
+	}
+	dex_pb_check_payloads((ProtobufCMessage *) completion, "workflow task completion");
+	dex_check_commands(completion);
+	return completion;
+}
+
+/* The result of an activity, from either form; NULL for none */
+static Dex__V1__Payload *
+activity_result_from(Datum result, bool isnull, bool protobuf)
+{
+	if (isnull)
+		return NULL;
+	return protobuf ?
+		dex_payload_from_bytea(DatumGetByteaPP(result), "result") :
+		dex_payload_from_jsonb(DatumGetJsonbP(result));
+}
+
+/*
+ * dex.complete_task(run_id, task_id, lock_version, result jsonb) and
+ * dex.complete_task_pb(..., result bytea): a batch of one that raises on a
+ * lost lease.
+ */
+static void
+complete_task(FunctionCallInfo fcinfo, bool protobuf)
+{
+	int32		task_id;
+	Datum		result = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+
+	dex_check_task_args(fcinfo, "result");
+	task_id = PG_GETARG_INT32(1);
+	SPI_connect();
+	dex_wait_for_rebuild();
+	if (task_id == 0)
+	{
+		DexWorkflowCompletion item;
+
+		memset(&item, 0, sizeof(item));
+		item.run_id = PG_GETARG_UUID_P(0);
+		item.lock_version = PG_GETARG_INT64(2);
+		item.completion = completion_from(result, PG_ARGISNULL(3), protobuf);
+		dex_complete_workflow_tasks(&item, 1, true);
+	}
+	else
+	{
+		DexActivityCompletion item;
+
+		memset(&item, 0, sizeof(item));
+		item.run_id = PG_GETARG_UUID_P(0);
+		item.task_id = task_id;
+		item.lock_version = PG_GETARG_INT64(2);
+		item.result = activity_result_from(result, PG_ARGISNULL(3), protobuf);
+		dex_complete_activity_tasks(&item, 1, true);
+	}
+	SPI_finish();
+}
+
+static Datum
+complete_task_json(PG_FUNCTION_ARGS)
+{
+	complete_task(fcinfo, false);
+	PG_RETURN_VOID();
+}
+
+static Datum
+complete_task_pb(PG_FUNCTION_ARGS)
+{
+	complete_task(fcinfo, true);
+	PG_RETURN_VOID();
+}
+
+Datum
+dex_complete_task(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, complete_task_json);
+}
+
+Datum
+dex_complete_task_pb(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, complete_task_pb);
+}
+
+/*
+ * dex.complete_tasks(run_ids, task_ids, lock_versions, results jsonb[]) and
+ * dex.complete_tasks_pb(..., results bytea[]): complete many tasks in one
+ * transaction.  A lost lease is reported as completed = false for its task
+ * and does not affect the others; invalid input fails the whole call.
+ */
+static Datum
+complete_tasks(FunctionCallInfo fcinfo, bool protobuf)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	DexTaskBatch	b = dex_read_task_batch(fcinfo, protobuf ? BYTEAOID : JSONBOID, "results");
+	DexWorkflowCompletion *wf = palloc0(sizeof(DexWorkflowCompletion) * Max(b.n, 1));
+	DexActivityCompletion *act = palloc0(sizeof(DexActivityCompletion) * Max(b.n, 1));
+	int			n_wf = 0;
+	int			n_act = 0;
+
+	/* parse everything first: invalid input fails the call before any write */
+	for (int i = 0; i < b.n; i++)
+	{
+		int32		task_id = DatumGetInt32(b.task_ids[i]);
+
+		if (task_id == 0)
+		{
+			wf[n_wf].run_id = DatumGetUUIDP(b.run_ids[i]);
+			wf[n_wf].lock_version = DatumGetInt64(b.lock_versions[i]);
+			wf[n_wf].completion = completion_from(b.values[i], b.value_nulls[i], protobuf);
+			n_wf++;
+		}
+		else
+		{
+			act[n_act].run_id = DatumGetUUIDP(b.run_ids[i]);
+			act[n_act].task_id = task_id;
+			act[n_act].lock_version = DatumGetInt64(b.lock_versions[i]);
+			act[n_act].result = activity_result_from(b.values[i], b.value_nulls[i], protobuf);
+			n_act++;
+		}
+	}
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	dex_wait_for_rebuild();
+	/* a batch of both kinds locks all its runs at once, in id order */
+	if (n_wf > 0 && n_act > 0)
+		dex_lock_runs(PointerGetDatum(construct_array(b.run_ids, b.n, UUIDOID, UUID_LEN, false,
+													  TYPALIGN_CHAR)), false);
+	/* activity results first: a workflow task completed in the same batch
+	 * then sees them as unseen events and is requeued for them */
+	dex_complete_activity_tasks(act, n_act, false);
+	dex_complete_workflow_tasks(wf, n_wf, false);
+	SPI_finish();
+
+	for (int i = 0; i < n_act; i++)
+		dex_put_batch_row(rsinfo, UUIDPGetDatum(act[i].run_id), Int32GetDatum(act[i].task_id),
+					  BoolGetDatum(act[i].done), false);
+	for (int i = 0; i < n_wf; i++)
+		dex_put_batch_row(rsinfo, UUIDPGetDatum(wf[i].run_id), Int32GetDatum(0),
+					  BoolGetDatum(wf[i].done), false);
+	return (Datum) 0;
+}
+
+static Datum
+complete_tasks_json(PG_FUNCTION_ARGS)
+{
+	return complete_tasks(fcinfo, false);
+}
+
+static Datum
+complete_tasks_pb(PG_FUNCTION_ARGS)
+{
+	return complete_tasks(fcinfo, true);
+}
+
+Datum
+dex_complete_tasks(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, complete_tasks_json);
+}
+
+Datum
+dex_complete_tasks_pb(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, complete_tasks_pb);
+}

@@ -1,0 +1,289 @@
+/*-------------------------------------------------------------------------
+ *
+ * api_fail.c
+ *	  dex.fail_task and dex.fail_tasks, each with a protobuf form (_pb):
+ *	  a worker reports that it could not run a task.  A failed activity
+ *	  attempt is retried or fails its activity (engine/retry.c); a failed
+ *	  workflow task is handed out again after a backoff.
+ *
+ * Locks and transactions.  A failure runs in the caller's transaction and
+ * takes the rebuild lock shared (engine/locks.c).  It locks the task's run
+ * before the task's row (the locking protocol, src/README.md): FOR NO KEY
+ * UPDATE for a workflow task, whose run it writes, FOR SHARE for an
+ * activity, whose run it adds events to; a batch locks all its runs first,
+ * at once, in id order.  A task left to a run that ended is refused like a
+ * lost lease: one task's call raises, a batch reports failed = false for
+ * that task and goes on with the others.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/array.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "api/api_tasks.h"
+
+PG_FUNCTION_INFO_V1(dex_fail_task);
+PG_FUNCTION_INFO_V1(dex_fail_task_pb);
+PG_FUNCTION_INFO_V1(dex_fail_tasks);
+PG_FUNCTION_INFO_V1(dex_fail_tasks_pb);
+
+static DexPlan lock_activity_plan = {
+	"SELECT attempt, retry_policy, schedule_deadline, queue_id, " DEX_QUEUE_LIMITED_SQL " "
+	"FROM dex.activity_task t WHERE run_id = $1 AND event_id = $2 "
+	"AND lock_version = $3 AND locked_by IS NOT NULL FOR UPDATE OF t",
+	3, {UUIDOID, INT4OID, INT8OID}
+};
+
+static DexPlan count_task_failure_plan = {
+	"UPDATE dex.workflow_run SET task_failures = task_failures + 1, last_task_failure = $2, "
+	"       updated_at = now() WHERE id = $1 RETURNING task_failures",
+	2, {UUIDOID, BYTEAOID}
+};
+
+/* the fence: the failing worker's lease is withdrawn (a new lock version) */
+static DexPlan fence_failed_workflow_task_plan = {
+	"UPDATE dex.workflow_task t SET lock_version = nextval('dex.lease_version'), locked_until = 'infinity' "
+	"WHERE t.run_id = $1 AND t.lock_version = $2 AND t.locked_by IS NOT NULL "
+	"RETURNING t.run_id, t.queue_id, " DEX_QUEUE_LIMITED_SQL,
+	2, {UUIDOID, INT8OID}
+};
+
+/* ...and the task can be leased again when the backoff ends */
+static DexPlan back_off_workflow_task_plan = {
+	"UPDATE dex.workflow_task SET locked_until = $2 WHERE run_id = $1",
+	2, {UUIDOID, TIMESTAMPTZOID}
+};
+
+/*
+ * Lock the task's run first (the locking protocol, src/README.md): to write
+ * it, or, with share, to add events to it.  Returns whether the run has
+ * ended, so that a task left to it is refused like a lost lease.
+ */
+static bool
+run_ended_after_lock(pg_uuid_t *run_id, bool share)
+{
+	dex_lock_runs(dex_uuid_array(&run_id, 1), share);
+	return SPI_processed > 0 && dex_status_is_terminal(dex_spi_gettext_copy(0, 2));
+}
+
+/*
+ * A workflow task that failed (the worker could not run the workflow code:
+ * a crash loop, a missing workflow, a bug) is handed out again after a
+ * backoff that grows with the run's consecutive task failures, per the
+ * dex.retry_* settings; the count and the last failure are on the run, and
+ * a completed task resets them.  The workflow's own errors fail the run
+ * instead (the failRun command).
+ */
+static bool
+fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *failure,
+				   bool raise_lost)
+{
+	Datum		values[2] = {UUIDPGetDatum(run_id), Int64GetDatum(lock_version)};
+	int32		failures;
+	TimestampTz retry_at;
+	bool		held = false;
+
+	/* a task left to an ended run is refused */
+	if (!run_ended_after_lock(run_id, false))
+	{
+		dex_spi_exec(&fence_failed_workflow_task_plan, values, NULL, 0);
+		dex_check_queue_use_spi(2);
+		held = SPI_processed > 0;
+		if (held)
+			dex_stat_add((int32) dex_spi_getint64(0, 2), DEX_STAT_TASKS_FAILED, 1);
+		dex_queue_room_freed_spi(2, 3);
+	}
+	if (!held)
+	{
+		dex_stat_add(0, DEX_STAT_LEASES_LOST, 1);
+		if (!raise_lost)
+			return false;
+		dex_report_lost_lease(run_id, 0, lock_version);
+	}
+
+	values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure));
+	dex_spi_exec(&count_task_failure_plan, values, NULL, 1);
+	failures = (int32) dex_spi_getint64(0, 1);
+
+	retry_at = dex_retry_time(dex_effective_retry_policy(NULL), failures);
+	values[1] = TimestampTzGetDatum(retry_at);
+	dex_spi_exec(&back_off_workflow_task_plan, values, NULL, 0);
+	/* the scheduler tells waiting workers when the backoff ends */
+	dex_wake_scheduler_at_commit(retry_at);
+	return true;
+}
+
+static bool
+fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
+				   Dex__V1__Failure *failure, bool raise_lost)
+{
+	Datum		values[3] = {UUIDPGetDatum(run_id), Int32GetDatum(task_id), Int64GetDatum(lock_version)};
+	bool		held = false;
+
+	if (task_id == 0)
+		return fail_workflow_task(run_id, lock_version, failure, raise_lost);
+	if (!run_ended_after_lock(run_id, true))
+	{
+		dex_spi_exec(&lock_activity_plan, values, NULL, 1);
+		dex_check_queue_use_spi(4);
+		held = SPI_processed > 0;
+		if (held)
+			dex_stat_add((int32) dex_spi_getint64(0, 4), DEX_STAT_TASKS_FAILED, 1);
+	}
+	if (!held)
+	{
+		dex_stat_add(0, DEX_STAT_LEASES_LOST, 1);
+		if (!raise_lost)
+			return false;
+		dex_report_lost_lease(run_id, task_id, lock_version);
+	}
+	{
+		bool		isnull;
+		Datum		deadline = dex_spi_getdatum(0, 3, &isnull);
+
+		int32		queue_id = (int32) dex_spi_getint64(0, 4);
+		bool		limited = dex_spi_getbool(0, 5);
+
+		dex_activity_attempt_failed(run_id, task_id, (int32) dex_spi_getint64(0, 1),
+									dex_spi_getbytea_copy(0, 2),
+									isnull ? DT_NOEND : DatumGetTimestampTz(deadline), failure);
+		/* the lease ended: a queue with a capacity has room again */
+		if (limited)
+			dex_queue_work_added(queue_id);
+	}
+	return true;
+}
+
+static Dex__V1__Failure *
+failure_from(Datum failure, bool protobuf)
+{
+	Dex__V1__Failure *f;
+
+	if (protobuf)
+	{
+		bytea	   *data = DatumGetByteaPP(failure);
+
+		dex_check_payload_size(VARSIZE_ANY_EXHDR(data), "failure");
+		f = (Dex__V1__Failure *)
+			dex_pb_unpack(&dex__v1__failure__descriptor, (uint8 *) VARDATA_ANY(data),
+						  VARSIZE_ANY_EXHDR(data), "failure");
+	}
+	else
+	{
+		Jsonb	   *json = DatumGetJsonbP(failure);
+
+		dex_check_payload_size(VARSIZE(json), "failure");
+		f = (Dex__V1__Failure *)
+			dex_pb_from_jsonb(&dex__v1__failure__descriptor, json, "failure");
+	}
+	dex_pb_check_payloads((ProtobufCMessage *) f, "failure");
+	return f;
+}
+
+static void
+fail_task(FunctionCallInfo fcinfo, bool protobuf)
+{
+	dex_check_task_args(fcinfo, "failure");
+	SPI_connect();
+	dex_wait_for_rebuild();
+	fail_activity_task(PG_GETARG_UUID_P(0), PG_GETARG_INT32(1), PG_GETARG_INT64(2),
+					   failure_from(PG_GETARG_DATUM(3), protobuf), true);
+	SPI_finish();
+}
+
+static Datum
+fail_task_json(PG_FUNCTION_ARGS)
+{
+	fail_task(fcinfo, false);
+	PG_RETURN_VOID();
+}
+
+static Datum
+fail_task_pb(PG_FUNCTION_ARGS)
+{
+	fail_task(fcinfo, true);
+	PG_RETURN_VOID();
+}
+
+/* dex.fail_task(run_id, task_id, lock_version, failure jsonb) */
+Datum
+dex_fail_task(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, fail_task_json);
+}
+
+/* dex.fail_task_pb(run_id, task_id, lock_version, failure bytea) */
+Datum
+dex_fail_task_pb(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, fail_task_pb);
+}
+
+/* dex.fail_tasks / dex.fail_tasks_pb: fail many activity attempts at once */
+static Datum
+fail_tasks(FunctionCallInfo fcinfo, bool protobuf)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	DexTaskBatch	b = dex_read_task_batch(fcinfo, protobuf ? BYTEAOID : JSONBOID, "failures");
+
+	for (int i = 0; i < b.n; i++)
+		if (b.value_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("failures must not contain nulls")));
+
+	InitMaterializedSRF(fcinfo, 0);
+	SPI_connect();
+	dex_wait_for_rebuild();
+	/* all the runs at once, in id order, before any task row */
+	{
+		bool		share = true;
+
+		for (int i = 0; i < b.n; i++)
+			if (DatumGetInt32(b.task_ids[i]) == 0)
+				share = false;
+		dex_lock_runs(PointerGetDatum(construct_array(b.run_ids, b.n, UUIDOID, UUID_LEN, false,
+													  TYPALIGN_CHAR)), share);
+	}
+	for (int i = 0; i < b.n; i++)
+	{
+		bool		done = fail_activity_task(DatumGetUUIDP(b.run_ids[i]),
+											  DatumGetInt32(b.task_ids[i]),
+											  DatumGetInt64(b.lock_versions[i]),
+											  failure_from(b.values[i], protobuf), false);
+
+		dex_put_batch_row(rsinfo, b.run_ids[i], b.task_ids[i], BoolGetDatum(done), false);
+	}
+	SPI_finish();
+	return (Datum) 0;
+}
+
+static Datum
+fail_tasks_json(PG_FUNCTION_ARGS)
+{
+	return fail_tasks(fcinfo, false);
+}
+
+static Datum
+fail_tasks_pb(PG_FUNCTION_ARGS)
+{
+	return fail_tasks(fcinfo, true);
+}
+
+Datum
+dex_fail_tasks(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, fail_tasks_json);
+}
+
+Datum
+dex_fail_tasks_pb(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, fail_tasks_pb);
+}

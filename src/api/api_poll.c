@@ -1,0 +1,418 @@
+/*-------------------------------------------------------------------------
+ *
+ * api_poll.c
+ *	  dex.poll_tasks and dex.poll_tasks_pb: leasing the tasks of a queue to
+ *	  a worker, with the task messages they show; the room a queue with a
+ *	  capacity has left.
+ *
+ * Locks and transactions.  A poll runs in the caller's transaction, which a
+ * worker may keep open, and writes task rows only: it takes the rebuild lock
+ * shared first (engine/locks.c), then leases with one statement FOR UPDATE
+ * SKIP LOCKED, so that polls never wait for each other's rows nor for a task
+ * row another transaction holds.  The runs of the leased workflow tasks are
+ * read, not locked.  A queue with a capacity is the exception: its polls
+ * take its capacity lock, and hold it until their transaction ends (below).
+ * The scheduler is woken at commit for the leases' ends.
+ *
+ * A task shows the events visible by the clock, not by the transaction's
+ * start: the event that made the task may have been committed by a
+ * transaction that started after ours.
+ *
+ * An activity's lease never outlasts its timeouts: start-to-close (from the
+ * attempt's start), heartbeat (from the last heartbeat) and schedule-to-close
+ * (from its scheduling, across attempts).  A lease that expires counts as a
+ * failed attempt (the scheduler reclaims it).
+ *
+ * The LIMIT subqueries of the lease statements are MATERIALIZED CTEs: as a
+ * plain subquery the planner may rescan it inside a nested loop (it does with
+ * statistics taken on an empty partition), and every rescan skips the rows
+ * already leased and returns new ones, so max_tasks would not hold.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+#include "api/api_tasks.h"
+
+PG_FUNCTION_INFO_V1(dex_poll_tasks);
+PG_FUNCTION_INFO_V1(dex_poll_tasks_pb);
+
+#define MAX_TASKS_PER_POLL 1000
+
+static DexPlan lease_workflow_plan = {
+	"WITH c AS MATERIALIZED (SELECT run_id FROM dex.workflow_task "
+	"      WHERE queue_id = $1 AND (locked_until IS NULL OR locked_until <= now()) "
+	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
+	"UPDATE dex.workflow_task t SET locked_by = $3, locked_until = now() + $4, "
+	"lock_version = nextval('dex.lease_version'), started_at = now(), "
+	"inbox_ids = ARRAY(SELECT i.id FROM dex.workflow_inbox i "
+	"                   WHERE i.run_id = t.run_id AND i.visible_from <= clock_timestamp() "
+	"                   ORDER BY i.visible_from, i.id) "
+	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id "
+	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids",
+	4, {INT4OID, INT4OID, TEXTOID, INTERVALOID}
+};
+
+static DexPlan lease_activity_plan = {
+	"WITH c AS MATERIALIZED (SELECT run_id, event_id FROM dex.activity_task "
+	"      WHERE queue_id = $1 AND status = 'QUEUED' AND locked_by IS NULL "
+	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
+	"UPDATE dex.activity_task t SET locked_by = $3, lock_version = nextval('dex.lease_version'), "
+	"attempt_started_at = now(), "
+	"locked_until = LEAST(now() + $4, "
+	"    now() + make_interval(secs => coalesce(t.start_to_close_ms, 1e12) / 1000.0), "
+	"    now() + make_interval(secs => coalesce(t.heartbeat_timeout_ms, 1e12) / 1000.0), "
+	"    coalesce(t.schedule_deadline, 'infinity')) "
+	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id AND t.event_id = c.event_id "
+	"RETURNING t.run_id, t.event_id, t.lock_version, t.locked_until, t.name, t.argument, "
+	"t.attempt, t.retry_policy, t.last_failure, t.heartbeat_details",
+	4, {INT4OID, INT4OID, TEXTOID, INTERVALOID}
+};
+
+/*
+ * Capacity: a queue with one hands out at most that many tasks leased at
+ * once.  Polls of such a queue take its capacity lock (locks.c) until their
+ * transaction ends, so that two polls cannot both see the same room; polls
+ * of other queues take none.
+ */
+
+static DexPlan leased_workflow_plan = {
+	"SELECT count(*) FROM (SELECT 1 FROM dex.workflow_task WHERE queue_id = $1 "
+	"  AND locked_by IS NOT NULL AND locked_until > now() LIMIT $2) s",
+	2, {INT4OID, INT4OID}
+};
+
+static DexPlan leased_activity_plan = {
+	"SELECT count(*) FROM (SELECT 1 FROM dex.activity_task WHERE queue_id = $1 "
+	"  AND locked_by IS NOT NULL AND locked_until > now() LIMIT $2) s",
+	2, {INT4OID, INT4OID}
+};
+
+/*
+ * How many more tasks the queue may lease now (INT_MAX: no limit, 0:
+ * paused); with lock, a poll's, under the queue's capacity lock.
+ */
+int32
+dex_queue_room(const DexQueue *queue, bool lock)
+{
+	Datum		values[2];
+
+	if (queue->paused)
+		return 0;
+	if (queue->capacity == 0)
+		return PG_INT32_MAX;
+	if (lock)
+		dex_lock_queue_polls(queue->id);
+	values[0] = Int32GetDatum(queue->id);
+	values[1] = Int32GetDatum(queue->capacity);
+	dex_spi_exec(queue->is_workflow ? &leased_workflow_plan : &leased_activity_plan,
+				 values, NULL, 1);
+	return queue->capacity - (int32) dex_spi_getint64(0, 1);
+}
+
+/* A leased task, read back from the lease statement */
+typedef struct Leased
+{
+	pg_uuid_t  *run_id;
+	int32		task_id;
+	int64		lock_version;
+	TimestampTz locked_until;
+	TimestampTz started_at;		/* workflow tasks */
+	char	   *name;			/* activity tasks */
+	bytea	   *argument;
+	int32		attempt;
+	bytea	   *retry_policy;
+	bytea	   *last_failure;
+	bytea	   *heartbeat_details;
+	bool		dropped;		/* left to a run that ended: deleted, not returned */
+} Leased;
+
+static DexPlan drop_tasks_plan = {
+	"DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)",
+	1, {UUIDARRAYOID}
+};
+
+/*
+ * A cancellation withdraws a run's task with SKIP LOCKED (see dex_end_runs):
+ * if a poll held it then, the task is still there after the run ended (or,
+ * later, was deleted).  The poll that leases it next deletes it instead of
+ * handing it out.
+ */
+static void
+drop_tasks_of_ended_runs(HTAB *runs, Leased *leased, uint64 n)
+{
+	ArrayBuildState *ended = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+
+	for (uint64 i = 0; i < n; i++)
+	{
+		DexRun	   *run = dex_find_run(runs, leased[i].run_id);
+
+		if (run == NULL || dex_status_is_terminal(run->status))
+		{
+			leased[i].dropped = true;
+			dex_array_add(ended, UUIDPGetDatum(leased[i].run_id), false);
+		}
+	}
+	if (ended->nelems > 0)
+	{
+		Datum		values[1] = {dex_array_result(ended)};
+
+		dex_spi_exec(&drop_tasks_plan, values, NULL, 0);
+	}
+}
+
+/*
+ * The task message of a leased workflow task, as JSON or protobuf.  For
+ * protobuf the stored history is copied, not decoded: WorkflowTask.history
+ * has the field number of EventBatch.events.
+ */
+static Datum
+workflow_task_datum(Leased *t, DexRun *run, const char *queue_name, const char *worker_id,
+					bool as_json)
+{
+	Dex__V1__WorkflowTask task;
+	Size		hlen = run->history ? VARSIZE(run->history) - VARHDRSZ : 0;
+
+	dex__v1__workflow_task__init(&task);
+	task.new_events = dex_build_new_events(run, worker_id, t->started_at, 0, &task.n_new_events);
+	task.run_id = dex_uuid_to_cstring(t->run_id);
+	task.workflow_name = run->workflow_name;
+	task.workflow_version = run->workflow_version;
+	task.queue = (char *) queue_name;
+	task.lock_version = t->lock_version;
+	task.locked_until = dex_pb_timestamp(t->locked_until);
+	task.status = dex_run_status_enum(run->status);
+	task.history_length = run->history_length;
+
+	if (as_json)
+	{
+		if (hlen > 0)
+		{
+			Dex__V1__EventBatch *batch = (Dex__V1__EventBatch *)
+				dex_pb_unpack(&dex__v1__event_batch__descriptor,
+							  (uint8 *) VARDATA(run->history), hlen, "history");
+
+			task.history = batch->events;
+			task.n_history = batch->n_events;
+		}
+		return JsonbPGetDatum(dex_pb_to_jsonb((ProtobufCMessage *) &task));
+	}
+	else
+	{
+		size_t		len;
+		uint8	   *rest = dex_pb_pack((ProtobufCMessage *) &task, &len);
+		bytea	   *out = palloc(VARHDRSZ + hlen + len);
+
+		SET_VARSIZE(out, VARHDRSZ + hlen + len);
+		if (hlen > 0)
+			memcpy(VARDATA(out), VARDATA(run->history), hlen);
+		memcpy(VARDATA(out) + hlen, rest, len);
+		return PointerGetDatum(out);
+	}
+}
+
+static Datum
+activity_task_datum(Leased *t, const char *queue_name, bool as_json)
+{
+	Dex__V1__ActivityTask task;
+
+	dex__v1__activity_task__init(&task);
+	task.run_id = dex_uuid_to_cstring(t->run_id);
+	task.task_id = t->task_id;
+	task.name = t->name;
+	task.queue = (char *) queue_name;
+	task.argument = t->argument ? dex_payload_unpack(t->argument, "argument") : NULL;
+	task.attempt = t->attempt;
+	task.lock_version = t->lock_version;
+	task.locked_until = dex_pb_timestamp(t->locked_until);
+	task.retry_policy = (Dex__V1__RetryPolicy *)
+		dex_pb_unpack(&dex__v1__retry_policy__descriptor,
+					  (uint8 *) VARDATA_ANY(t->retry_policy),
+					  VARSIZE_ANY_EXHDR(t->retry_policy), "retry policy");
+	if (t->heartbeat_details)
+		task.heartbeat_details = dex_payload_unpack(t->heartbeat_details, "heartbeat details");
+	if (t->last_failure)
+		task.last_failure = (Dex__V1__Failure *)
+			dex_pb_unpack(&dex__v1__failure__descriptor,
+						  (uint8 *) VARDATA_ANY(t->last_failure),
+						  VARSIZE_ANY_EXHDR(t->last_failure), "failure");
+	if (as_json)
+		return JsonbPGetDatum(dex_pb_to_jsonb((ProtobufCMessage *) &task));
+	return PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &task));
+}
+
+static Datum
+poll_tasks(FunctionCallInfo fcinfo, bool as_json)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *queue_name;
+	char	   *worker_id;
+	int32		max_tasks;
+	Interval   *lease;
+	DexQueue	queue;
+	Datum		values[4];
+	Leased	   *leased;
+	uint64		n;
+	pg_uuid_t **run_ids;
+	HTAB	   *runs = NULL;
+	ArrayBuildState *inbox_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	ArrayBuildState *inbox_ids = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	Datum		inbox;
+
+	dex_args_not_null(fcinfo, 4, "queue, worker id, max tasks and lease duration");
+	queue_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	worker_id = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	max_tasks = PG_GETARG_INT32(2);
+	lease = PG_GETARG_INTERVAL_P(3);
+
+	dex_check_name(worker_id, "worker id");
+	if (max_tasks < 1 || max_tasks > MAX_TASKS_PER_POLL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max tasks must be between 1 and %d", MAX_TASKS_PER_POLL),
+				 errdetail("It was %d.", max_tasks)));
+	dex_check_lease_duration(lease);
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	SPI_connect();
+	dex_wait_for_rebuild();
+	queue = dex_existing_queue(queue_name, NULL);
+	dex_check_queue_use(&queue);
+
+	/* a paused queue hands out nothing, a full one nothing more */
+	max_tasks = Min(max_tasks, dex_queue_room(&queue, true));
+	n = 0;
+	if (max_tasks > 0)
+	{
+		values[0] = Int32GetDatum(queue.id);
+		values[1] = Int32GetDatum(max_tasks);
+		values[2] = CStringGetTextDatum(worker_id);
+		values[3] = IntervalPGetDatum(lease);
+		dex_spi_exec(queue.is_workflow ? &lease_workflow_plan : &lease_activity_plan,
+					 values, NULL, 0);
+		n = SPI_processed;
+	}
+
+	/* read the leases back before the next statement replaces SPI_tuptable */
+	leased = palloc0(sizeof(Leased) * Max(n, 1));
+	run_ids = palloc(sizeof(pg_uuid_t *) * Max(n, 1));
+	for (uint64 i = 0; i < n; i++)
+	{
+		Leased	   *t = &leased[i];
+		bool		isnull;
+
+		t->run_id = DatumGetUUIDP(SPI_datumTransfer(dex_spi_getdatum(i, 1, &isnull),
+													false, sizeof(pg_uuid_t)));
+		if (queue.is_workflow)
+		{
+			t->task_id = 0;
+			t->lock_version = dex_spi_getint64(i, 2);
+			t->locked_until = (TimestampTz) dex_spi_getint64(i, 3);
+			t->started_at = (TimestampTz) dex_spi_getint64(i, 4);
+			inbox = dex_spi_getdatum(i, 5, &isnull);
+			if (!isnull)
+			{
+				Datum	   *elems;
+				int			count;
+
+				deconstruct_array(DatumGetArrayTypeP(inbox), INT8OID, 8, FLOAT8PASSBYVAL,
+								  TYPALIGN_DOUBLE, &elems, NULL, &count);
+				for (int k = 0; k < count; k++)
+				{
+					dex_array_add(inbox_runs, UUIDPGetDatum(t->run_id), false);
+					dex_array_add(inbox_ids, elems[k], false);
+				}
+			}
+		}
+		else
+		{
+			t->task_id = (int32) dex_spi_getint64(i, 2);
+			t->lock_version = dex_spi_getint64(i, 3);
+			t->locked_until = (TimestampTz) dex_spi_getint64(i, 4);
+			t->name = dex_spi_gettext_copy(i, 5);
+			t->argument = dex_spi_getbytea_copy(i, 6);
+			t->attempt = (int32) dex_spi_getint64(i, 7);
+			t->retry_policy = dex_spi_getbytea_copy(i, 8);
+			t->last_failure = dex_spi_getbytea_copy(i, 9);
+			t->heartbeat_details = dex_spi_getbytea_copy(i, 10);
+		}
+		run_ids[i] = t->run_id;
+		/* the scheduler reclaims expired activity leases and announces expired workflow ones */
+		dex_wake_scheduler_at_commit(t->locked_until);
+	}
+
+	/* everything the workflow tasks show, in three statements for the whole batch */
+	if (queue.is_workflow && n > 0)
+	{
+		Datum		ids = dex_uuid_array(run_ids, (int) n);
+
+		runs = dex_load_runs(ids, false);
+		dex_load_histories(runs, ids);
+		dex_load_inbox(runs, dex_array_result(inbox_runs), dex_array_result(inbox_ids), false);
+		drop_tasks_of_ended_runs(runs, leased, n);
+	}
+
+	for (uint64 i = 0; i < n; i++)
+	{
+		Leased	   *t = &leased[i];
+		Datum		out[6];
+		bool		nulls[6] = {false, false, false, false, false, false};
+
+		out[0] = CStringGetTextDatum(queue.is_workflow ? "workflow" : "activity");
+		out[1] = UUIDPGetDatum(t->run_id);
+		out[2] = Int32GetDatum(t->task_id);
+		out[3] = Int64GetDatum(t->lock_version);
+		out[4] = TimestampTzGetDatum(t->locked_until);
+		if (t->dropped)
+			continue;
+		if (queue.is_workflow)
+		{
+			DexRun	   *run = dex_find_run(runs, t->run_id);
+
+			if (run == NULL)
+				elog(ERROR, "workflow run %s of a workflow task does not exist",
+					 dex_uuid_to_cstring(t->run_id));
+			out[5] = workflow_task_datum(t, run, queue.name, worker_id, as_json);
+		}
+		else
+			out[5] = activity_task_datum(t, queue.name, as_json);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+	}
+
+	dex_stat_poll(queue.id, tuplestore_tuple_count(rsinfo->setResult));
+	SPI_finish();
+	return (Datum) 0;
+}
+
+static Datum
+poll_tasks_json(PG_FUNCTION_ARGS)
+{
+	return poll_tasks(fcinfo, true);
+}
+
+static Datum
+poll_tasks_pb(PG_FUNCTION_ARGS)
+{
+	return poll_tasks(fcinfo, false);
+}
+
+Datum
+dex_poll_tasks(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, poll_tasks_json);
+}
+
+Datum
+dex_poll_tasks_pb(PG_FUNCTION_ARGS)
+{
+	return dex_api_call(fcinfo, poll_tasks_pb);
+}
