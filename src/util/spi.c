@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * spi_util.c
+ * util/spi.c
  *	  Prepared SPI plans kept across calls, and typed access to SPI results.
  *
  * Every statement dex runs is a static DexPlan: prepared on first use in a
@@ -24,6 +24,13 @@
  * Callers must be connected to SPI.  Values read with the *_copy functions
  * are copied into the caller's memory context (the upper executor context),
  * so they outlive SPI_finish.
+ *
+ * A statement's rows are read either from SPI's globals (dex_spi_exec and
+ * the dex_spi_get* functions: until the next statement replaces them) or
+ * through a handle (dex_spi_rows and the dex_rows_get* functions): a DexRows
+ * keeps its result while later statements run, until SPI_finish, so code
+ * that runs statements for each row of a result never saves and restores
+ * SPI_tuptable.
  *
  *-------------------------------------------------------------------------
  */
@@ -63,29 +70,44 @@ dex_spi_exec(DexPlan *plan, Datum *values, const char *nulls, long count)
 	return rc;
 }
 
-Datum
-dex_spi_getdatum(int row, int col, bool *isnull)
+/*
+ * Run a statement and keep its rows: they stay readable through the handle
+ * while later statements run, until SPI_finish.
+ */
+DexRows
+dex_spi_rows(DexPlan *plan, Datum *values, const char *nulls, long count)
 {
-	return SPI_getbinval(SPI_tuptable->vals[row], SPI_tuptable->tupdesc,
+	DexRows		rows;
+
+	dex_spi_exec(plan, values, nulls, count);
+	rows.tuptable = SPI_tuptable;
+	rows.n = SPI_processed;
+	return rows;
+}
+
+Datum
+dex_rows_getdatum(DexRows rows, uint64 row, int col, bool *isnull)
+{
+	return SPI_getbinval(rows.tuptable->vals[row], rows.tuptable->tupdesc,
 						 col, isnull);
 }
 
 bool
-dex_spi_getbool(int row, int col)
+dex_rows_getbool(DexRows rows, uint64 row, int col)
 {
 	bool		isnull;
-	Datum		d = dex_spi_getdatum(row, col, &isnull);
+	Datum		d = dex_rows_getdatum(rows, row, col, &isnull);
 
 	return !isnull && DatumGetBool(d);
 }
 
 /* int2, int4 or int8 column as int64; NULL reads as 0 */
 int64
-dex_spi_getint64(int row, int col)
+dex_rows_getint64(DexRows rows, uint64 row, int col)
 {
 	bool		isnull;
-	Datum		d = dex_spi_getdatum(row, col, &isnull);
-	Oid			type = SPI_gettypeid(SPI_tuptable->tupdesc, col);
+	Datum		d = dex_rows_getdatum(rows, row, col, &isnull);
+	Oid			type = SPI_gettypeid(rows.tuptable->tupdesc, col);
 
 	if (isnull)
 		return 0;
@@ -105,10 +127,10 @@ dex_spi_getint64(int row, int col)
 }
 
 bytea *
-dex_spi_getbytea_copy(int row, int col)
+dex_rows_getbytea_copy(DexRows rows, uint64 row, int col)
 {
 	bool		isnull;
-	Datum		d = dex_spi_getdatum(row, col, &isnull);
+	Datum		d = dex_rows_getdatum(rows, row, col, &isnull);
 
 	if (isnull)
 		return NULL;
@@ -117,15 +139,57 @@ dex_spi_getbytea_copy(int row, int col)
 }
 
 char *
-dex_spi_gettext_copy(int row, int col)
+dex_rows_gettext_copy(DexRows rows, uint64 row, int col)
 {
 	bool		isnull;
-	Datum		d = dex_spi_getdatum(row, col, &isnull);
+	Datum		d = dex_rows_getdatum(rows, row, col, &isnull);
 
 	if (isnull)
 		return NULL;
 	return DatumGetPointer(SPI_datumTransfer(CStringGetDatum(TextDatumGetCString(d)),
 											 false, -2));
+}
+
+/* The result of the latest statement, as SPI's globals hold it */
+static inline DexRows
+latest_rows(void)
+{
+	DexRows		rows;
+
+	rows.tuptable = SPI_tuptable;
+	rows.n = SPI_processed;
+	return rows;
+}
+
+Datum
+dex_spi_getdatum(int row, int col, bool *isnull)
+{
+	return dex_rows_getdatum(latest_rows(), row, col, isnull);
+}
+
+bool
+dex_spi_getbool(int row, int col)
+{
+	return dex_rows_getbool(latest_rows(), row, col);
+}
+
+/* int2, int4 or int8 column as int64; NULL reads as 0 */
+int64
+dex_spi_getint64(int row, int col)
+{
+	return dex_rows_getint64(latest_rows(), row, col);
+}
+
+bytea *
+dex_spi_getbytea_copy(int row, int col)
+{
+	return dex_rows_getbytea_copy(latest_rows(), row, col);
+}
+
+char *
+dex_spi_gettext_copy(int row, int col)
+{
+	return dex_rows_gettext_copy(latest_rows(), row, col);
 }
 
 /*

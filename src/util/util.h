@@ -29,6 +29,22 @@ typedef struct DexPlan
 } DexPlan;
 
 extern int	dex_spi_exec(DexPlan *plan, Datum *values, const char *nulls, long count);
+
+/* a statement's rows, readable while later statements run (until SPI_finish) */
+typedef struct DexRows
+{
+	SPITupleTable *tuptable;
+	uint64		n;				/* rows processed */
+} DexRows;
+
+extern DexRows dex_spi_rows(DexPlan *plan, Datum *values, const char *nulls, long count);
+extern Datum dex_rows_getdatum(DexRows rows, uint64 row, int col, bool *isnull);
+extern bool dex_rows_getbool(DexRows rows, uint64 row, int col);
+extern int64 dex_rows_getint64(DexRows rows, uint64 row, int col);
+extern bytea *dex_rows_getbytea_copy(DexRows rows, uint64 row, int col);
+extern char *dex_rows_gettext_copy(DexRows rows, uint64 row, int col);
+
+/* the same, from the latest statement's result (SPI_tuptable) */
 extern Datum dex_spi_getdatum(int row, int col, bool *isnull);
 extern bool dex_spi_getbool(int row, int col);
 extern int64 dex_spi_getint64(int row, int col);
