@@ -96,8 +96,7 @@ lease_acquire(const char *name, int duration_ms)
 											 MyBgworkerEntry->bgw_type : "backend",
 											 MyProcPid));
 	values[2] = Int32GetDatum(duration_ms);
-	dex_spi_exec(&acquire_lease_plan, values, NULL, 0);
-	return SPI_processed > 0;
+	return dex_spi_rows(&acquire_lease_plan, values, NULL, 0).n > 0;
 }
 
 /* ----------------------------------------------------------------
@@ -168,10 +167,9 @@ retention_batch(TimestampTz cutoff, bool *more)
 	pg_uuid_t	cutoff_id;
 	Datum		values[4];
 	ArrayBuildState *due = initArrayResult(UUIDOID, CurrentMemoryContext, false);
-	uint64		n;
+	DexRows		runs;
 
-	dex_spi_exec(&restoring_plan, NULL, NULL, 1);
-	if (SPI_processed > 0)
+	if (dex_spi_rows(&restoring_plan, NULL, NULL, 1).n > 0)
 	{
 		*more = false;
 		return 0;
@@ -181,27 +179,25 @@ retention_batch(TimestampTz cutoff, bool *more)
 	values[1] = UUIDPGetDatum(&cutoff_id);
 	values[2] = TimestampTzGetDatum(cutoff);
 	values[3] = Int32GetDatum(dex_retention_batch_size);
-	dex_spi_exec(&retention_scan_plan, values, NULL, 0);
-	n = SPI_processed;
-	for (uint64 i = 0; i < n; i++)
+	runs = dex_spi_rows(&retention_scan_plan, values, NULL, 0);
+	for (uint64 i = 0; i < runs.n; i++)
 	{
 		bool		isnull;
-		Datum		id = dex_spi_getdatum(i, 1, &isnull);
+		Datum		id = dex_rows_getdatum(runs, i, 1, &isnull);
 
-		if (dex_spi_getbool(i, 2))
+		if (dex_rows_getbool(runs, i, 2))
 			dex_array_add(due, id, false);
-		if (i == n - 1)
+		if (i == runs.n - 1)
 			memcpy(&sweep_position, DatumGetUUIDP(id), sizeof(pg_uuid_t));
 	}
-	*more = n >= (uint64) dex_retention_batch_size;
+	*more = runs.n >= (uint64) dex_retention_batch_size;
 	if (!*more)
 		memset(&sweep_position, 0, sizeof(sweep_position));
 	if (due->nelems == 0)
 		return 0;
 
 	values[0] = dex_array_result(due);
-	dex_spi_exec(&retention_delete_plan, values, NULL, 0);
-	return (int) SPI_processed;
+	return (int) dex_spi_rows(&retention_delete_plan, values, NULL, 0).n;
 }
 
 /* ----------------------------------------------------------------

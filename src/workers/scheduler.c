@@ -144,21 +144,22 @@ static DexPlan next_due_plan = {
 static TimestampTz lease_horizon = DT_NOBEGIN;
 
 /*
- * An activity whose lease expired: its attempt failed.
+ * An activity whose lease expired (row "row" of expired_leases_plan): its
+ * attempt failed.
  */
 static void
-reclaim_expired_lease(int row)
+reclaim_expired_lease(DexRows leases, uint64 row)
 {
 	bool		isnull;
-	pg_uuid_t  *run_id = DatumGetUUIDP(dex_spi_getdatum(row, 1, &isnull));
-	int32		event_id = (int32) dex_spi_getint64(row, 2);
-	int32		attempt = (int32) dex_spi_getint64(row, 3);
-	bytea	   *policy = dex_spi_getbytea_copy(row, 4);
-	char	   *worker = dex_spi_gettext_copy(row, 5);
-	Datum		deadline = dex_spi_getdatum(row, 6, &isnull);
+	pg_uuid_t  *run_id = DatumGetUUIDP(dex_rows_getdatum(leases, row, 1, &isnull));
+	int32		event_id = (int32) dex_rows_getint64(leases, row, 2);
+	int32		attempt = (int32) dex_rows_getint64(leases, row, 3);
+	bytea	   *policy = dex_rows_getbytea_copy(leases, row, 4);
+	char	   *worker = dex_rows_gettext_copy(leases, row, 5);
+	Datum		deadline = dex_rows_getdatum(leases, row, 6, &isnull);
 	Dex__V1__Failure *failure;
 
-	if (dex_status_is_terminal(dex_spi_gettext_copy(row, 7)))
+	if (dex_status_is_terminal(dex_rows_gettext_copy(leases, row, 7)))
 	{
 		Datum		values[2] = {UUIDPGetDatum(run_id), Int32GetDatum(event_id)};
 
@@ -171,6 +172,23 @@ reclaim_expired_lease(int row)
 	failure->type = "dex.LeaseExpired";
 	dex_activity_attempt_failed(run_id, event_id, attempt, policy,
 								isnull ? DT_NOEND : DatumGetTimestampTz(deadline), failure);
+}
+
+/*
+ * The expired activity leases, all reclaimed: count them, and tell the
+ * waiting workers of a queue with a capacity that it has room again.
+ */
+static void
+leases_reclaimed(DexRows leases)
+{
+	for (uint64 i = 0; i < leases.n; i++)
+	{
+		int32		queue_id = (int32) dex_rows_getint64(leases, i, 8);
+
+		dex_stat_add(queue_id, DEX_STAT_LEASES_EXPIRED, 1);
+		if (dex_rows_getbool(leases, i, 9))
+			dex_queue_work_added(queue_id);
+	}
 }
 
 /* The session that restores dex's tables (api_queues.c), if any */
@@ -211,11 +229,11 @@ restore_in_progress(void)
 {
 	int			pid;
 	PGPROC	   *proc;
+	DexRows		restore = dex_spi_rows(&restore_plan, NULL, NULL, 1);
 
-	dex_spi_exec(&restore_plan, NULL, NULL, 1);
-	if (SPI_processed == 0)
+	if (restore.n == 0)
 		return false;
-	pid = atoi(dex_spi_gettext_copy(0, 1));
+	pid = atoi(dex_rows_gettext_copy(restore, 0, 1));
 	proc = pid > 0 ? BackendPidGetProc(pid) : NULL;
 	if (proc != NULL && proc->databaseId == MyDatabaseId)
 	{
@@ -242,6 +260,7 @@ scheduler_pass(bool *extension_seen)
 	TimestampTz next = DT_NOEND;
 	Datum		limit[1] = {Int32GetDatum(BATCH_SIZE)};
 	bool		more = false;
+	DexRows		rows;
 
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
@@ -266,17 +285,18 @@ scheduler_pass(bool *extension_seen)
 		ereport(LOG, (errmsg("dex scheduler rebuilt the task tables of database \"%s\"",
 							 dex_worker_database)));
 
-	dex_spi_exec(&due_events_plan, limit, NULL, 0);
+	/* the dex_*_spi functions read the rows of the latest statement */
+	rows = dex_spi_rows(&due_events_plan, limit, NULL, 0);
 	dex_queue_work_added_spi(1);
 	dex_stat_count_spi(DEX_STAT_TASKS_CREATED, 1);
-	dex_stat_add(0, DEX_STAT_RUNS_WOKEN, (int64) SPI_processed);
-	if (SPI_processed > 0 && dex_spi_getint64(0, 2) >= BATCH_SIZE)
+	dex_stat_add(0, DEX_STAT_RUNS_WOKEN, (int64) rows.n);
+	if (rows.n > 0 && dex_rows_getint64(rows, 0, 2) >= BATCH_SIZE)
 		more = true;
 
-	dex_spi_exec(&due_activities_plan, limit, NULL, 0);
+	rows = dex_spi_rows(&due_activities_plan, limit, NULL, 0);
 	dex_queue_work_added_spi(1);
 	dex_stat_count_spi(DEX_STAT_RETRIES_DUE, 1);
-	if (SPI_processed >= BATCH_SIZE)
+	if (rows.n >= BATCH_SIZE)
 		more = true;
 
 	{
@@ -287,24 +307,12 @@ scheduler_pass(bool *extension_seen)
 		lease_horizon = GetCurrentTransactionStartTimestamp();
 	}
 
-	dex_spi_exec(&expired_leases_plan, limit, NULL, 0);
-	if (SPI_processed >= BATCH_SIZE)
+	rows = dex_spi_rows(&expired_leases_plan, limit, NULL, 0);
+	if (rows.n >= BATCH_SIZE)
 		more = true;
-	{
-		SPITupleTable *expired = SPI_tuptable;
-		uint64		n = SPI_processed;
-
-		for (uint64 i = 0; i < n; i++)
-		{
-			SPI_tuptable = expired;
-			reclaim_expired_lease((int) i);
-		}
-		/* a queue with a capacity has room again */
-		SPI_tuptable = expired;
-		SPI_processed = n;
-		dex_stat_count_spi(DEX_STAT_LEASES_EXPIRED, 8);
-		dex_queue_room_freed_spi(8, 9);
-	}
+	for (uint64 i = 0; i < rows.n; i++)
+		reclaim_expired_lease(rows, i);
+	leases_reclaimed(rows);
 
 	if (more)
 		next = GetCurrentTimestamp();
@@ -313,8 +321,8 @@ scheduler_pass(bool *extension_seen)
 		bool		isnull;
 		Datum		d;
 
-		dex_spi_exec(&next_due_plan, NULL, NULL, 1);
-		d = dex_spi_getdatum(0, 1, &isnull);
+		rows = dex_spi_rows(&next_due_plan, NULL, NULL, 1);
+		d = dex_rows_getdatum(rows, 0, 1, &isnull);
 		if (!isnull)
 			next = DatumGetTimestampTz(d);
 
