@@ -118,6 +118,57 @@ dex_queue_room(const DexQueue *queue, bool lock)
 	return queue->capacity - (int32) dex_spi_getint64(0, 1);
 }
 
+/* The arguments of a poll, checked */
+typedef struct PollArgs
+{
+	char	   *queue_name;
+	char	   *worker_id;
+	int32		max_tasks;
+	Interval   *lease;
+} PollArgs;
+
+static PollArgs
+read_poll_args(FunctionCallInfo fcinfo)
+{
+	PollArgs	args;
+
+	dex_args_not_null(fcinfo, 4, "queue, worker id, max tasks and lease duration");
+	args.queue_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
+	args.worker_id = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	args.max_tasks = PG_GETARG_INT32(2);
+	args.lease = PG_GETARG_INTERVAL_P(3);
+
+	dex_check_name(args.worker_id, "worker id");
+	if (args.max_tasks < 1 || args.max_tasks > MAX_TASKS_PER_POLL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max tasks must be between 1 and %d", MAX_TASKS_PER_POLL),
+				 errdetail("It was %d.", args.max_tasks)));
+	dex_check_lease_duration(args.lease);
+	return args;
+}
+
+/*
+ * Lease the queue's tasks to the worker: how many, their rows in
+ * SPI_tuptable.  A paused queue hands out nothing, a full one nothing more.
+ */
+static uint64
+lease_tasks(const DexQueue *queue, const PollArgs *args)
+{
+	int32		max_tasks = Min(args->max_tasks, dex_queue_room(queue, true));
+	Datum		values[4];
+
+	if (max_tasks <= 0)
+		return 0;
+	values[0] = Int32GetDatum(queue->id);
+	values[1] = Int32GetDatum(max_tasks);
+	values[2] = CStringGetTextDatum(args->worker_id);
+	values[3] = IntervalPGetDatum(args->lease);
+	dex_spi_exec(queue->is_workflow ? &lease_workflow_plan : &lease_activity_plan,
+				 values, NULL, 0);
+	return SPI_processed;
+}
+
 /* A leased task, read back from the lease statement */
 typedef struct Leased
 {
@@ -134,6 +185,84 @@ typedef struct Leased
 	bytea	   *heartbeat_details;
 	bool		dropped;		/* left to a run that ended: deleted, not returned */
 } Leased;
+
+/* What a poll leased */
+typedef struct Leases
+{
+	uint64		n;
+	Leased	   *tasks;
+	ArrayBuildState *inbox_runs;	/* workflow tasks: the inbox rows they show, */
+	ArrayBuildState *inbox_ids; /* as pairs (run id, inbox row id) */
+} Leases;
+
+/* Row "row" of the workflow lease statement, after its run id */
+static void
+read_workflow_lease(uint64 row, Leased *t, Leases *leases)
+{
+	bool		isnull;
+	Datum		inbox;
+
+	t->task_id = 0;
+	t->lock_version = dex_spi_getint64(row, 2);
+	t->locked_until = (TimestampTz) dex_spi_getint64(row, 3);
+	t->started_at = (TimestampTz) dex_spi_getint64(row, 4);
+	inbox = dex_spi_getdatum(row, 5, &isnull);
+	if (!isnull)
+	{
+		Datum	   *elems;
+		int			count;
+
+		deconstruct_array(DatumGetArrayTypeP(inbox), INT8OID, 8, FLOAT8PASSBYVAL,
+						  TYPALIGN_DOUBLE, &elems, NULL, &count);
+		for (int k = 0; k < count; k++)
+		{
+			dex_array_add(leases->inbox_runs, UUIDPGetDatum(t->run_id), false);
+			dex_array_add(leases->inbox_ids, elems[k], false);
+		}
+	}
+}
+
+/* Row "row" of the activity lease statement, after its run id */
+static void
+read_activity_lease(uint64 row, Leased *t)
+{
+	t->task_id = (int32) dex_spi_getint64(row, 2);
+	t->lock_version = dex_spi_getint64(row, 3);
+	t->locked_until = (TimestampTz) dex_spi_getint64(row, 4);
+	t->name = dex_spi_gettext_copy(row, 5);
+	t->argument = dex_spi_getbytea_copy(row, 6);
+	t->attempt = (int32) dex_spi_getint64(row, 7);
+	t->retry_policy = dex_spi_getbytea_copy(row, 8);
+	t->last_failure = dex_spi_getbytea_copy(row, 9);
+	t->heartbeat_details = dex_spi_getbytea_copy(row, 10);
+}
+
+/* Read the n leases back before the next statement replaces SPI_tuptable. */
+static Leases
+read_leases(bool is_workflow, uint64 n)
+{
+	Leases		leases;
+
+	leases.n = n;
+	leases.tasks = palloc0(sizeof(Leased) * Max(n, 1));
+	leases.inbox_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	leases.inbox_ids = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	for (uint64 i = 0; i < n; i++)
+	{
+		Leased	   *t = &leases.tasks[i];
+		bool		isnull;
+
+		t->run_id = DatumGetUUIDP(SPI_datumTransfer(dex_spi_getdatum(i, 1, &isnull),
+													false, sizeof(pg_uuid_t)));
+		if (is_workflow)
+			read_workflow_lease(i, t, &leases);
+		else
+			read_activity_lease(i, t);
+		/* the scheduler reclaims expired activity leases and announces expired workflow ones */
+		dex_wake_scheduler_at_commit(t->locked_until);
+	}
+	return leases;
+}
 
 static DexPlan drop_tasks_plan = {
 	"DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)",
@@ -167,6 +296,28 @@ drop_tasks_of_ended_runs(HTAB *runs, Leased *leased, uint64 n)
 
 		dex_spi_exec(&drop_tasks_plan, values, NULL, 0);
 	}
+}
+
+/*
+ * Everything the leased workflow tasks show, in three statements for the
+ * whole batch: their runs, histories and inbox events.
+ */
+static HTAB *
+load_workflow_runs(Leases *leases)
+{
+	pg_uuid_t **run_ids = palloc(sizeof(pg_uuid_t *) * Max(leases->n, 1));
+	Datum		ids;
+	HTAB	   *runs;
+
+	for (uint64 i = 0; i < leases->n; i++)
+		run_ids[i] = leases->tasks[i].run_id;
+	ids = dex_uuid_array(run_ids, (int) leases->n);
+	runs = dex_load_runs(ids, false);
+	dex_load_histories(runs, ids);
+	dex_load_inbox(runs, dex_array_result(leases->inbox_runs),
+				   dex_array_result(leases->inbox_ids), false);
+	drop_tasks_of_ended_runs(runs, leases->tasks, leases->n);
+	return runs;
 }
 
 /*
@@ -249,144 +400,66 @@ activity_task_datum(Leased *t, const char *queue_name, bool as_json)
 	return PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &task));
 }
 
-static Datum
-poll_tasks(FunctionCallInfo fcinfo, bool as_json)
+/*
+ * The result rows, one per lease not dropped: (kind, run_id, task_id,
+ * lock_version, locked_until, task).  runs: the workflow tasks' runs.
+ */
+static void
+put_tasks(ReturnSetInfo *rsinfo, const DexQueue *queue, const Leases *leases, HTAB *runs,
+		  const char *worker_id, bool as_json)
 {
-	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	char	   *queue_name;
-	char	   *worker_id;
-	int32		max_tasks;
-	Interval   *lease;
-	DexQueue	queue;
-	Datum		values[4];
-	Leased	   *leased;
-	uint64		n;
-	pg_uuid_t **run_ids;
-	HTAB	   *runs = NULL;
-	ArrayBuildState *inbox_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
-	ArrayBuildState *inbox_ids = initArrayResult(INT8OID, CurrentMemoryContext, false);
-	Datum		inbox;
-
-	dex_args_not_null(fcinfo, 4, "queue, worker id, max tasks and lease duration");
-	queue_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	worker_id = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	max_tasks = PG_GETARG_INT32(2);
-	lease = PG_GETARG_INTERVAL_P(3);
-
-	dex_check_name(worker_id, "worker id");
-	if (max_tasks < 1 || max_tasks > MAX_TASKS_PER_POLL)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("max tasks must be between 1 and %d", MAX_TASKS_PER_POLL),
-				 errdetail("It was %d.", max_tasks)));
-	dex_check_lease_duration(lease);
-
-	InitMaterializedSRF(fcinfo, 0);
-
-	SPI_connect();
-	dex_wait_for_rebuild();
-	queue = dex_existing_queue(queue_name, NULL);
-	dex_check_queue_use(&queue);
-
-	/* a paused queue hands out nothing, a full one nothing more */
-	max_tasks = Min(max_tasks, dex_queue_room(&queue, true));
-	n = 0;
-	if (max_tasks > 0)
+	for (uint64 i = 0; i < leases->n; i++)
 	{
-		values[0] = Int32GetDatum(queue.id);
-		values[1] = Int32GetDatum(max_tasks);
-		values[2] = CStringGetTextDatum(worker_id);
-		values[3] = IntervalPGetDatum(lease);
-		dex_spi_exec(queue.is_workflow ? &lease_workflow_plan : &lease_activity_plan,
-					 values, NULL, 0);
-		n = SPI_processed;
-	}
-
-	/* read the leases back before the next statement replaces SPI_tuptable */
-	leased = palloc0(sizeof(Leased) * Max(n, 1));
-	run_ids = palloc(sizeof(pg_uuid_t *) * Max(n, 1));
-	for (uint64 i = 0; i < n; i++)
-	{
-		Leased	   *t = &leased[i];
-		bool		isnull;
-
-		t->run_id = DatumGetUUIDP(SPI_datumTransfer(dex_spi_getdatum(i, 1, &isnull),
-													false, sizeof(pg_uuid_t)));
-		if (queue.is_workflow)
-		{
-			t->task_id = 0;
-			t->lock_version = dex_spi_getint64(i, 2);
-			t->locked_until = (TimestampTz) dex_spi_getint64(i, 3);
-			t->started_at = (TimestampTz) dex_spi_getint64(i, 4);
-			inbox = dex_spi_getdatum(i, 5, &isnull);
-			if (!isnull)
-			{
-				Datum	   *elems;
-				int			count;
-
-				deconstruct_array(DatumGetArrayTypeP(inbox), INT8OID, 8, FLOAT8PASSBYVAL,
-								  TYPALIGN_DOUBLE, &elems, NULL, &count);
-				for (int k = 0; k < count; k++)
-				{
-					dex_array_add(inbox_runs, UUIDPGetDatum(t->run_id), false);
-					dex_array_add(inbox_ids, elems[k], false);
-				}
-			}
-		}
-		else
-		{
-			t->task_id = (int32) dex_spi_getint64(i, 2);
-			t->lock_version = dex_spi_getint64(i, 3);
-			t->locked_until = (TimestampTz) dex_spi_getint64(i, 4);
-			t->name = dex_spi_gettext_copy(i, 5);
-			t->argument = dex_spi_getbytea_copy(i, 6);
-			t->attempt = (int32) dex_spi_getint64(i, 7);
-			t->retry_policy = dex_spi_getbytea_copy(i, 8);
-			t->last_failure = dex_spi_getbytea_copy(i, 9);
-			t->heartbeat_details = dex_spi_getbytea_copy(i, 10);
-		}
-		run_ids[i] = t->run_id;
-		/* the scheduler reclaims expired activity leases and announces expired workflow ones */
-		dex_wake_scheduler_at_commit(t->locked_until);
-	}
-
-	/* everything the workflow tasks show, in three statements for the whole batch */
-	if (queue.is_workflow && n > 0)
-	{
-		Datum		ids = dex_uuid_array(run_ids, (int) n);
-
-		runs = dex_load_runs(ids, false);
-		dex_load_histories(runs, ids);
-		dex_load_inbox(runs, dex_array_result(inbox_runs), dex_array_result(inbox_ids), false);
-		drop_tasks_of_ended_runs(runs, leased, n);
-	}
-
-	for (uint64 i = 0; i < n; i++)
-	{
-		Leased	   *t = &leased[i];
+		Leased	   *t = &leases->tasks[i];
 		Datum		out[6];
 		bool		nulls[6] = {false, false, false, false, false, false};
 
-		out[0] = CStringGetTextDatum(queue.is_workflow ? "workflow" : "activity");
+		if (t->dropped)
+			continue;
+		out[0] = CStringGetTextDatum(queue->is_workflow ? "workflow" : "activity");
 		out[1] = UUIDPGetDatum(t->run_id);
 		out[2] = Int32GetDatum(t->task_id);
 		out[3] = Int64GetDatum(t->lock_version);
 		out[4] = TimestampTzGetDatum(t->locked_until);
-		if (t->dropped)
-			continue;
-		if (queue.is_workflow)
+		if (queue->is_workflow)
 		{
 			DexRun	   *run = dex_find_run(runs, t->run_id);
 
 			if (run == NULL)
 				elog(ERROR, "workflow run %s of a workflow task does not exist",
 					 dex_uuid_to_cstring(t->run_id));
-			out[5] = workflow_task_datum(t, run, queue.name, worker_id, as_json);
+			out[5] = workflow_task_datum(t, run, queue->name, worker_id, as_json);
 		}
 		else
-			out[5] = activity_task_datum(t, queue.name, as_json);
+			out[5] = activity_task_datum(t, queue->name, as_json);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 	}
+}
+
+/*
+ * dex.poll_tasks(queue, worker_id, max_tasks, lease_duration) and
+ * dex.poll_tasks_pb: lease up to max_tasks tasks of the queue, one row each.
+ */
+static Datum
+poll_tasks(FunctionCallInfo fcinfo, bool as_json)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	PollArgs	args = read_poll_args(fcinfo);
+	DexQueue	queue;
+	Leases		leases;
+	HTAB	   *runs = NULL;
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	SPI_connect();
+	dex_wait_for_rebuild();
+	queue = dex_existing_queue(args.queue_name, NULL);
+	dex_check_queue_use(&queue);
+
+	leases = read_leases(queue.is_workflow, lease_tasks(&queue, &args));
+	if (queue.is_workflow && leases.n > 0)
+		runs = load_workflow_runs(&leases);
+	put_tasks(rsinfo, &queue, &leases, runs, args.worker_id, as_json);
 
 	dex_stat_poll(queue.id, tuplestore_tuple_count(rsinfo->setResult));
 	SPI_finish();
