@@ -21,15 +21,9 @@
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
-#include "utils/array.h"
 #include "utils/jsonb.h"
 
 #include "api/api_tasks.h"
-
-PG_FUNCTION_INFO_V1(dex_complete_task);
-PG_FUNCTION_INFO_V1(dex_complete_task_pb);
-PG_FUNCTION_INFO_V1(dex_complete_tasks);
-PG_FUNCTION_INFO_V1(dex_complete_tasks_pb);
 
 /* The commands of a workflow task from JSON: a WorkflowTaskCompletion or a bare array of commands */
 static Dex__V1__WorkflowTaskCompletion *
@@ -106,70 +100,76 @@ activity_result_from(Datum result, bool isnull, bool protobuf)
 		dex_payload_from_jsonb(DatumGetJsonbP(result));
 }
 
+/* The completions of a call, parsed, by kind */
+typedef struct Completions
+{
+	DexWorkflowCompletion *wf;
+	int			n_wf;
+	DexActivityCompletion *act;
+	int			n_act;
+} Completions;
+
+static Completions
+completions_for(int n)
+{
+	Completions c;
+
+	c.wf = palloc0(sizeof(DexWorkflowCompletion) * Max(n, 1));
+	c.act = palloc0(sizeof(DexActivityCompletion) * Max(n, 1));
+	c.n_wf = 0;
+	c.n_act = 0;
+	return c;
+}
+
+/* Parse the completion of one task (result: its commands or its result) */
+static void
+add_completion(Completions *c, Datum run_id, int32 task_id, Datum lock_version,
+			   Datum result, bool isnull, bool protobuf)
+{
+	if (task_id == 0)
+	{
+		DexWorkflowCompletion *item = &c->wf[c->n_wf++];
+
+		item->run_id = DatumGetUUIDP(run_id);
+		item->lock_version = DatumGetInt64(lock_version);
+		item->completion = completion_from(result, isnull, protobuf);
+	}
+	else
+	{
+		DexActivityCompletion *item = &c->act[c->n_act++];
+
+		item->run_id = DatumGetUUIDP(run_id);
+		item->task_id = task_id;
+		item->lock_version = DatumGetInt64(lock_version);
+		item->result = activity_result_from(result, isnull, protobuf);
+	}
+}
+
 /*
  * dex.complete_task(run_id, task_id, lock_version, result jsonb) and
  * dex.complete_task_pb(..., result bytea): a batch of one that raises on a
  * lost lease.
  */
-static void
+static Datum
 complete_task(FunctionCallInfo fcinfo, bool protobuf)
 {
-	int32		task_id;
-	Datum		result = PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3);
+	Completions c = completions_for(1);
 
-	dex_check_task_args(fcinfo, "result");
-	task_id = PG_GETARG_INT32(1);
+	dex_check_task_args(fcinfo);
 	SPI_connect();
 	dex_wait_for_rebuild();
-	if (task_id == 0)
-	{
-		DexWorkflowCompletion item;
-
-		memset(&item, 0, sizeof(item));
-		item.run_id = PG_GETARG_UUID_P(0);
-		item.lock_version = PG_GETARG_INT64(2);
-		item.completion = completion_from(result, PG_ARGISNULL(3), protobuf);
-		dex_complete_workflow_tasks(&item, 1, true);
-	}
+	add_completion(&c, PG_GETARG_DATUM(0), PG_GETARG_INT32(1), PG_GETARG_DATUM(2),
+				   PG_ARGISNULL(3) ? (Datum) 0 : PG_GETARG_DATUM(3), PG_ARGISNULL(3),
+				   protobuf);
+	if (c.n_wf > 0)
+		dex_complete_workflow_tasks(c.wf, 1, true);
 	else
-	{
-		DexActivityCompletion item;
-
-		memset(&item, 0, sizeof(item));
-		item.run_id = PG_GETARG_UUID_P(0);
-		item.task_id = task_id;
-		item.lock_version = PG_GETARG_INT64(2);
-		item.result = activity_result_from(result, PG_ARGISNULL(3), protobuf);
-		dex_complete_activity_tasks(&item, 1, true);
-	}
+		dex_complete_activity_tasks(c.act, 1, true);
 	SPI_finish();
-}
-
-static Datum
-complete_task_json(PG_FUNCTION_ARGS)
-{
-	complete_task(fcinfo, false);
 	PG_RETURN_VOID();
 }
 
-static Datum
-complete_task_pb(PG_FUNCTION_ARGS)
-{
-	complete_task(fcinfo, true);
-	PG_RETURN_VOID();
-}
-
-Datum
-dex_complete_task(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, complete_task_json);
-}
-
-Datum
-dex_complete_task_pb(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, complete_task_pb);
-}
+DEX_JSON_AND_PB_ENTRY_POINTS(dex_complete_task, dex_complete_task_pb, complete_task);
 
 /*
  * dex.complete_tasks(run_ids, task_ids, lock_versions, results jsonb[]) and
@@ -181,76 +181,33 @@ static Datum
 complete_tasks(FunctionCallInfo fcinfo, bool protobuf)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	DexTaskBatch	b = dex_read_task_batch(fcinfo, protobuf ? BYTEAOID : JSONBOID, "results");
-	DexWorkflowCompletion *wf = palloc0(sizeof(DexWorkflowCompletion) * Max(b.n, 1));
-	DexActivityCompletion *act = palloc0(sizeof(DexActivityCompletion) * Max(b.n, 1));
-	int			n_wf = 0;
-	int			n_act = 0;
+	DexTaskBatch b = dex_read_task_batch(fcinfo, protobuf ? BYTEAOID : JSONBOID, "results");
+	Completions c = completions_for(b.n);
 
 	/* parse everything first: invalid input fails the call before any write */
 	for (int i = 0; i < b.n; i++)
-	{
-		int32		task_id = DatumGetInt32(b.task_ids[i]);
-
-		if (task_id == 0)
-		{
-			wf[n_wf].run_id = DatumGetUUIDP(b.run_ids[i]);
-			wf[n_wf].lock_version = DatumGetInt64(b.lock_versions[i]);
-			wf[n_wf].completion = completion_from(b.values[i], b.value_nulls[i], protobuf);
-			n_wf++;
-		}
-		else
-		{
-			act[n_act].run_id = DatumGetUUIDP(b.run_ids[i]);
-			act[n_act].task_id = task_id;
-			act[n_act].lock_version = DatumGetInt64(b.lock_versions[i]);
-			act[n_act].result = activity_result_from(b.values[i], b.value_nulls[i], protobuf);
-			n_act++;
-		}
-	}
+		add_completion(&c, b.run_ids[i], DatumGetInt32(b.task_ids[i]), b.lock_versions[i],
+					   b.values[i], b.value_nulls[i], protobuf);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	dex_wait_for_rebuild();
 	/* a batch of both kinds locks all its runs at once, in id order */
-	if (n_wf > 0 && n_act > 0)
-		dex_lock_runs(PointerGetDatum(construct_array(b.run_ids, b.n, UUIDOID, UUID_LEN, false,
-													  TYPALIGN_CHAR)), false);
+	if (c.n_wf > 0 && c.n_act > 0)
+		dex_lock_batch_runs(&b, false);
 	/* activity results first: a workflow task completed in the same batch
 	 * then sees them as unseen events and is requeued for them */
-	dex_complete_activity_tasks(act, n_act, false);
-	dex_complete_workflow_tasks(wf, n_wf, false);
+	dex_complete_activity_tasks(c.act, c.n_act, false);
+	dex_complete_workflow_tasks(c.wf, c.n_wf, false);
 	SPI_finish();
 
-	for (int i = 0; i < n_act; i++)
-		dex_put_batch_row(rsinfo, UUIDPGetDatum(act[i].run_id), Int32GetDatum(act[i].task_id),
-					  BoolGetDatum(act[i].done), false);
-	for (int i = 0; i < n_wf; i++)
-		dex_put_batch_row(rsinfo, UUIDPGetDatum(wf[i].run_id), Int32GetDatum(0),
-					  BoolGetDatum(wf[i].done), false);
+	for (int i = 0; i < c.n_act; i++)
+		dex_put_batch_row(rsinfo, UUIDPGetDatum(c.act[i].run_id), Int32GetDatum(c.act[i].task_id),
+						  BoolGetDatum(c.act[i].done));
+	for (int i = 0; i < c.n_wf; i++)
+		dex_put_batch_row(rsinfo, UUIDPGetDatum(c.wf[i].run_id), Int32GetDatum(0),
+						  BoolGetDatum(c.wf[i].done));
 	return (Datum) 0;
 }
 
-static Datum
-complete_tasks_json(PG_FUNCTION_ARGS)
-{
-	return complete_tasks(fcinfo, false);
-}
-
-static Datum
-complete_tasks_pb(PG_FUNCTION_ARGS)
-{
-	return complete_tasks(fcinfo, true);
-}
-
-Datum
-dex_complete_tasks(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, complete_tasks_json);
-}
-
-Datum
-dex_complete_tasks_pb(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, complete_tasks_pb);
-}
+DEX_JSON_AND_PB_ENTRY_POINTS(dex_complete_tasks, dex_complete_tasks_pb, complete_tasks);

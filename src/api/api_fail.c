@@ -22,16 +22,10 @@
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
-#include "utils/array.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 #include "api/api_tasks.h"
-
-PG_FUNCTION_INFO_V1(dex_fail_task);
-PG_FUNCTION_INFO_V1(dex_fail_task_pb);
-PG_FUNCTION_INFO_V1(dex_fail_tasks);
-PG_FUNCTION_INFO_V1(dex_fail_tasks_pb);
 
 static DexPlan lock_activity_plan = {
 	"SELECT attempt, retry_policy, schedule_deadline, queue_id, " DEX_QUEUE_LIMITED_SQL " "
@@ -73,6 +67,32 @@ run_ended_after_lock(pg_uuid_t *run_id, bool share)
 }
 
 /*
+ * Take the failing task's lease with plan (values: the task, with its lock
+ * version), whose row has the task's queue id in column queue_col: whether
+ * the lease was held.
+ */
+static bool
+take_failing_lease(DexPlan *plan, Datum *values, long count, int queue_col)
+{
+	dex_spi_exec(plan, values, NULL, count);
+	dex_check_queue_use_spi(queue_col);
+	if (SPI_processed == 0)
+		return false;
+	dex_stat_add((int32) dex_spi_getint64(0, queue_col), DEX_STAT_TASKS_FAILED, 1);
+	return true;
+}
+
+/* A failure of a lease not held: counted, then raised, or with !raise_lost reported (false) */
+static bool
+lease_not_held(pg_uuid_t *run_id, int32 task_id, int64 lock_version, bool raise_lost)
+{
+	dex_stat_add(0, DEX_STAT_LEASES_LOST, 1);
+	if (raise_lost)
+		dex_report_lost_lease(run_id, task_id, lock_version);
+	return false;
+}
+
+/*
  * A workflow task that failed (the worker could not run the workflow code:
  * a crash loop, a missing workflow, a bug) is handed out again after a
  * backoff that grows with the run's consecutive task failures, per the
@@ -92,20 +112,11 @@ fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *fail
 	/* a task left to an ended run is refused */
 	if (!run_ended_after_lock(run_id, false))
 	{
-		dex_spi_exec(&fence_failed_workflow_task_plan, values, NULL, 0);
-		dex_check_queue_use_spi(2);
-		held = SPI_processed > 0;
-		if (held)
-			dex_stat_add((int32) dex_spi_getint64(0, 2), DEX_STAT_TASKS_FAILED, 1);
+		held = take_failing_lease(&fence_failed_workflow_task_plan, values, 0, 2);
 		dex_queue_room_freed_spi(2, 3);
 	}
 	if (!held)
-	{
-		dex_stat_add(0, DEX_STAT_LEASES_LOST, 1);
-		if (!raise_lost)
-			return false;
-		dex_report_lost_lease(run_id, 0, lock_version);
-	}
+		return lease_not_held(run_id, 0, lock_version, raise_lost);
 
 	values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure));
 	dex_spi_exec(&count_task_failure_plan, values, NULL, 1);
@@ -119,44 +130,37 @@ fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *fail
 	return true;
 }
 
+/*
+ * Fail a task, a workflow task (task id 0) or an activity's attempt: whether
+ * its lease was held (a lost one raises with raise_lost).
+ */
 static bool
-fail_activity_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
-				   Dex__V1__Failure *failure, bool raise_lost)
+fail_one_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
+			  Dex__V1__Failure *failure, bool raise_lost)
 {
 	Datum		values[3] = {UUIDPGetDatum(run_id), Int32GetDatum(task_id), Int64GetDatum(lock_version)};
 	bool		held = false;
+	bool		isnull;
+	Datum		deadline;
+	int32		queue_id;
+	bool		limited;
 
 	if (task_id == 0)
 		return fail_workflow_task(run_id, lock_version, failure, raise_lost);
 	if (!run_ended_after_lock(run_id, true))
-	{
-		dex_spi_exec(&lock_activity_plan, values, NULL, 1);
-		dex_check_queue_use_spi(4);
-		held = SPI_processed > 0;
-		if (held)
-			dex_stat_add((int32) dex_spi_getint64(0, 4), DEX_STAT_TASKS_FAILED, 1);
-	}
+		held = take_failing_lease(&lock_activity_plan, values, 1, 4);
 	if (!held)
-	{
-		dex_stat_add(0, DEX_STAT_LEASES_LOST, 1);
-		if (!raise_lost)
-			return false;
-		dex_report_lost_lease(run_id, task_id, lock_version);
-	}
-	{
-		bool		isnull;
-		Datum		deadline = dex_spi_getdatum(0, 3, &isnull);
+		return lease_not_held(run_id, task_id, lock_version, raise_lost);
 
-		int32		queue_id = (int32) dex_spi_getint64(0, 4);
-		bool		limited = dex_spi_getbool(0, 5);
-
-		dex_activity_attempt_failed(run_id, task_id, (int32) dex_spi_getint64(0, 1),
-									dex_spi_getbytea_copy(0, 2),
-									isnull ? DT_NOEND : DatumGetTimestampTz(deadline), failure);
-		/* the lease ended: a queue with a capacity has room again */
-		if (limited)
-			dex_queue_work_added(queue_id);
-	}
+	deadline = dex_spi_getdatum(0, 3, &isnull);
+	queue_id = (int32) dex_spi_getint64(0, 4);
+	limited = dex_spi_getbool(0, 5);
+	dex_activity_attempt_failed(run_id, task_id, (int32) dex_spi_getint64(0, 1),
+								dex_spi_getbytea_copy(0, 2),
+								isnull ? DT_NOEND : DatumGetTimestampTz(deadline), failure);
+	/* the lease ended: a queue with a capacity has room again */
+	if (limited)
+		dex_queue_work_added(queue_id);
 	return true;
 }
 
@@ -186,51 +190,32 @@ failure_from(Datum failure, bool protobuf)
 	return f;
 }
 
-static void
+/*
+ * dex.fail_task(run_id, task_id, lock_version, failure jsonb) and
+ * dex.fail_task_pb(run_id, task_id, lock_version, failure bytea)
+ */
+static Datum
 fail_task(FunctionCallInfo fcinfo, bool protobuf)
 {
-	dex_check_task_args(fcinfo, "failure");
+	dex_check_task_args(fcinfo);
+	dex_arg_not_null(fcinfo, 3, "failure");
 	SPI_connect();
 	dex_wait_for_rebuild();
-	fail_activity_task(PG_GETARG_UUID_P(0), PG_GETARG_INT32(1), PG_GETARG_INT64(2),
-					   failure_from(PG_GETARG_DATUM(3), protobuf), true);
+	fail_one_task(PG_GETARG_UUID_P(0), PG_GETARG_INT32(1), PG_GETARG_INT64(2),
+				  failure_from(PG_GETARG_DATUM(3), protobuf), true);
 	SPI_finish();
-}
-
-static Datum
-fail_task_json(PG_FUNCTION_ARGS)
-{
-	fail_task(fcinfo, false);
 	PG_RETURN_VOID();
 }
 
-static Datum
-fail_task_pb(PG_FUNCTION_ARGS)
-{
-	fail_task(fcinfo, true);
-	PG_RETURN_VOID();
-}
-
-/* dex.fail_task(run_id, task_id, lock_version, failure jsonb) */
-Datum
-dex_fail_task(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, fail_task_json);
-}
-
-/* dex.fail_task_pb(run_id, task_id, lock_version, failure bytea) */
-Datum
-dex_fail_task_pb(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, fail_task_pb);
-}
+DEX_JSON_AND_PB_ENTRY_POINTS(dex_fail_task, dex_fail_task_pb, fail_task);
 
 /* dex.fail_tasks / dex.fail_tasks_pb: fail many activity attempts at once */
 static Datum
 fail_tasks(FunctionCallInfo fcinfo, bool protobuf)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	DexTaskBatch	b = dex_read_task_batch(fcinfo, protobuf ? BYTEAOID : JSONBOID, "failures");
+	DexTaskBatch b = dex_read_task_batch(fcinfo, protobuf ? BYTEAOID : JSONBOID, "failures");
+	bool		share = true;
 
 	for (int i = 0; i < b.n; i++)
 		if (b.value_nulls[i])
@@ -242,48 +227,21 @@ fail_tasks(FunctionCallInfo fcinfo, bool protobuf)
 	SPI_connect();
 	dex_wait_for_rebuild();
 	/* all the runs at once, in id order, before any task row */
-	{
-		bool		share = true;
-
-		for (int i = 0; i < b.n; i++)
-			if (DatumGetInt32(b.task_ids[i]) == 0)
-				share = false;
-		dex_lock_runs(PointerGetDatum(construct_array(b.run_ids, b.n, UUIDOID, UUID_LEN, false,
-													  TYPALIGN_CHAR)), share);
-	}
+	for (int i = 0; i < b.n; i++)
+		if (DatumGetInt32(b.task_ids[i]) == 0)
+			share = false;
+	dex_lock_batch_runs(&b, share);
 	for (int i = 0; i < b.n; i++)
 	{
-		bool		done = fail_activity_task(DatumGetUUIDP(b.run_ids[i]),
-											  DatumGetInt32(b.task_ids[i]),
-											  DatumGetInt64(b.lock_versions[i]),
-											  failure_from(b.values[i], protobuf), false);
+		bool		done = fail_one_task(DatumGetUUIDP(b.run_ids[i]),
+										 DatumGetInt32(b.task_ids[i]),
+										 DatumGetInt64(b.lock_versions[i]),
+										 failure_from(b.values[i], protobuf), false);
 
-		dex_put_batch_row(rsinfo, b.run_ids[i], b.task_ids[i], BoolGetDatum(done), false);
+		dex_put_batch_row(rsinfo, b.run_ids[i], b.task_ids[i], BoolGetDatum(done));
 	}
 	SPI_finish();
 	return (Datum) 0;
 }
 
-static Datum
-fail_tasks_json(PG_FUNCTION_ARGS)
-{
-	return fail_tasks(fcinfo, false);
-}
-
-static Datum
-fail_tasks_pb(PG_FUNCTION_ARGS)
-{
-	return fail_tasks(fcinfo, true);
-}
-
-Datum
-dex_fail_tasks(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, fail_tasks_json);
-}
-
-Datum
-dex_fail_tasks_pb(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, fail_tasks_pb);
-}
+DEX_JSON_AND_PB_ENTRY_POINTS(dex_fail_tasks, dex_fail_tasks_pb, fail_tasks);

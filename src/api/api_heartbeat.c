@@ -79,7 +79,7 @@ heartbeat_task(PG_FUNCTION_ARGS)
 	int64		lock_version;
 	TimestampTz until;
 
-	dex_check_task_args(fcinfo, "result");
+	dex_check_task_args(fcinfo);
 	dex_arg_not_null(fcinfo, 3, "lease duration");
 	run_id = PG_GETARG_UUID_P(0);
 	task_id = PG_GETARG_INT32(1);
@@ -115,10 +115,10 @@ static Datum
 heartbeat_tasks(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	DexTaskBatch	b = dex_read_task_batch(fcinfo, InvalidOid, NULL);
 
+	/* checked only: the statement takes the arrays as they are */
+	(void) dex_read_task_batch(fcinfo, InvalidOid, NULL);
 	dex_arg_not_null(fcinfo, 3, "lease duration");
-	(void) b;
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	dex_wait_for_rebuild();
@@ -129,7 +129,7 @@ heartbeat_tasks(PG_FUNCTION_ARGS)
 		bool		isnull;
 
 		dex_put_batch_row(rsinfo, dex_spi_getdatum(i, 1, &isnull), dex_spi_getdatum(i, 2, &isnull),
-					  dex_spi_getdatum(i, 3, &isnull), false);
+						  dex_spi_getdatum(i, 3, &isnull));
 	}
 	SPI_finish();
 	return (Datum) 0;

@@ -42,9 +42,6 @@
 
 #include "api/api_tasks.h"
 
-PG_FUNCTION_INFO_V1(dex_poll_tasks);
-PG_FUNCTION_INFO_V1(dex_poll_tasks_pb);
-
 #define MAX_TASKS_PER_POLL 1000
 
 static DexPlan lease_workflow_plan = {
@@ -327,7 +324,7 @@ load_workflow_runs(Leases *leases)
  */
 static Datum
 workflow_task_datum(Leased *t, DexRun *run, const char *queue_name, const char *worker_id,
-					bool as_json)
+					bool protobuf)
 {
 	Dex__V1__WorkflowTask task;
 	Size		hlen = run->history ? VARSIZE(run->history) - VARHDRSZ : 0;
@@ -343,7 +340,7 @@ workflow_task_datum(Leased *t, DexRun *run, const char *queue_name, const char *
 	task.status = dex_run_status_enum(run->status);
 	task.history_length = run->history_length;
 
-	if (as_json)
+	if (!protobuf)
 	{
 		if (hlen > 0)
 		{
@@ -371,7 +368,7 @@ workflow_task_datum(Leased *t, DexRun *run, const char *queue_name, const char *
 }
 
 static Datum
-activity_task_datum(Leased *t, const char *queue_name, bool as_json)
+activity_task_datum(Leased *t, const char *queue_name, bool protobuf)
 {
 	Dex__V1__ActivityTask task;
 
@@ -395,7 +392,7 @@ activity_task_datum(Leased *t, const char *queue_name, bool as_json)
 			dex_pb_unpack(&dex__v1__failure__descriptor,
 						  (uint8 *) VARDATA_ANY(t->last_failure),
 						  VARSIZE_ANY_EXHDR(t->last_failure), "failure");
-	if (as_json)
+	if (!protobuf)
 		return JsonbPGetDatum(dex_pb_to_jsonb((ProtobufCMessage *) &task));
 	return PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &task));
 }
@@ -406,7 +403,7 @@ activity_task_datum(Leased *t, const char *queue_name, bool as_json)
  */
 static void
 put_tasks(ReturnSetInfo *rsinfo, const DexQueue *queue, const Leases *leases, HTAB *runs,
-		  const char *worker_id, bool as_json)
+		  const char *worker_id, bool protobuf)
 {
 	for (uint64 i = 0; i < leases->n; i++)
 	{
@@ -428,10 +425,10 @@ put_tasks(ReturnSetInfo *rsinfo, const DexQueue *queue, const Leases *leases, HT
 			if (run == NULL)
 				elog(ERROR, "workflow run %s of a workflow task does not exist",
 					 dex_uuid_to_cstring(t->run_id));
-			out[5] = workflow_task_datum(t, run, queue->name, worker_id, as_json);
+			out[5] = workflow_task_datum(t, run, queue->name, worker_id, protobuf);
 		}
 		else
-			out[5] = activity_task_datum(t, queue->name, as_json);
+			out[5] = activity_task_datum(t, queue->name, protobuf);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 	}
 }
@@ -441,7 +438,7 @@ put_tasks(ReturnSetInfo *rsinfo, const DexQueue *queue, const Leases *leases, HT
  * dex.poll_tasks_pb: lease up to max_tasks tasks of the queue, one row each.
  */
 static Datum
-poll_tasks(FunctionCallInfo fcinfo, bool as_json)
+poll_tasks(FunctionCallInfo fcinfo, bool protobuf)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	PollArgs	args = read_poll_args(fcinfo);
@@ -459,33 +456,11 @@ poll_tasks(FunctionCallInfo fcinfo, bool as_json)
 	leases = read_leases(queue.is_workflow, lease_tasks(&queue, &args));
 	if (queue.is_workflow && leases.n > 0)
 		runs = load_workflow_runs(&leases);
-	put_tasks(rsinfo, &queue, &leases, runs, args.worker_id, as_json);
+	put_tasks(rsinfo, &queue, &leases, runs, args.worker_id, protobuf);
 
 	dex_stat_poll(queue.id, tuplestore_tuple_count(rsinfo->setResult));
 	SPI_finish();
 	return (Datum) 0;
 }
 
-static Datum
-poll_tasks_json(PG_FUNCTION_ARGS)
-{
-	return poll_tasks(fcinfo, true);
-}
-
-static Datum
-poll_tasks_pb(PG_FUNCTION_ARGS)
-{
-	return poll_tasks(fcinfo, false);
-}
-
-Datum
-dex_poll_tasks(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, poll_tasks_json);
-}
-
-Datum
-dex_poll_tasks_pb(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, poll_tasks_pb);
-}
+DEX_JSON_AND_PB_ENTRY_POINTS(dex_poll_tasks, dex_poll_tasks_pb, poll_tasks);

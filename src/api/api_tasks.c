@@ -21,7 +21,9 @@
  * pieces are loaded by engine/runs.c and completions applied by
  * engine/completion.c, for one task or for a batch alike.
  *
- * Locks and transactions: none here; the checks read arguments only.
+ * Locks and transactions: the checks here read arguments only; a batch's
+ * runs are locked by dex_lock_batch_runs, in the caller's transaction and
+ * SPI connection, in run id order (the locking protocol, src/README.md).
  *
  *-------------------------------------------------------------------------
  */
@@ -69,19 +71,6 @@ dex_check_lease_duration(Interval *lease)
 				 errmsg("lease duration must be positive and at most 365 days")));
 }
 
-void
-dex_check_task_args(FunctionCallInfo fcinfo, const char *what)
-{
-	dex_args_not_null(fcinfo, 3, "run id, task id and lock version");
-	if (PG_GETARG_INT32(1) < 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("task id must not be negative"),
-				 errhint("Task id 0 names a run's workflow task, a positive id an activity task.")));
-	if (strcmp(what, "failure") == 0)
-		dex_arg_not_null(fcinfo, 3, "failure");
-}
-
 static void
 check_task_id(int32 task_id)
 {
@@ -90,6 +79,14 @@ check_task_id(int32 task_id)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("task id must not be negative"),
 				 errhint("Task id 0 names a run's workflow task, a positive id an activity task.")));
+}
+
+/* The task a call on one task names: (run_id, task_id, lock_version), its first arguments */
+void
+dex_check_task_args(FunctionCallInfo fcinfo)
+{
+	dex_args_not_null(fcinfo, 3, "run id, task id and lock version");
+	check_task_id(PG_GETARG_INT32(1));
 }
 
 /* ----------------------------------------------------------------
@@ -136,7 +133,7 @@ batch_array(FunctionCallInfo fcinfo, int arg, Oid elemtype, const char *what,
 DexTaskBatch
 dex_read_task_batch(FunctionCallInfo fcinfo, Oid value_type, const char *value_name)
 {
-	DexTaskBatch	b;
+	DexTaskBatch b;
 	int			n1,
 				n2,
 				n3,
@@ -169,12 +166,20 @@ dex_read_task_batch(FunctionCallInfo fcinfo, Oid value_type, const char *value_n
 	return b;
 }
 
+/* Lock all the runs of a batch at once, in id order, before any task row of them. */
 void
-dex_put_batch_row(ReturnSetInfo *rsinfo, Datum run_id, Datum task_id, Datum outcome,
-			  bool outcome_null)
+dex_lock_batch_runs(const DexTaskBatch *b, bool share)
+{
+	dex_lock_runs(PointerGetDatum(construct_array(b->run_ids, b->n, UUIDOID, UUID_LEN, false,
+												  TYPALIGN_CHAR)), share);
+}
+
+/* A row of a batch call's result: (run_id, task_id, outcome) */
+void
+dex_put_batch_row(ReturnSetInfo *rsinfo, Datum run_id, Datum task_id, Datum outcome)
 {
 	Datum		out[3] = {run_id, task_id, outcome};
-	bool		nulls[3] = {false, false, outcome_null};
+	bool		nulls[3] = {false, false, false};
 
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 }

@@ -25,7 +25,7 @@
 /* api_tasks.c: arguments */
 extern bool dex_interval_usecs(const Interval *iv, int64 *usecs);
 extern void dex_check_lease_duration(Interval *lease);
-extern void dex_check_task_args(FunctionCallInfo fcinfo, const char *what);
+extern void dex_check_task_args(FunctionCallInfo fcinfo);
 
 /* api_tasks.c: batch calls, whose arguments are arrays with one element per task */
 typedef struct DexTaskBatch
@@ -40,10 +40,42 @@ typedef struct DexTaskBatch
 
 extern DexTaskBatch dex_read_task_batch(FunctionCallInfo fcinfo, Oid value_type,
 										const char *value_name);
+extern void dex_lock_batch_runs(const DexTaskBatch *b, bool share);
 extern void dex_put_batch_row(ReturnSetInfo *rsinfo, Datum run_id, Datum task_id,
-							  Datum outcome, bool outcome_null);
+							  Datum outcome);
 
 /* api_poll.c */
 extern int32 dex_queue_room(const DexQueue *queue, bool lock);
+
+/*
+ * The two SQL entry points of a call that takes or gives its messages as
+ * JSON or as protobuf: json_fn and pb_fn run body(fcinfo, protobuf) with the
+ * owner's rights (api_call.c).  Used at file level, after body, with a
+ * semicolon.
+ */
+#define DEX_JSON_AND_PB_ENTRY_POINTS(json_fn, pb_fn, body) \
+PG_FUNCTION_INFO_V1(json_fn); \
+PG_FUNCTION_INFO_V1(pb_fn); \
+static Datum \
+json_fn##_body(PG_FUNCTION_ARGS) \
+{ \
+	return body(fcinfo, false); \
+} \
+static Datum \
+pb_fn##_body(PG_FUNCTION_ARGS) \
+{ \
+	return body(fcinfo, true); \
+} \
+Datum \
+json_fn(PG_FUNCTION_ARGS) \
+{ \
+	return dex_api_call(fcinfo, json_fn##_body); \
+} \
+Datum \
+pb_fn(PG_FUNCTION_ARGS) \
+{ \
+	return dex_api_call(fcinfo, pb_fn##_body); \
+} \
+extern int no_such_variable
 
 #endif							/* DEX_API_API_TASKS_H */
