@@ -1,10 +1,10 @@
 /*-------------------------------------------------------------------------
  *
- * launcher.c
+ * workers/launcher.c
  *	  The dex launcher: a static background worker, registered by _PG_init
  *	  when dex is preloaded, that keeps two workers running for every
  *	  database it serves: a scheduler (scheduler.c) and a maintenance worker
- *	  (maintenance.c).
+ *	  (maintenance.c), which start and loop in bgworker.c.
  *
  * dex.database names the databases served: one name, a comma-separated
  * list, or "*" for every database that has dex installed.  A listed
@@ -26,6 +26,15 @@
  * dex.c's utility hook) and not started again; a database that is gone is
  * no longer served.
  *
+ * Transactions and locks: the launcher reads pg_database in a short
+ * transaction of its own (AccessShareLock on it) when the databases may
+ * have changed, and holds none while it waits; what it shares with the
+ * workers and the backends (which databases have dex, DROP DATABASE, CREATE
+ * EXTENSION) is in wakeup.c, under its spinlock.  Its loop is not
+ * bgworker.c's: it has no database and no passes, and waits for workers to
+ * start and exit.  It catches no error: one ends it, and the postmaster
+ * starts it again after 10 s (dex.c).
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -43,7 +52,6 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
-#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -58,58 +66,6 @@ PGDLLEXPORT void dex_launcher_main(Datum main_arg);
 #define MIN_BACKOFF_MS 1000
 #define MAX_BACKOFF_MS 60000
 #define HEALTHY_RUN_MS 60000
-
-/* bgw_main_arg of the per-database workers */
-#define WORKER_LEAVE_IF_NO_EXTENSION 1	/* served through "*" */
-
-/* the name of the database this worker serves */
-char		dex_worker_database[NAMEDATALEN];
-
-/*
- * The start of every per-database worker: signals, the connection to its
- * database (named in bgw_extra), and the settings of the API functions (see
- * spi_util.c): every statement names its schema, and plans stay on indexes
- * at any table size.  Returns whether the worker should leave when dex is
- * not installed in its database.
- */
-bool
-dex_worker_start(Datum main_arg, const char *type)
-{
-	bool		leave;
-
-	pqsignal(SIGHUP, SignalHandlerForConfigReload);
-	pqsignal(SIGTERM, die);
-	BackgroundWorkerUnblockSignals();
-
-	strlcpy(dex_worker_database, MyBgworkerEntry->bgw_extra, NAMEDATALEN);
-	BackgroundWorkerInitializeConnection(dex_worker_database, NULL, 0);
-	pgstat_report_appname(type);
-	if (!dex_worker_register(strcmp(type, "dex scheduler") == 0))
-		proc_exit(0);			/* DROP DATABASE is under way */
-	SetConfigOption("search_path", DEX_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("enable_hashjoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("enable_mergejoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	leave = (DatumGetInt32(main_arg) & WORKER_LEAVE_IF_NO_EXTENSION) != 0;
-	/* probes of databases that may not have dex would fill the log */
-	ereport(leave ? DEBUG1 : LOG,
-			(errmsg("%s started for database \"%s\"", type, dex_worker_database)));
-	return leave;
-}
-
-/*
- * A worker that found dex not installed: with "*" it leaves (and the
- * launcher waits for a CREATE EXTENSION); for a listed database it stays.
- */
-void
-dex_worker_leave_without_extension(bool leave)
-{
-	if (!leave)
-		return;
-	dex_worker_no_extension();
-	proc_exit(0);
-}
 
 /* A per-database worker the launcher keeps running */
 typedef struct WorkerSlot
@@ -160,7 +116,7 @@ start_worker(ServedDatabase *db, int which)
 	snprintf(worker.bgw_name, BGW_MAXLEN, "%s for database %s", worker_types[which], db->name);
 	snprintf(worker.bgw_type, BGW_MAXLEN, "%s", worker_types[which]);
 	strlcpy(worker.bgw_extra, db->name, BGW_EXTRALEN);
-	worker.bgw_main_arg = Int32GetDatum(db->probing ? WORKER_LEAVE_IF_NO_EXTENSION : 0);
+	worker.bgw_main_arg = Int32GetDatum(db->probing ? DEX_WORKER_LEAVE_IF_NO_EXTENSION : 0);
 	worker.bgw_notify_pid = MyProcPid;
 
 	if (!RegisterDynamicBackgroundWorker(&worker, &handle))

@@ -32,30 +32,24 @@
  * (privileges.c): roles belong to the cluster, and a role created later may
  * get a dropped role's oid.
  *
- * Each batch is a short transaction of its own.  A named lease in
- * dex.lease ("maintenance") makes sure one worker does this per database,
- * even if two were started (the lease table is UNLOGGED: a crash drops the
- * lease with its holder).  An error aborts the pass, is logged, and the
- * next pass comes after dex.maintenance_naptime.
+ * Transactions and locks: each batch is a short transaction of its own.  A
+ * named lease in dex.lease ("maintenance") makes sure one worker does this
+ * per database, even if two were started (the lease table is UNLOGGED: a
+ * crash drops the lease with its holder); the lease is a row, not a lock,
+ * and outlives the transactions.  The worker takes none of dex's own locks
+ * (locks.c), only the row locks of its deletes.  An error aborts the pass,
+ * is logged, and the next pass comes after dex.maintenance_naptime.  The
+ * loop, the sleep and the recovery from an error are bgworker.c's.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "commands/extension.h"
 #include "miscadmin.h"
-#include "pgstat.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
-#include "storage/ipc.h"
-#include "storage/latch.h"
-#include "tcop/tcopprot.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
-#include "utils/memutils.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "workers/workers.h"
@@ -64,6 +58,8 @@ PGDLLEXPORT void dex_maintenance_main(Datum main_arg);
 
 /* batches per pass at most, so that a reload or shutdown is seen in time */
 #define MAX_BATCHES_PER_PASS 100
+/* the sleep before the next pass when this one left work to do */
+#define MORE_WORK_SLEEP_MS 10
 
 /* ----------------------------------------------------------------
  * Leases
@@ -205,26 +201,6 @@ retention_batch(TimestampTz cutoff, bool *more)
  * ----------------------------------------------------------------
  */
 
-/* Start a transaction with SPI and a snapshot; false if dex is not installed. */
-static bool
-begin_batch(void)
-{
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	return OidIsValid(get_extension_oid("dex", true));
-}
-
-static void
-end_batch(void)
-{
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_stat(false);
-}
-
 static DexPlan forget_dropped_roles_plan = {
 	"DELETE FROM dex.queue_grant g "
 	"WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid = g.grantee)",
@@ -233,31 +209,27 @@ static DexPlan forget_dropped_roles_plan = {
 
 /*
  * One pass: batches until the sweep reaches the cutoff or MAX_BATCHES_PER_PASS.
- * Returns whether more is left to do now.
+ * Returns when the next is due: soon if work is left, else after the naptime.
  */
-static bool
-maintenance_pass(bool leave_without_dex)
+static TimestampTz
+maintenance_pass(bool *installed)
 {
 	int64		deleted = 0;
 	bool		more = false;
-	bool		held;
+	bool		held = false;
 	TimestampTz cutoff;
 
-	pgstat_report_activity(STATE_RUNNING, "dex maintenance: retention");
-
 	/* the lease outlives the pass; a worker that dies leaves it to expire */
-	if (!begin_batch())
+	*installed = dex_worker_begin();
+	if (*installed)
 	{
-		end_batch();
-		dex_worker_leave_without_extension(leave_without_dex);
-		goto done;
+		held = lease_acquire("maintenance", dex_maintenance_naptime_ms * 3 + 60000);
+		if (held && dex_queue_grants_exist())
+			dex_spi_exec(&forget_dropped_roles_plan, NULL, NULL, 0);
 	}
-	held = lease_acquire("maintenance", dex_maintenance_naptime_ms * 3 + 60000);
-	if (held && dex_queue_grants_exist())
-		dex_spi_exec(&forget_dropped_roles_plan, NULL, NULL, 0);
-	end_batch();
+	dex_worker_commit();
 	if (!held || dex_retention_period_s == 0)
-		goto done;
+		return DT_NOEND;
 
 	cutoff = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 										 -(int64) dex_retention_period_s * 1000);
@@ -266,11 +238,11 @@ maintenance_pass(bool leave_without_dex)
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 			break;
-		if (begin_batch())
+		if (dex_worker_begin())
 			deleted += retention_batch(cutoff, &more);
 		else
 			more = false;
-		end_batch();
+		dex_worker_commit();
 		if (!more)
 			break;
 	}
@@ -278,56 +250,20 @@ maintenance_pass(bool leave_without_dex)
 		ereport(DEBUG1,
 				(errmsg("dex maintenance deleted " INT64_FORMAT " runs that ended before %s",
 						deleted, timestamptz_to_str(cutoff))));
-
-done:
-	pgstat_report_activity(STATE_IDLE, NULL);
-	return more;
+	return more ? TimestampTzPlusMilliseconds(GetCurrentTimestamp(), MORE_WORK_SLEEP_MS) : DT_NOEND;
 }
+
+static const DexWorkerLoop maintenance_loop = {
+	.type = "dex maintenance",
+	.running = "dex maintenance: retention",
+	.sleeping = "dex maintenance: sleeping until the next retention pass",
+	.naptime_ms = &dex_maintenance_naptime_ms,
+	.naptime_after_error = true,
+	.pass = maintenance_pass,
+};
 
 void
 dex_maintenance_main(Datum main_arg)
 {
-	MemoryContext pass_context;
-	bool		leave_without_dex = dex_worker_start(main_arg, "dex maintenance");
-
-	pass_context = AllocSetContextCreate(TopMemoryContext, "dex maintenance pass",
-										 ALLOCSET_DEFAULT_SIZES);
-
-	for (;;)
-	{
-		bool		more = false;
-		MemoryContext old;
-
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-
-		old = MemoryContextSwitchTo(pass_context);
-		PG_TRY();
-		{
-			more = maintenance_pass(leave_without_dex);
-		}
-		PG_CATCH();
-		{
-			/* log it and try again after the nap, like autovacuum */
-			MemoryContextSwitchTo(pass_context);
-			EmitErrorReport();
-			FlushErrorState();
-			AbortOutOfAnyTransaction();
-			pgstat_report_activity(STATE_IDLE, NULL);
-		}
-		PG_END_TRY();
-		MemoryContextSwitchTo(old);
-		MemoryContextReset(pass_context);
-
-		/* PostgreSQL 15 has no custom wait events: say what the wait is for */
-		pgstat_report_activity(STATE_IDLE, "dex maintenance: sleeping until the next retention pass");
-		(void) WaitLatch(MyLatch,
-						 WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 more ? 10 : dex_maintenance_naptime_ms, PG_WAIT_EXTENSION);
-	}
+	dex_worker_main(main_arg, &maintenance_loop);
 }

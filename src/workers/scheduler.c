@@ -31,8 +31,14 @@
  * a full batch makes the next pass start at once.  Between passes the
  * scheduler sleeps until the earliest due time, at most dex.scheduler_naptime,
  * or until a backend sets its latch on commit (wakeup.c).  It holds no
- * snapshot while it sleeps.  An error aborts the pass, is logged, and the
- * next pass starts after a second.
+ * snapshot while it sleeps.  An error aborts the pass, is logged and counted
+ * (dex.stat_counters), and the next pass starts after a second.  The loop,
+ * the sleep and the recovery from an error are bgworker.c's.
+ *
+ * Locks: the scheduler never waits for a row lock (see the statements
+ * below); only the rebuild takes dex's rebuild lock (locks.c).  The expired
+ * leases a pass reclaims one by one are read through a DexRows, which keeps
+ * them while the statements of each run (util/spi.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -40,19 +46,9 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
-#include "commands/extension.h"
 #include "miscadmin.h"
-#include "pgstat.h"
-#include "postmaster/bgworker.h"
-#include "postmaster/interrupt.h"
-#include "storage/ipc.h"
-#include "storage/latch.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
-#include "tcop/tcopprot.h"
-#include "utils/guc.h"
-#include "utils/memutils.h"
-#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "workers/workers.h"
@@ -60,7 +56,6 @@
 PGDLLEXPORT void dex_scheduler_main(Datum main_arg);
 
 #define BATCH_SIZE 1000
-#define ERROR_RETRY_MS 1000
 /* how soon to look again at due rows another transaction has locked */
 #define LOCKED_RETRY_MS 100
 /* how often to look whether a restoring session has ended */
@@ -251,29 +246,21 @@ restore_in_progress(void)
 }
 
 /*
- * One pass over the scheduler's duties.  Returns when it should run next:
- * now if a batch was full, else the earliest due time (DT_NOEND if none).
+ * One pass over the scheduler's duties, in a transaction of its own.
+ * Returns when it should run next: now if a batch was full, else the
+ * earliest due time (DT_NOEND if none).
  */
 static TimestampTz
-scheduler_pass(bool *extension_seen)
+scheduler_pass(bool *installed)
 {
 	TimestampTz next = DT_NOEND;
 	Datum		limit[1] = {Int32GetDatum(BATCH_SIZE)};
 	bool		more = false;
 	DexRows		rows;
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	SPI_connect();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "dex scheduler pass");
-
-	if (!OidIsValid(get_extension_oid("dex", true)))
-	{
-		*extension_seen = false;
+	*installed = dex_worker_begin();
+	if (!*installed)
 		goto done;
-	}
-	*extension_seen = true;
 
 	/* nothing runs on half-restored tables */
 	if (restore_in_progress())
@@ -337,87 +324,42 @@ scheduler_pass(bool *extension_seen)
 	}
 
 done:
-	SPI_finish();
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_stat(false);
-	pgstat_report_activity(STATE_IDLE, NULL);
-	dex_stat_scheduler_pass(GetCurrentStatementStartTimestamp(), false);
+	dex_worker_commit();
 	return next;
 }
+
+/*
+ * Publish when the scheduler wakes by itself: a backend sets its latch at
+ * commit if it made work due before then (wakeup.c).  While a pass runs it
+ * is "never", so every such commit sets it: the pass might not see the work.
+ */
+static void
+scheduler_wakes_at(TimestampTz when)
+{
+	dex_scheduler_set_next_wake(when);
+	pg_memory_barrier();
+}
+
+/* the duration of each pass, and the failed ones (dex.stat_counters) */
+static void
+scheduler_pass_ended(bool failed)
+{
+	dex_stat_scheduler_pass(GetCurrentStatementStartTimestamp(), failed);
+}
+
+static const DexWorkerLoop scheduler_loop = {
+	.type = "dex scheduler",
+	.scheduler = true,
+	.running = "dex scheduler pass",
+	.sleeping = "dex scheduler: sleeping until work falls due or a commit wakes it",
+	.naptime_ms = &dex_scheduler_naptime_ms,
+	.pass = scheduler_pass,
+	.wakes_at = scheduler_wakes_at,
+	.pass_ended = scheduler_pass_ended,
+};
 
 void
 dex_scheduler_main(Datum main_arg)
 {
-	MemoryContext pass_context;
-	volatile bool extension_seen = true;
-	bool		leave_without_dex;
-
-	leave_without_dex = dex_worker_start(main_arg, "dex scheduler");
-
-	pass_context = AllocSetContextCreate(TopMemoryContext, "dex scheduler pass",
-										 ALLOCSET_DEFAULT_SIZES);
-
-
-	for (;;)
-	{
-		TimestampTz next;
-		TimestampTz now;
-		long		timeout_ms;
-
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-		{
-			ConfigReloadPending = false;
-			ProcessConfigFile(PGC_SIGHUP);
-		}
-
-		/*
-		 * While a pass runs, any commit that creates due work wakes us again
-		 * (see wakeup.c): the pass might not see it.  A backend sets the
-		 * latch when its work is due before the published time, so "never"
-		 * makes every commit set it.
-		 */
-		dex_scheduler_set_next_wake(DT_NOEND);
-		pg_memory_barrier();
-
-		MemoryContextSwitchTo(pass_context);
-		PG_TRY();
-		{
-			bool		seen = true;
-
-			next = scheduler_pass(&seen);
-			extension_seen = seen;
-		}
-		PG_CATCH();
-		{
-			MemoryContextSwitchTo(pass_context);
-			EmitErrorReport();
-			FlushErrorState();
-			AbortCurrentTransaction();
-			pgstat_report_activity(STATE_IDLE, NULL);
-			dex_stat_scheduler_pass(GetCurrentStatementStartTimestamp(), true);
-			next = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ERROR_RETRY_MS);
-		}
-		PG_END_TRY();
-		MemoryContextSwitchTo(TopMemoryContext);
-		MemoryContextReset(pass_context);
-		if (!extension_seen)
-			dex_worker_leave_without_extension(leave_without_dex);
-
-		now = GetCurrentTimestamp();
-		if (next <= now)
-			continue;
-		timeout_ms = dex_scheduler_naptime_ms;
-		if (next != DT_NOEND)
-			timeout_ms = Min(timeout_ms, TimestampDifferenceMilliseconds(now, next) + 1);
-		dex_scheduler_set_next_wake(TimestampTzPlusMilliseconds(now, timeout_ms));
-		pg_memory_barrier();
-
-		/* PostgreSQL 15 has no custom wait events: say what the wait is for */
-		pgstat_report_activity(STATE_IDLE, "dex scheduler: sleeping until work falls due or a commit wakes it");
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 timeout_ms, PG_WAIT_EXTENSION);
-	}
+	dex_worker_main(main_arg, &scheduler_loop);
 }
