@@ -104,9 +104,10 @@ make_var() {
     make -s --no-print-directory -C "$DEX_ROOT" -f Makefile -f - PG_CONFIG="$PG_CONFIG" "dex-print-$1"
 }
 
-# The layering of src/ (test/layers.py): one test, over the object files the build left.
+# The layering of src/ (test/layers.py): one test, over the object files the build left in
+# the source tree (the test copy leaves them out).
 suite_layers() {
-  run_logged layers "$DEX_SRC" python3 test/layers.py "$DEX_SRC/src"
+  run_logged layers "$DEX_SRC" python3 test/layers.py "$DEX_ROOT/src"
   if ((rc == 0)); then record layers 1 0; else record layers 0 1; fi
 }
 
