@@ -34,8 +34,9 @@ def folder(path, src):
 def main():
     src = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                           os.path.join(os.path.dirname(__file__), '..', 'src'))
+    # only objects of sources that exist: a file moved or split leaves its old object behind
     objs = sorted(o for o in glob.glob(os.path.join(src, '**', '*.o'), recursive=True)
-                  if os.sep + 'gen' + os.sep not in o)
+                  if os.sep + 'gen' + os.sep not in o and os.path.exists(o[:-2] + '.c'))
     if not objs:
         print(f'layers: no object files under {src}: build first')
         return 1
