@@ -144,42 +144,47 @@ dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
 }
 
 /*
+ * The run's status from "from" to "to", for the caller's request "action";
+ * any other status is an illegal transition.
+ */
+static void
+change_status(pg_uuid_t *run_id, const char *action, const char *from, const char *to)
+{
+	char	   *status;
+	Datum		values[2];
+
+	status = lock_run(run_id, NULL, true);
+	if (strcmp(status, from) != 0)
+		illegal_transition(run_id, action, status);
+	values[0] = UUIDPGetDatum(run_id);
+	values[1] = CStringGetTextDatum(to);
+	dex_spi_exec(&set_status_plan, values, NULL, 0);
+}
+
+/*
  * Suspend a running run (see dex.suspend_run): it gets no workflow task
  * until it is resumed; a task already handed out still completes.
  */
 void
 dex_suspend_run_internal(pg_uuid_t *run_id)
 {
-	char	   *status;
-	Datum		values[2];
+	Datum		values[1] = {UUIDPGetDatum(run_id)};
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
-	status = lock_run(run_id, NULL, true);
-	if (strcmp(status, "RUNNING") != 0)
-		illegal_transition(run_id, "suspend", status);
-	values[0] = UUIDPGetDatum(run_id);
-	values[1] = CStringGetTextDatum("SUSPENDED");
-	dex_spi_exec(&set_status_plan, values, NULL, 0);
+	change_status(run_id, "suspend", "RUNNING", "SUSPENDED");
 	dex_spi_exec(&withdraw_task_plan, values, NULL, 0);
 	/* delivered with the next task, after the run is resumed */
-	dex_insert_inbox(run_id, dex_event_run_suspended(GetCurrentTransactionStartTimestamp()),
-					 GetCurrentTransactionStartTimestamp());
+	dex_insert_inbox(run_id, dex_event_run_suspended(now), now);
 }
 
 /* Resume a suspended run (see dex.resume_run). */
 void
 dex_resume_run_internal(pg_uuid_t *run_id)
 {
-	char	   *status;
-	Datum		values[2];
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
-	status = lock_run(run_id, NULL, true);
-	if (strcmp(status, "SUSPENDED") != 0)
-		illegal_transition(run_id, "resume", status);
-	values[0] = UUIDPGetDatum(run_id);
-	values[1] = CStringGetTextDatum("RUNNING");
-	dex_spi_exec(&set_status_plan, values, NULL, 0);
-	dex_insert_inbox(run_id, dex_event_run_resumed(GetCurrentTransactionStartTimestamp()),
-					 GetCurrentTransactionStartTimestamp());
+	change_status(run_id, "resume", "SUSPENDED", "RUNNING");
+	dex_insert_inbox(run_id, dex_event_run_resumed(now), now);
 }
 
 /*
