@@ -10,9 +10,9 @@
  * task showed a cancellation request, or starts it over after continueAsNew.
  * Each command records its event, with the command's id, and adds the rows
  * it needs to the batch (engine/completion.h): new activity tasks, timers
- * and other inbox rows, cancelled timers.  A child run is the exception: it
- * is inserted at once, as its id may be claimed.  The batch writes the rest
- * (workflow_rows.c).
+ * and other inbox rows, cancelled timers; the batch writes them
+ * (workflow_rows.c).  A child run is the exception: its row and first task
+ * are inserted at once, once its instance id is claimed.
  *
  * What makes a command malformed whatever its run was checked as the
  * completion was parsed (dex_check_commands, commands.c); the checks here
