@@ -19,6 +19,16 @@ SELECT p.oid::regprocedure AS undocumented_or_unpinned
         OR (p.prokind <> 'p'
             AND NOT EXISTS (SELECT 1 FROM unnest(p.proconfig) c WHERE c LIKE 'search_path=%')));
 
+-- the functions that plan with the planner settings all set the same ones, the list
+-- util/spi.c's dex_set_planner_settings gives the code that cannot have a SET clause
+-- (dex.queue_depth also turns bitmap scans off, for its own statement)
+SELECT array_agg(DISTINCT settings) AS planner_settings
+  FROM (SELECT array_agg(c ORDER BY c) FILTER (WHERE c NOT LIKE 'search_path=%'
+                                                 AND c <> 'enable_bitmapscan=off') AS settings
+          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace, unnest(p.proconfig) c
+         WHERE n.nspname = 'dex' GROUP BY p.oid) s
+ WHERE settings IS NOT NULL;
+
 -- the tables, and which are unlogged or partitioned
 SELECT c.relname, c.relkind, c.relpersistence
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

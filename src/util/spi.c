@@ -9,7 +9,9 @@
  * call (half the CPU of a single-task poll and completion).  A generic plan
  * must be good at any table size, so the functions that run these
  * statements turn off sequential scans, hash and merge joins and JIT (SET
- * clauses in dex--1.0.sql; the scheduler sets the same): every statement here
+ * clauses in the install script; the code that cannot have one, and the
+ * background workers, take the same list from dex_set_planner_settings):
+ * every statement here
  * is an index lookup or an index-ordered scan, and planned that way it keeps
  * its plan when a table goes from empty to millions of rows.  The plan cache
  * revalidates kept plans after DDL (for instance DROP and CREATE EXTENSION),
@@ -193,23 +195,35 @@ dex_spi_gettext_copy(int row, int col)
 }
 
 /*
- * The planner settings of the API functions, for code that cannot have SET
- * clauses (a procedure that controls transactions): set them until
- * dex_pop_planner_settings(level), which must come before a commit.
+ * The planner settings every statement of dex is planned with (the file
+ * header says why).  The API functions have them as SET clauses in the
+ * install script, which must name the same ones; code that cannot have a
+ * SET clause takes them from here.
+ */
+static const char *const planner_settings[] = {
+	"enable_seqscan", "enable_hashjoin", "enable_mergejoin", "jit"
+};
+
+/* Turn every planner setting off, with the given context, source and action. */
+void
+dex_set_planner_settings(GucContext context, GucSource source, GucAction action)
+{
+	for (int i = 0; i < lengthof(planner_settings); i++)
+		(void) set_config_option(planner_settings[i], "off", context, source,
+								 action, true, 0, false);
+}
+
+/*
+ * For the length of a call that cannot have SET clauses (a procedure that
+ * controls transactions): set them until dex_pop_planner_settings(level),
+ * which must come before a commit.
  */
 int
 dex_push_planner_settings(void)
 {
 	int			level = NewGUCNestLevel();
 
-	(void) set_config_option("enable_seqscan", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("enable_hashjoin", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("enable_mergejoin", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
-	(void) set_config_option("jit", "off", PGC_USERSET, PGC_S_SESSION,
-							 GUC_ACTION_SAVE, true, 0, false);
+	dex_set_planner_settings(PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE);
 	return level;
 }
 

@@ -15,6 +15,7 @@
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "utils/array.h"
+#include "utils/guc.h"
 #include "utils/uuid.h"
 
 #include "dex.h"
@@ -51,6 +52,7 @@ extern int64 dex_spi_getint64(int row, int col);
 extern bool dex_column_exists(const char *table, const char *column);
 extern bytea *dex_spi_getbytea_copy(int row, int col);
 extern char *dex_spi_gettext_copy(int row, int col);
+extern void dex_set_planner_settings(GucContext context, GucSource source, GucAction action);
 extern int	dex_push_planner_settings(void);
 extern void dex_pop_planner_settings(int level);
 

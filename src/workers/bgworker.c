@@ -93,10 +93,7 @@ worker_start(Datum main_arg, const DexWorkerLoop *loop)
 	if (!dex_worker_register(loop->scheduler))
 		proc_exit(0);			/* DROP DATABASE is under way */
 	SetConfigOption("search_path", DEX_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("jit", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("enable_seqscan", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("enable_hashjoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
-	SetConfigOption("enable_mergejoin", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	dex_set_planner_settings(PGC_SUSET, PGC_S_OVERRIDE, GUC_ACTION_SET);
 	leave = (DatumGetInt32(main_arg) & DEX_WORKER_LEAVE_IF_NO_EXTENSION) != 0;
 	/* probes of databases that may not have dex would fill the log */
 	ereport(leave ? DEBUG1 : LOG,
