@@ -28,4 +28,17 @@ extern void dex_api_enter(Oid proc_oid, DexApiCall *call);
 extern void dex_api_leave(const DexApiCall *call, bool error);
 extern Datum dex_api_call(FunctionCallInfo fcinfo, PGFunction body);
 
+/*
+ * The SQL entry point "sql_fn" runs body(fcinfo) with the owner's rights
+ * (api_call.c).  Used at file level, after body, with a semicolon.
+ */
+#define DEX_API_ENTRY_POINT(sql_fn, body) \
+PG_FUNCTION_INFO_V1(sql_fn); \
+Datum \
+sql_fn(PG_FUNCTION_ARGS) \
+{ \
+	return dex_api_call(fcinfo, body); \
+} \
+extern int no_such_variable
+
 #endif							/* DEX_API_API_H */

@@ -3,10 +3,11 @@
  * api_complete.c
  *	  dex.complete_task and dex.complete_tasks, each with a protobuf form
  *	  (_pb): taking the results of tasks, the commands of a workflow task or
- *	  the result of an activity, and handing them to engine/completion.c.
+ *	  the result of an activity, and handing them to the engine
+ *	  (engine/complete_workflow.c, engine/complete_activity.c).
  *
  * Locks and transactions.  A completion runs in the caller's transaction:
- * it takes the rebuild lock shared (engine/locks.c), and engine/completion.c
+ * it takes the rebuild lock shared (engine/locks.c), and the engine
  * locks the runs before their task rows (the locking protocol,
  * src/README.md); a batch of both kinds locks all its runs first, at once,
  * in id order.  A completion needs the task's current lock version: one

@@ -27,8 +27,6 @@
 
 #include "api/api_tasks.h"
 
-PG_FUNCTION_INFO_V1(dex_heartbeat_task);
-PG_FUNCTION_INFO_V1(dex_heartbeat_tasks);
 
 static DexPlan heartbeat_plan = {
 	"WITH b AS (SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bigint[]) "
@@ -135,14 +133,5 @@ heartbeat_tasks(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-Datum
-dex_heartbeat_task(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, heartbeat_task);
-}
-
-Datum
-dex_heartbeat_tasks(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, heartbeat_tasks);
-}
+DEX_API_ENTRY_POINT(dex_heartbeat_task, heartbeat_task);
+DEX_API_ENTRY_POINT(dex_heartbeat_tasks, heartbeat_tasks);

@@ -367,7 +367,6 @@ dex_alter_queue(PG_FUNCTION_ARGS)
 
 PG_FUNCTION_INFO_V1(dex_grant_queue);
 PG_FUNCTION_INFO_V1(dex_revoke_queue);
-PG_FUNCTION_INFO_V1(dex_usable_queue_ids);
 
 static DexPlan grant_plan = {
 	"INSERT INTO dex.queue_grant (queue_id, grantee) VALUES ($1, $2) ON CONFLICT DO NOTHING",
@@ -429,8 +428,4 @@ usable_queue_ids(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(result);
 }
 
-Datum
-dex_usable_queue_ids(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, usable_queue_ids);
-}
+DEX_API_ENTRY_POINT(dex_usable_queue_ids, usable_queue_ids);

@@ -24,8 +24,6 @@
 
 #include "api/api.h"
 
-PG_FUNCTION_INFO_V1(dex_create_run);
-PG_FUNCTION_INFO_V1(dex_run_history);
 
 /*
  * Labels are a JSON object of string values (a proto map<string, string>).
@@ -254,7 +252,6 @@ run_history(PG_FUNCTION_ARGS)
  * ----------------------------------------------------------------
  */
 
-PG_FUNCTION_INFO_V1(dex_create_runs);
 
 #define MAX_CREATE_BATCH 10000
 
@@ -359,8 +356,6 @@ create_runs(PG_FUNCTION_ARGS)
  * ----------------------------------------------------------------
  */
 
-PG_FUNCTION_INFO_V1(dex_send_external_event);
-PG_FUNCTION_INFO_V1(dex_send_external_event_to_instance);
 
 /*
  * The run is locked FOR SHARE: a completion that ends it waits for the
@@ -479,9 +474,6 @@ send_external_event_to_instance(PG_FUNCTION_ARGS)
  * ----------------------------------------------------------------
  */
 
-PG_FUNCTION_INFO_V1(dex_cancel_run);
-PG_FUNCTION_INFO_V1(dex_suspend_run);
-PG_FUNCTION_INFO_V1(dex_resume_run);
 
 /*
  * dex.cancel_run(run_id, reason): a run that is executing receives
@@ -509,6 +501,18 @@ cancel_run(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/* A change of a run's status that takes only the run id */
+static Datum
+change_run(FunctionCallInfo fcinfo, void (*change) (pg_uuid_t *run_id))
+{
+	dex_arg_not_null(fcinfo, 0, "run id");
+	SPI_connect();
+	dex_wait_for_rebuild();
+	change(PG_GETARG_UUID_P(0));
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
 /*
  * dex.suspend_run(run_id): a running run gets no workflow task until it is
  * resumed; a task already handed out still completes.
@@ -516,30 +520,14 @@ cancel_run(PG_FUNCTION_ARGS)
 static Datum
 suspend_run(PG_FUNCTION_ARGS)
 {
-	pg_uuid_t  *run_id;
-
-	dex_arg_not_null(fcinfo, 0, "run id");
-	run_id = PG_GETARG_UUID_P(0);
-	SPI_connect();
-	dex_wait_for_rebuild();
-	dex_suspend_run_internal(run_id);
-	SPI_finish();
-	PG_RETURN_VOID();
+	return change_run(fcinfo, dex_suspend_run_internal);
 }
 
 /* dex.resume_run(run_id): a suspended run runs again */
 static Datum
 resume_run(PG_FUNCTION_ARGS)
 {
-	pg_uuid_t  *run_id;
-
-	dex_arg_not_null(fcinfo, 0, "run id");
-	run_id = PG_GETARG_UUID_P(0);
-	SPI_connect();
-	dex_wait_for_rebuild();
-	dex_resume_run_internal(run_id);
-	SPI_finish();
-	PG_RETURN_VOID();
+	return change_run(fcinfo, dex_resume_run_internal);
 }
 
 /* ----------------------------------------------------------------
@@ -549,7 +537,6 @@ resume_run(PG_FUNCTION_ARGS)
  * ----------------------------------------------------------------
  */
 
-PG_FUNCTION_INFO_V1(dex_list_runs);
 
 #define MAX_PAGE_SIZE 1000
 
@@ -640,60 +627,16 @@ list_runs(PG_FUNCTION_ARGS)
 }
 
 /* ----------------------------------------------------------------
- * Entry points: each runs with its owner's rights (privileges.c)
+ * Entry points: each runs with its owner's rights (api_call.c)
  * ----------------------------------------------------------------
  */
 
-Datum
-dex_create_run(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, create_run);
-}
-
-Datum
-dex_create_runs(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, create_runs);
-}
-
-Datum
-dex_run_history(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, run_history);
-}
-
-Datum
-dex_send_external_event(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, send_external_event_to_run);
-}
-
-Datum
-dex_send_external_event_to_instance(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, send_external_event_to_instance);
-}
-
-Datum
-dex_cancel_run(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, cancel_run);
-}
-
-Datum
-dex_suspend_run(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, suspend_run);
-}
-
-Datum
-dex_resume_run(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, resume_run);
-}
-
-Datum
-dex_list_runs(PG_FUNCTION_ARGS)
-{
-	return dex_api_call(fcinfo, list_runs);
-}
+DEX_API_ENTRY_POINT(dex_create_run, create_run);
+DEX_API_ENTRY_POINT(dex_create_runs, create_runs);
+DEX_API_ENTRY_POINT(dex_run_history, run_history);
+DEX_API_ENTRY_POINT(dex_send_external_event, send_external_event_to_run);
+DEX_API_ENTRY_POINT(dex_send_external_event_to_instance, send_external_event_to_instance);
+DEX_API_ENTRY_POINT(dex_cancel_run, cancel_run);
+DEX_API_ENTRY_POINT(dex_suspend_run, suspend_run);
+DEX_API_ENTRY_POINT(dex_resume_run, resume_run);
+DEX_API_ENTRY_POINT(dex_list_runs, list_runs);

@@ -19,7 +19,7 @@
  *
  * Polls and completions work on many tasks per statement: the workflow-task
  * pieces are loaded by engine/runs.c and completions applied by
- * engine/completion.c, for one task or for a batch alike.
+ * the engine, for one task or for a batch alike.
  *
  * Locks and transactions: the checks here read arguments only; a batch's
  * runs are locked by dex_lock_batch_runs, in the caller's transaction and

@@ -54,8 +54,6 @@ extern int32 dex_queue_room(const DexQueue *queue, bool lock);
  * semicolon.
  */
 #define DEX_JSON_AND_PB_ENTRY_POINTS(json_fn, pb_fn, body) \
-PG_FUNCTION_INFO_V1(json_fn); \
-PG_FUNCTION_INFO_V1(pb_fn); \
 static Datum \
 json_fn##_body(PG_FUNCTION_ARGS) \
 { \
@@ -66,16 +64,7 @@ pb_fn##_body(PG_FUNCTION_ARGS) \
 { \
 	return body(fcinfo, true); \
 } \
-Datum \
-json_fn(PG_FUNCTION_ARGS) \
-{ \
-	return dex_api_call(fcinfo, json_fn##_body); \
-} \
-Datum \
-pb_fn(PG_FUNCTION_ARGS) \
-{ \
-	return dex_api_call(fcinfo, pb_fn##_body); \
-} \
-extern int no_such_variable
+DEX_API_ENTRY_POINT(json_fn, json_fn##_body); \
+DEX_API_ENTRY_POINT(pb_fn, pb_fn##_body)
 
 #endif							/* DEX_API_API_TASKS_H */

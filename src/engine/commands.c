@@ -13,19 +13,19 @@
  * range (at most 100 years); failRun carries a failure.  A violation is
  * ERRCODE_INVALID_PARAMETER_VALUE.
  *
- * The commands after a continueAsNew are left to completion.c: there a run
+ * The commands after a continueAsNew are left to commands_apply.c: there a run
  * with pending work refuses the continueAsNew itself
  * (ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE) before the command that
  * follows it is refused, and that order is kept.
  *
- * dex_check_commands runs once per completion, as it is parsed (api_tasks.c),
+ * dex_check_commands runs once per completion, as it is parsed (api/api_complete.c),
  * before any run is locked or anything written, so that a malformed
  * completion fails its call whatever the state of its task and run.  The
  * checks that need the database stay where the commands are applied
- * (completion.c): that a queue exists and has the right kind, that a timer
+ * (commands_apply.c): that a queue exists and has the right kind, that a timer
  * being cancelled was started by the run, that command ids grow over the
  * run's history (determinism), that nothing is pending at continueAsNew;
- * and the retry policy is checked where its defaults apply (history.c).
+ * and the retry policy is checked where its defaults apply (retry.c).
  *
  * Nothing here uses SPI, tables or settings: the fuzz harness (test/fuzz)
  * links this file outside the server.
@@ -138,7 +138,7 @@ check_start_timer(const Dex__V1__Command *cmd)
 				 errmsg("timer %d needs a delay between 0 and 100 years", cmd->id)));
 }
 
-/* A timer the run started has a positive id; completion.c checks the run started it */
+/* A timer the run started has a positive id; commands_apply.c checks the run started it */
 static void
 check_cancel_timer(const Dex__V1__Command *cmd)
 {
@@ -282,7 +282,7 @@ dex_check_commands(const Dex__V1__WorkflowTaskCompletion *completion)
 
 		check_command(cmd);
 		if (cmd->kind_case == DEX__V1__COMMAND__KIND_CONTINUE_AS_NEW)
-			break;				/* what follows is completion.c's to refuse */
+			break;				/* what follows is commands_apply.c's to refuse */
 		if (i + 1 < completion->n_commands &&
 			(cmd->kind_case == DEX__V1__COMMAND__KIND_COMPLETE_RUN ||
 			 cmd->kind_case == DEX__V1__COMMAND__KIND_FAIL_RUN))

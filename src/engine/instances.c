@@ -4,13 +4,13 @@
  *	  Instance ids: at most one active run per instance id and workflow queue.
  *
  * dex.run_instance holds a row per active run that has an instance id,
- * keyed by (queue id, instance id); the run's end deletes it (completion.c).
+ * keyed by (queue id, instance id); the run's end deletes it (lifecycle.c).
  * Claiming an id is an INSERT ... ON CONFLICT DO NOTHING, so a concurrent
  * claim of the same id waits for the first to commit or abort.
  *
  * Why per queue: queue grants divide runs between tenants, and a run of a
  * queue the caller may not use must look as if it did not exist
- * (privileges.c).  With one namespace for all queues, a tenant that starts
+ * (access.c).  With one namespace for all queues, a tenant that starts
  * a run with another tenant's instance id would learn that the id is taken
  * (and, through if_active => 'return' or the error's detail, the other run's
  * id and status); no answer can both keep the id unique and reveal nothing.
@@ -20,7 +20,7 @@
  * A schema still on version 1.1 keys dex.run_instance by instance id alone:
  * until ALTER EXTENSION dex UPDATE, claims and lookups use that key and the
  * ids stay global, as they were.  No statement here takes the caller's
- * search_path: every API call pins it (privileges.c).
+ * search_path: every API call pins it (api/api_call.c).
  *
  *-------------------------------------------------------------------------
  */

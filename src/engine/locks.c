@@ -19,7 +19,7 @@
  *		of the task tables after a crash takes it EXCLUSIVE (rebuild.c).
  *	  capacity lock (objid = queue id, objsubid 2): a poll of a queue with a
  *		capacity takes it EXCLUSIVE before it counts the leases, so two polls
- *		cannot both see the same room (api_tasks.c); polls of queues without a
+ *		cannot both see the same room (api/api_poll.c); polls of queues without a
  *		capacity take none.
  *
  * Unlike the relation locks they replace, object locks never take the lock

@@ -96,7 +96,7 @@ dex_queue_grants_exist(void)
 }
 
 /*
- * A queue's row with the roles it is granted to (privileges.c); a schema
+ * A queue's row with the roles it is granted to (access.c); a schema
  * still on version 1.0 has no grants.  Qualified throughout: dex.wait_for_tasks
  * cannot pin its search_path.
  */

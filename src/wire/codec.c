@@ -41,7 +41,7 @@
  * in a UTF-8 database.
  *
  * IDENTIFICATION
- *	  src/codec.c
+ *	  src/wire/codec.c
  *
  *-------------------------------------------------------------------------
  */

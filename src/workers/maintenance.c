@@ -29,7 +29,7 @@
  * (api_queues.c notes it, the scheduler ends it).
  *
  * Each pass also removes the queue grants of roles that were dropped
- * (privileges.c): roles belong to the cluster, and a role created later may
+ * (engine/access.c): roles belong to the cluster, and a role created later may
  * get a dropped role's oid.
  *
  * Transactions and locks: each batch is a short transaction of its own.  A

@@ -63,7 +63,7 @@ PGDLLEXPORT void dex_scheduler_main(Datum main_arg);
 
 /* batches are MATERIALIZED CTEs so that a rescan cannot exceed the batch size */
 /*
- * The scheduler never waits for a lock (the locking protocol of history.c):
+ * The scheduler never waits for a lock (the locking protocol in src/README.md):
  * it locks the runs of due rows with SKIP LOCKED, and a run another
  * transaction holds is passed over until a later pass.  Whoever inserts a
  * workflow task holds its run's lock, so the insert meets no task of a
