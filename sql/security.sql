@@ -2,7 +2,7 @@
 -- security: no API call resolves a name through the caller's search_path
 --
 -- dex's API runs with its owner's rights (SECURITY DEFINER, or the switch in
--- src/privileges.c).  A statement run with those rights that resolved a
+-- src/api/api_call.c).  A statement run with those rights that resolved a
 -- function, operator, type or table through a search_path the caller chose
 -- would run the caller's code as the owner: issue 13, item 1, where
 -- dex.wait_for_tasks counted leases with the caller's count(), now() and

@@ -4,7 +4,7 @@
 -- search_path; those that touch dex's tables run with the owner's rights (the roles
 -- dex_client, dex_worker and dex_admin may call them, and nobody may touch the tables): the
 -- administrators' as SECURITY DEFINER, the others by switching in C, so that queue grants are
--- checked against their caller (src/privileges.c); the tables
+-- checked against their caller (src/engine/access.c); the tables
 -- exist, task tables are partitioned per queue and workflow-task partitions are UNLOGGED;
 -- PUBLIC cannot write any dex table.
 --

@@ -12,7 +12,7 @@
 --
 -- Runs in one transaction that is rolled back.  The scheduler cannot see this transaction's
 -- rows, so where a retry falls due the test moves the task to QUEUED itself, with the
--- scheduler's own statement (see src/scheduler.c, due_activities_plan).
+-- scheduler's own statement (see src/workers/scheduler.c, due_activities_plan).
 \set ON_ERROR_STOP 1
 \pset format unaligned
 \pset tuples_only true

@@ -1,6 +1,6 @@
 -- poll_limits: dex.poll_tasks leases at most max_tasks tasks, whatever plan the planner picks.
 --
--- A regression test: the lease statements of src/api_tasks.c once had the form
+-- A regression test: the lease statements of the poll (now src/api/api_poll.c) once had the form
 --     UPDATE task t ... FROM (SELECT ... LIMIT $2 FOR UPDATE SKIP LOCKED) c WHERE t.run_id = c.run_id
 -- When the planner estimated the queue's partition at about one row (statistics taken while
 -- the queue was empty: reltuples 0, relpages > 0, which autovacuum produces after a queue

@@ -1,4 +1,4 @@
-# No role can stall dex by taking one of its locks.  dex's locks (src/locks.c)
+# No role can stall dex by taking one of its locks.  dex's locks (src/engine/locks.c)
 # are object locks whose class is dex.lease: no SQL statement takes them.
 # Before 1.2 the capacity lock of a queue's polls was an advisory lock with a
 # documented key, which any login role could take, and the rebuild lock was
