@@ -119,3 +119,22 @@ SELECT dex.complete_task_pb(:'run', 0, :v,
                                  {"failRun": {"failure": {"message": "gave up", "cause": {"message": "card declined"}}}}]}'));
 SELECT status, custom_status, failure, result FROM dex.get_run(:'run');
 SELECT sequence, event - 'timestamp' AS event FROM dex.run_history(:'run') WHERE sequence > 20;
+
+-- randomizationFactor 0 turns jitter off, whatever dex.retry_randomization says; an
+-- absent one takes the setting
+RESET dex.retry_randomization;
+SELECT dex.create_queue('tasks-jitter', 'activity');
+SELECT dex.create_run('jitter', 'tasks-wf') AS run \gset
+SELECT lock_version AS v FROM dex.poll_tasks('tasks-wf', 'w') WHERE run_id = :'run' \gset
+SELECT dex.complete_task(:'run', 0, :v, '[
+  {"id": 1, "scheduleActivity": {"name": "exact", "queue": "tasks-jitter",
+     "retryPolicy": {"initialDelay": "10s", "randomizationFactor": 0}}},
+  {"id": 2, "scheduleActivity": {"name": "default", "queue": "tasks-jitter",
+     "retryPolicy": {"initialDelay": "10s"}}}]');
+BEGIN;
+SELECT count(dex.fail_task(run_id, task_id, lock_version, '{"message": "again"}'))
+  FROM dex.poll_tasks('tasks-jitter', 'w', 2);
+SELECT name, visible_from - now() = interval '10 s' AS exact,
+       dex.to_json('dex.v1.RetryPolicy', retry_policy)->'randomizationFactor' AS factor
+  FROM dex.activity_task WHERE run_id = :'run' ORDER BY event_id;
+COMMIT;

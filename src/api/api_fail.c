@@ -56,14 +56,22 @@ static DexPlan back_off_workflow_task_plan = {
 
 /*
  * Lock the task's run first (the locking protocol, src/README.md): to write
- * it, or, with share, to add events to it.  Returns whether the run has
- * ended, so that a task left to it is refused like a lost lease.
+ * it (a workflow task's failure), or to add events to it (an activity's).
+ * Returns whether the task still counts: a workflow task of a run that ended
+ * or is suspended, or an activity of a run that ended, is refused like a
+ * lost lease.  (A suspended run's activities fail and retry as usual; their
+ * retries wait for dex.resume_run, see retry.c.)
  */
 static bool
-run_ended_after_lock(pg_uuid_t *run_id, bool share)
+run_takes_failure(pg_uuid_t *run_id, bool workflow_task)
 {
-	dex_lock_runs(dex_uuid_array(&run_id, 1), share);
-	return SPI_processed > 0 && dex_status_is_terminal(dex_spi_gettext_copy(0, 2));
+	char	   *status;
+
+	dex_lock_runs(dex_uuid_array(&run_id, 1), !workflow_task);
+	if (SPI_processed == 0)
+		return true;			/* the fence then finds no task */
+	status = dex_spi_gettext_copy(0, 2);
+	return workflow_task ? dex_status_takes_tasks(status) : !dex_status_is_terminal(status);
 }
 
 /*
@@ -109,8 +117,8 @@ fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *fail
 	TimestampTz retry_at;
 	bool		held = false;
 
-	/* a task left to an ended run is refused */
-	if (!run_ended_after_lock(run_id, false))
+	/* a task left to an ended or suspended run is refused */
+	if (run_takes_failure(run_id, true))
 	{
 		held = take_failing_lease(&fence_failed_workflow_task_plan, values, 0, 2);
 		dex_queue_room_freed_spi(2, 3);
@@ -147,7 +155,7 @@ fail_one_task(pg_uuid_t *run_id, int32 task_id, int64 lock_version,
 
 	if (task_id == 0)
 		return fail_workflow_task(run_id, lock_version, failure, raise_lost);
-	if (!run_ended_after_lock(run_id, true))
+	if (run_takes_failure(run_id, false))
 		held = take_failing_lease(&lock_activity_plan, values, 1, 4);
 	if (!held)
 		return lease_not_held(run_id, task_id, lock_version, raise_lost);

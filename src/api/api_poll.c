@@ -267,10 +267,11 @@ static DexPlan drop_tasks_plan = {
 };
 
 /*
- * A cancellation withdraws a run's task with SKIP LOCKED (see dex_end_runs):
- * if a poll held it then, the task is still there after the run ended (or,
- * later, was deleted).  The poll that leases it next deletes it instead of
- * handing it out.
+ * A cancellation or a suspension withdraws a run's task with SKIP LOCKED
+ * (see dex_end_runs): if a poll held it then, the task is still there after
+ * the run ended (or, later, was deleted) or while it is suspended.  The poll
+ * that leases it next deletes it instead of handing it out; dex.resume_run
+ * gives the run a new one.
  */
 static void
 drop_tasks_of_ended_runs(HTAB *runs, Leased *leased, uint64 n)
@@ -281,7 +282,7 @@ drop_tasks_of_ended_runs(HTAB *runs, Leased *leased, uint64 n)
 	{
 		DexRun	   *run = dex_find_run(runs, leased[i].run_id);
 
-		if (run == NULL || dex_status_is_terminal(run->status))
+		if (run == NULL || !dex_status_takes_tasks(run->status))
 		{
 			leased[i].dropped = true;
 			dex_array_add(ended, UUIDPGetDatum(leased[i].run_id), false);

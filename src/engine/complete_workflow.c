@@ -124,8 +124,9 @@ fence_workflow_tasks(DexWorkflowCompletion *items, int n)
 }
 
 /*
- * Check: a task left to a run that ended meanwhile (a task a cancellation
- * could not withdraw, see dex_end_runs) is refused like a lost lease.  Lost
+ * Check: a task left to a run that ended or was suspended meanwhile (a task
+ * a cancellation or a suspension could not withdraw, see dex_end_runs) is
+ * refused like a lost lease: a suspended run's commands never take effect.  Lost
  * leases are counted, and with raise_lost reported.
  */
 static void
@@ -138,8 +139,8 @@ refuse_lost_tasks(DexWorkflowCompletion *items, int n, HTAB *runs, bool raise_lo
 		if (!items[i].done)
 			continue;
 		run = dex_find_run(runs, items[i].run_id);
-		if (run == NULL || dex_status_is_terminal(run->status))
-			items[i].done = false;	/* left to a run that ended (or was deleted) */
+		if (run == NULL || !dex_status_takes_tasks(run->status))
+			items[i].done = false;	/* left to a run that ended, was deleted or suspended */
 	}
 	for (int i = 0; i < n; i++)
 		dex_stat_add(0, DEX_STAT_LEASES_LOST, items[i].done ? 0 : 1);

@@ -98,6 +98,7 @@ extern Dex__V1__WorkflowEvent **dex_build_new_events(DexRun *run, const char *wo
 
 extern void dex_lock_runs(Datum run_ids, bool share);
 extern bool dex_status_is_terminal(const char *status);
+extern bool dex_status_takes_tasks(const char *status);
 extern void dex_no_such_run(pg_uuid_t *run_id) pg_attribute_noreturn();
 
 /* inbox.c */

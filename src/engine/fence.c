@@ -26,8 +26,8 @@ static DexPlan run_status_plan = {
 /*
  * The task is not leased with that lock version: say whether the run is
  * unknown, was cancelled (ERRCODE_DEX_RUN_CANCELLED, so that a heartbeating
- * activity learns it should stop) or the lease was lost.  Nothing has been
- * written.
+ * activity learns it should stop) or the lease was lost (a suspension voids
+ * the lease of the run's workflow task).  Nothing has been written.
  */
 void
 dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version)
@@ -46,6 +46,13 @@ dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version)
 				 errmsg("workflow run %s was cancelled", run),
 				 errdetail("Its tasks were withdrawn; the task's result is not needed."),
 				 errhint("Stop working on the task.")));
+	if (task_id == 0 && strcmp(dex_spi_gettext_copy(0, 1), "SUSPENDED") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEX_LEASE_LOST),
+				 errmsg("workflow task of run %s is not leased with lock version " INT64_FORMAT,
+						run, lock_version),
+				 errdetail("The run was suspended: its workflow task was withdrawn, and nothing of it is recorded."),
+				 errhint("Discard the result; the run gets a new task when it is resumed.")));
 	if (task_id == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DEX_LEASE_LOST),

@@ -18,6 +18,7 @@
 #include "catalog/pg_type.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
+#include "utils/timestamp.h"
 
 #include "engine/engine.h"
 
@@ -45,13 +46,50 @@ static DexPlan end_run_now_plan = {
 };
 
 /*
- * A task a poll holds (SKIP LOCKED: see the locking protocol in src/README.md)
- * is left: its completion keeps the run suspended.
+ * A suspension withdraws the run's workflow task, leased or not: the lease
+ * is void, and its completion is refused (complete_workflow.c).  A task a
+ * poll holds in an open transaction at that moment (SKIP LOCKED: see the
+ * locking protocol in src/README.md) is left, refused when completed and
+ * dropped by the next poll that leases it.
  */
 static DexPlan withdraw_task_plan = {
 	"DELETE FROM dex.workflow_task t USING (SELECT run_id, queue_id FROM dex.workflow_task "
-	"  WHERE run_id = $1 AND locked_by IS NULL FOR UPDATE SKIP LOCKED) s "
+	"  WHERE run_id = $1 FOR UPDATE SKIP LOCKED) s "
 	"WHERE t.run_id = s.run_id AND t.queue_id = s.queue_id",
+	1, {UUIDOID}
+};
+
+/*
+ * A suspended run's activities that no worker holds are held back: CREATED
+ * and due at 'infinity', so no poll sees them and the scheduler never queues
+ * them.  Leased ones run on; their results wait in the inbox, and a failed
+ * attempt's retry is held the same way (retry.c).  Skipped as above: a row
+ * a poll holds in an open transaction is leased by it.
+ */
+static DexPlan hold_activities_plan = {
+	"UPDATE dex.activity_task a SET status = 'CREATED', visible_from = 'infinity' "
+	"FROM (SELECT run_id, event_id, queue_id FROM dex.activity_task "
+	"      WHERE run_id = $1 AND locked_by IS NULL FOR UPDATE SKIP LOCKED) s "
+	"WHERE a.run_id = s.run_id AND a.event_id = s.event_id AND a.queue_id = s.queue_id",
+	1, {UUIDOID}
+};
+
+/*
+ * Resuming gives them back: queued at once, or, for an attempt waiting out
+ * its retry backoff, when the backoff ends (dex.activity_retry has when).
+ * Returns the queues that have work and the earliest retry.
+ */
+static DexPlan release_activities_plan = {
+	"UPDATE dex.activity_task a SET status = CASE WHEN s.due > now() THEN 'CREATED' ELSE 'QUEUED' END, "
+	"       visible_from = s.due "
+	"FROM (SELECT t.run_id, t.event_id, t.queue_id, "
+	"             greatest(now(), coalesce(r.visible_from, now())) AS due "
+	"        FROM dex.activity_task t LEFT JOIN dex.activity_retry r "
+	"          ON r.run_id = t.run_id AND r.event_id = t.event_id "
+	"       WHERE t.run_id = $1 AND t.locked_by IS NULL AND t.visible_from = 'infinity' "
+	"       FOR UPDATE OF t SKIP LOCKED) s "
+	"WHERE a.run_id = s.run_id AND a.event_id = s.event_id AND a.queue_id = s.queue_id "
+	"RETURNING a.queue_id, a.status = 'QUEUED', a.visible_from",
 	1, {UUIDOID}
 };
 
@@ -162,8 +200,11 @@ change_status(pg_uuid_t *run_id, const char *action, const char *from, const cha
 }
 
 /*
- * Suspend a running run (see dex.suspend_run): it gets no workflow task
- * until it is resumed; a task already handed out still completes.
+ * Suspend a running run (see dex.suspend_run): nothing of it is handed out
+ * until it is resumed, and no command of it takes effect: its workflow task
+ * is withdrawn (a completion under its lease is refused) and its activities
+ * that no worker holds are held back.  What arrives meanwhile (activity
+ * results, events, timers that fall due) waits in its inbox.
  */
 void
 dex_suspend_run_internal(pg_uuid_t *run_id)
@@ -173,6 +214,7 @@ dex_suspend_run_internal(pg_uuid_t *run_id)
 
 	change_status(run_id, "suspend", "RUNNING", "SUSPENDED");
 	dex_spi_exec(&withdraw_task_plan, values, NULL, 0);
+	dex_spi_exec(&hold_activities_plan, values, NULL, 0);
 	/* delivered with the next task, after the run is resumed */
 	dex_insert_inbox(run_id, dex_event_run_suspended(now), now);
 }
@@ -183,7 +225,25 @@ dex_resume_run_internal(pg_uuid_t *run_id)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
+	Datum		values[1] = {UUIDPGetDatum(run_id)};
+	DexRows		released;
+
 	change_status(run_id, "resume", "SUSPENDED", "RUNNING");
+	/* a task left from before the suspension (see withdraw_task_plan) goes: its lease is void */
+	dex_spi_exec(&withdraw_task_plan, values, NULL, 0);
+	released = dex_spi_rows(&release_activities_plan, values, NULL, 0);
+	for (uint64 i = 0; i < released.n; i++)
+	{
+		if (dex_rows_getbool(released, i, 2))
+			dex_queue_work_added((int32) dex_rows_getint64(released, i, 1));
+		else
+		{
+			bool		isnull;
+
+			dex_wake_scheduler_at_commit(DatumGetTimestampTz(dex_rows_getdatum(released, i, 3, &isnull)));
+		}
+	}
+	/* the new workflow task shows what arrived while the run was suspended */
 	dex_insert_inbox(run_id, dex_event_run_resumed(now), now);
 }
 

@@ -9,7 +9,8 @@
  * them from the logged tables before anything else, in one transaction:
  *	  - a workflow task for every run that is new (and not waiting for its
  *		concurrency key) or has visible unseen events;
- *	  - an activity task for every activity a running run has created
+ *	  - an activity task for every activity a running or suspended run has
+ *		created (held back for a suspended run, as dex.suspend_run holds it)
  *		(ActivityTaskCreated in its history) whose outcome (completed or
  *		failed) is neither in the history nor in the inbox.  Its attempt and
  *		backoff come from dex.activity_retry, the logged record of retries;
@@ -75,8 +76,10 @@ static DexPlan rebuild_workflow_tasks_plans[2] = {
 	{REBUILD_WORKFLOW_TASKS("w.queue_id = r.queue_id AND w.key = r.concurrency_key"), 0, {0}}
 };
 
+/* the runs whose activities are rebuilt: running ones, and suspended ones (held) */
 static DexPlan running_runs_plan = {
-	"SELECT id FROM dex.workflow_run WHERE status = 'RUNNING' AND id > $1 ORDER BY id LIMIT $2",
+	"SELECT id FROM dex.workflow_run WHERE status IN ('RUNNING', 'SUSPENDED') AND id > $1 "
+	"ORDER BY id LIMIT $2",
 	2, {UUIDOID, INT4OID}
 };
 
@@ -98,15 +101,17 @@ static DexPlan insert_rebuilt_activities_plan = {
 	"                               heartbeat_details, start_to_close_ms, heartbeat_timeout_ms, "
 	"                               schedule_deadline, created_at) "
 	"SELECT queue_id, run_id, event_id, name, priority, "
-	"       CASE WHEN visible_from > now() THEN 'CREATED' ELSE 'QUEUED' END, "
-	"       attempt, visible_from, argument, retry_policy, last_failure, heartbeat_details, "
+	"       CASE WHEN h.held OR visible_from > now() THEN 'CREATED' ELSE 'QUEUED' END, "
+	"       attempt, CASE WHEN h.held THEN 'infinity' ELSE visible_from END, "
+	"       argument, retry_policy, last_failure, heartbeat_details, "
 	"       start_to_close_ms, heartbeat_timeout_ms, schedule_deadline, now() "
 	"FROM unnest($1::integer[], $2::uuid[], $3::integer[], $4::text[], $5::smallint[], $6::bytea[], "
 	"            $7::bytea[], $8::bigint[], $9::bigint[], $10::timestamptz[], "
 	"            $11::integer[], $12::timestamptz[], $13::bytea[], $14::bytea[]) "
 	"     AS a(queue_id, run_id, event_id, name, priority, argument, retry_policy, start_to_close_ms, "
 	"          heartbeat_timeout_ms, schedule_deadline, "
-	"          attempt, visible_from, last_failure, heartbeat_details) "
+	"          attempt, visible_from, last_failure, heartbeat_details), "
+	"     LATERAL (SELECT r.status = 'SUSPENDED' AS held FROM dex.workflow_run r WHERE r.id = a.run_id) h "
 	"ON CONFLICT DO NOTHING",
 	14, {INT4ARRAYOID, UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID,
 		 BYTEAARRAYOID, INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID,

@@ -37,8 +37,9 @@ duration_from_ms(int64 ms)
 }
 
 /*
- * The retry policy an activity runs under: the given one with unset
- * (zero) fields taken from the dex.retry_* settings.
+ * The retry policy an activity runs under: the given one with unset fields
+ * (zero, or for randomization_factor absent) taken from the dex.retry_*
+ * settings.
  */
 Dex__V1__RetryPolicy *
 dex_effective_retry_policy(const Dex__V1__RetryPolicy *given)
@@ -61,6 +62,7 @@ dex_effective_retry_policy(const Dex__V1__RetryPolicy *given)
 		p->max_attempts = given->max_attempts;
 		p->initial_delay = given->initial_delay;
 		p->multiplier = given->multiplier;
+		p->randomization_case = given->randomization_case;
 		p->randomization_factor = given->randomization_factor;
 		p->max_delay = given->max_delay;
 		p->n_non_retryable_types = given->n_non_retryable_types;
@@ -72,8 +74,12 @@ dex_effective_retry_policy(const Dex__V1__RetryPolicy *given)
 		p->initial_delay = duration_from_ms(dex_retry_initial_delay_ms);
 	if (p->multiplier == 0)
 		p->multiplier = dex_retry_multiplier;
-	if (p->randomization_factor == 0)
+	/* explicit presence: a given 0 turns jitter off */
+	if (p->randomization_case != DEX__V1__RETRY_POLICY__RANDOMIZATION_RANDOMIZATION_FACTOR)
+	{
+		p->randomization_case = DEX__V1__RETRY_POLICY__RANDOMIZATION_RANDOMIZATION_FACTOR;
 		p->randomization_factor = dex_retry_randomization;
+	}
 	if (p->max_delay == NULL)
 		p->max_delay = duration_from_ms(dex_retry_max_delay_ms);
 	return p;
@@ -116,9 +122,16 @@ failure_is_non_retryable(const Dex__V1__RetryPolicy *policy,
 	return false;
 }
 
+/*
+ * The next attempt waits out its backoff; that of a suspended run waits for
+ * dex.resume_run too (lifecycle.c), which takes the backoff's end from the
+ * logged record below.
+ */
 static DexPlan retry_activity_plan = {
 	"UPDATE dex.activity_task SET status = 'CREATED', attempt = attempt OPERATOR(pg_catalog.+) 1, "
-	"visible_from = $3, locked_by = NULL, locked_until = NULL, last_failure = $4 "
+	"visible_from = CASE WHEN (SELECT r.status FROM dex.workflow_run r WHERE r.id OPERATOR(pg_catalog.=) $1) "
+	"                         OPERATOR(pg_catalog.=) 'SUSPENDED' THEN 'infinity' ELSE $3 END, "
+	"locked_by = NULL, locked_until = NULL, last_failure = $4 "
 	"WHERE run_id OPERATOR(pg_catalog.=) $1 AND event_id OPERATOR(pg_catalog.=) $2",
 	4, {UUIDOID, INT4OID, TIMESTAMPTZOID, BYTEAOID}
 };

@@ -306,6 +306,17 @@ dex_lock_runs(Datum run_ids, bool share)
 	dex_spi_exec(share ? &share_runs_plan : &lock_runs_plan, values, NULL, 0);
 }
 
+/*
+ * Whether a run of that status is handed workflow tasks and has their
+ * completions applied: CREATED and RUNNING.  A SUSPENDED run is not, nor is
+ * one that ended.
+ */
+bool
+dex_status_takes_tasks(const char *status)
+{
+	return strcmp(status, "CREATED") == 0 || strcmp(status, "RUNNING") == 0;
+}
+
 bool
 dex_status_is_terminal(const char *status)
 {

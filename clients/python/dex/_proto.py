@@ -66,7 +66,9 @@ SCHEMA: Dict[str, List[tuple]] = {
         (3, "cause", MESSAGE, "dex.v1.Failure"), (4, "terminal", BOOL), (5, "type", STRING)],
     "dex.v1.RetryPolicy": [
         (1, "maxAttempts", INT32), (2, "initialDelay", DURATION), (3, "multiplier", DOUBLE),
-        (4, "randomizationFactor", DOUBLE), (5, "maxDelay", DURATION),
+        # proto3 optional (explicit presence), which is a oneof of one field on the wire:
+        # a 0 is sent and kept
+        (4, "randomizationFactor", DOUBLE, _O), (5, "maxDelay", DURATION),
         (6, "nonRetryableTypes", STRING, _R)],
     # event.proto
     "dex.v1.WorkflowEvent": [
