@@ -304,6 +304,9 @@ SELECT pg_catalog.count(*) AS visible FROM dex.runs WHERE workflow_name OPERATOR
 SELECT dex.cancel_run(:'r3', 'not needed');
 SELECT argument FROM dex.list_runs(before_id => :'r2', status => 'CREATED', labels => '{"tenant": "m"}',
                                    page_size => 1);
+-- a run terminated by its client
+SELECT dex.create_run('sec-end', 'sec-wf') AS r4 \gset
+SELECT dex.terminate_run(:'r4', 'not needed either');
 
 -- the first workflow task: every kind of command
 CALL dex.wait_for_tasks('sec-wf', '0 s');
@@ -426,6 +429,10 @@ SELECT queue, role FROM dex.queue_privileges WHERE queue OPERATOR(pg_catalog.~~)
  ORDER BY queue, role::pg_catalog.text;
 SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 AS counters FROM dex.stat_counters();
 SELECT dex.reset_stats();
+-- the terminated run is purged, and the cancelled one with the others of its status
+SELECT dex.purge_run(:'r4');
+SELECT dex.purge_runs(status => 'CANCELLED', queue => 'sec-wf', ended_before => 'infinity', "limit" => 10)
+       OPERATOR(pg_catalog.>=) 1 AS purged;
 RESET search_path;
 RESET ROLE;
 

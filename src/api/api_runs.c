@@ -20,6 +20,7 @@
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 #include "utils/jsonb.h"
 
 #include "api/api.h"
@@ -501,6 +502,74 @@ cancel_run(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * dex.terminate_run(run_id, reason): the run ends TERMINATED at once,
+ * without its workflow code (see lifecycle.c).
+ */
+static Datum
+terminate_run(PG_FUNCTION_ARGS)
+{
+	char	   *reason = "";
+
+	dex_arg_not_null(fcinfo, 0, "run id");
+	if (!PG_ARGISNULL(1))
+	{
+		dex_check_payload_size(VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(1)), "termination reason");
+		reason = text_to_cstring(PG_GETARG_TEXT_PP(1));
+	}
+	SPI_connect();
+	dex_wait_for_rebuild();
+	dex_terminate_run_internal(PG_GETARG_UUID_P(0), reason);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/* dex.purge_run(run_id): a run that ended goes now, with all its rows */
+static Datum
+purge_run(PG_FUNCTION_ARGS)
+{
+	dex_arg_not_null(fcinfo, 0, "run id");
+	SPI_connect();
+	dex_wait_for_rebuild();
+	dex_purge_run_internal(PG_GETARG_UUID_P(0));
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+#define MAX_PURGE_BATCH 10000
+
+/*
+ * dex.purge_runs(status, queue, ended_before, limit) returns bigint: up to
+ * "limit" runs that ended before ended_before, of that status and queue
+ * (NULL: any), go now; returns how many.  Call it again until it returns 0.
+ */
+static Datum
+purge_runs(PG_FUNCTION_ARGS)
+{
+	char	   *status = PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0));
+	int32		queue_id = 0;
+	int32		limit = dex_arg_int32(fcinfo, 3, "limit");
+	uint64		n;
+
+	dex_arg_not_null(fcinfo, 2, "ended_before");
+	if (status && !dex_status_is_terminal(status))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid status \"%s\" of runs to purge", status),
+				 errhint("A run that ended is COMPLETED, FAILED, CANCELLED or TERMINATED.")));
+	if (limit < 1 || limit > MAX_PURGE_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("limit must be between 1 and %d", MAX_PURGE_BATCH)));
+	SPI_connect();
+	dex_wait_for_rebuild();
+	if (!PG_ARGISNULL(1))
+		queue_id = dex_require_queue(text_to_cstring(PG_GETARG_TEXT_PP(1)), true).id;
+	n = dex_purge_runs_internal(status, queue_id, PG_GETARG_TIMESTAMPTZ(2), limit);
+	SPI_finish();
+	PG_RETURN_INT64((int64) n);
+}
+
 /* A change of a run's status that takes only the run id */
 static Datum
 change_run(FunctionCallInfo fcinfo, void (*change) (pg_uuid_t *run_id))
@@ -564,7 +633,7 @@ static DexPlan list_runs_plan = {
 };
 
 static const char *const run_statuses[] = {
-	"CREATED", "RUNNING", "SUSPENDED", "CANCELLED", "COMPLETED", "FAILED"
+	"CREATED", "RUNNING", "SUSPENDED", "CANCELLED", "COMPLETED", "FAILED", "TERMINATED"
 };
 
 static Datum
@@ -591,7 +660,7 @@ list_runs(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("invalid run status \"%s\"", status),
-					 errhint("A status is CREATED, RUNNING, SUSPENDED, CANCELLED, COMPLETED or FAILED.")));
+					 errhint("A status is CREATED, RUNNING, SUSPENDED, CANCELLED, COMPLETED, FAILED or TERMINATED.")));
 	}
 	if (!PG_ARGISNULL(2) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(2)))
 		ereport(ERROR,
@@ -637,6 +706,9 @@ DEX_API_ENTRY_POINT(dex_run_history, run_history);
 DEX_API_ENTRY_POINT(dex_send_external_event, send_external_event_to_run);
 DEX_API_ENTRY_POINT(dex_send_external_event_to_instance, send_external_event_to_instance);
 DEX_API_ENTRY_POINT(dex_cancel_run, cancel_run);
+DEX_API_ENTRY_POINT(dex_terminate_run, terminate_run);
+DEX_API_ENTRY_POINT(dex_purge_run, purge_run);
+DEX_API_ENTRY_POINT(dex_purge_runs, purge_runs);
 DEX_API_ENTRY_POINT(dex_suspend_run, suspend_run);
 DEX_API_ENTRY_POINT(dex_resume_run, resume_run);
 DEX_API_ENTRY_POINT(dex_list_runs, list_runs);

@@ -98,6 +98,8 @@ extern Dex__V1__WorkflowEvent **dex_build_new_events(DexRun *run, const char *wo
 
 extern void dex_lock_runs(Datum run_ids, bool share);
 extern bool dex_status_is_terminal(const char *status);
+/* the statuses of runs that have ended, as an SQL text[] */
+#define DEX_ENDED_STATUSES_SQL "'{COMPLETED,FAILED,CANCELLED,TERMINATED}'::text[]"
 extern bool dex_status_takes_tasks(const char *status);
 extern void dex_no_such_run(pg_uuid_t *run_id) pg_attribute_noreturn();
 
@@ -203,9 +205,15 @@ extern void dex_activity_rows_values(DexActivityRows *rows, Datum *values);
 
 /* lifecycle.c: cancel, suspend, resume; the end of runs */
 extern void dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active);
+extern void dex_terminate_run_internal(pg_uuid_t *run_id, const char *reason);
 extern void dex_suspend_run_internal(pg_uuid_t *run_id);
 extern void dex_resume_run_internal(pg_uuid_t *run_id);
 extern void dex_end_runs(Datum run_ids);
+
+/* purge.c: deleting runs that ended */
+extern uint64 dex_delete_runs(Datum run_ids);
+extern void dex_purge_run_internal(pg_uuid_t *run_id);
+extern uint64 dex_purge_runs_internal(const char *status, int32 queue_id, TimestampTz ended_before, int32 limit);
 
 /* rebuild.c */
 extern bool dex_rebuild_tasks_if_needed(void);

@@ -40,6 +40,12 @@ dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("workflow run %s does not exist", run)));
+	if (strcmp(dex_spi_gettext_copy(0, 1), "TERMINATED") == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEX_RUN_CANCELLED),
+				 errmsg("workflow run %s was terminated", run),
+				 errdetail("Its tasks were withdrawn; the task's result is not needed."),
+				 errhint("Stop working on the task.")));
 	if (strcmp(dex_spi_gettext_copy(0, 1), "CANCELLED") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DEX_RUN_CANCELLED),

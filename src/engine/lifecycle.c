@@ -16,6 +16,7 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
@@ -37,12 +38,13 @@ static DexPlan note_cancel_plan = {
 	1, {UUIDOID}
 };
 
+/* $1 run, $2 the events that end it, $3 how many, $4 its status, $5 its failure */
 static DexPlan end_run_now_plan = {
 	"WITH h AS (INSERT INTO dex.workflow_history (run_id, sequence, events) "
 	"           SELECT id, history_length + 1, $2 FROM dex.workflow_run WHERE id = $1) "
-	"UPDATE dex.workflow_run SET status = 'CANCELLED', history_length = history_length + $3, "
+	"UPDATE dex.workflow_run SET status = $4, failure = $5, history_length = history_length + $3, "
 	"       updated_at = now(), completed_at = now() WHERE id = $1",
-	3, {UUIDOID, BYTEAOID, INT4OID}
+	5, {UUIDOID, BYTEAOID, INT4OID, TEXTOID, BYTEAOID}
 };
 
 /*
@@ -128,6 +130,41 @@ illegal_transition(pg_uuid_t *run_id, const char *action, const char *status)
 }
 
 /*
+ * End the run "run_id", locked and of status "status", at once as
+ * "end_status": its history gets end_event (after runCreated for a run that
+ * never started), its failure "failure", and everything it had pending is
+ * withdrawn (dex_end_runs).
+ */
+static void
+end_run_now(pg_uuid_t *run_id, const char *status, const char *end_status,
+			Dex__V1__WorkflowEvent *end_event, Dex__V1__Failure *failure)
+{
+	Datum		ids = dex_uuid_array(&run_id, 1);
+	Dex__V1__EventBatch batch;
+	Dex__V1__WorkflowEvent *events[2];
+	Datum		values[5];
+	char		nulls[5] = {' ', ' ', ' ', ' ', failure ? ' ' : 'n'};
+
+	dex__v1__event_batch__init(&batch);
+	batch.events = events;
+	if (strcmp(status, "CREATED") == 0)
+	{
+		HTAB	   *runs = dex_load_runs(ids, false);
+
+		events[batch.n_events++] = dex_run_created_event(dex_find_run(runs, run_id));
+	}
+	events[batch.n_events++] = end_event;
+
+	values[0] = UUIDPGetDatum(run_id);
+	values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &batch));
+	values[2] = Int32GetDatum((int32) batch.n_events);
+	values[3] = CStringGetTextDatum(end_status);
+	values[4] = failure ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure)) : (Datum) 0;
+	dex_spi_exec(&end_run_now_plan, values, nulls, 0);
+	dex_end_runs(ids);
+}
+
+/*
  * Cancel a run (see dex.cancel_run).  With if_active, a run that has ended is
  * left alone instead of being an error: the cascade from a parent uses it.
  */
@@ -158,27 +195,30 @@ dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
 		}
 	}
 	else
-	{
-		/* not executing: record the end, and withdraw everything */
-		Datum		ids = dex_uuid_array(&run_id, 1);
-		HTAB	   *runs = dex_load_runs(ids, false);
-		DexRun	   *run = dex_find_run(runs, run_id);
-		Dex__V1__EventBatch batch;
-		Dex__V1__WorkflowEvent *events[2];
-		Datum		values[3];
+		end_run_now(run_id, status, "CANCELLED",
+					dex_event_run_cancelled(now, pstrdup(reason)), NULL);
+}
 
-		dex__v1__event_batch__init(&batch);
-		batch.events = events;
-		if (strcmp(status, "CREATED") == 0)
-			events[batch.n_events++] = dex_run_created_event(run);
-		events[batch.n_events++] = dex_event_run_cancelled(now, pstrdup(reason));
+/*
+ * Terminate a run (see dex.terminate_run): it ends TERMINATED at once,
+ * whatever it was doing, without its workflow code: its failure says so,
+ * for a parent and for dex.get_run, and runTerminated records the reason and
+ * the session user.
+ */
+void
+dex_terminate_run_internal(pg_uuid_t *run_id, const char *reason)
+{
+	char	   *status = lock_run(run_id, NULL, true);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	char	   *by = GetUserNameFromId(GetSessionUserId(), false);
 
-		values[0] = UUIDPGetDatum(run_id);
-		values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &batch));
-		values[2] = Int32GetDatum((int32) batch.n_events);
-		dex_spi_exec(&end_run_now_plan, values, NULL, 0);
-		dex_end_runs(ids);
-	}
+	if (dex_status_is_terminal(status))
+		illegal_transition(run_id, "terminate", status);
+	end_run_now(run_id, status, "TERMINATED",
+				dex_event_run_terminated(now, pstrdup(reason), by),
+				dex_new_failure(psprintf("the run was terminated by %s%s%s", by,
+										 reason[0] ? ": " : "", reason),
+								"dex.Terminated", true));
 }
 
 /*

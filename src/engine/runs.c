@@ -187,7 +187,7 @@ Dex__V1__RunStatus
 dex_run_status_enum(const char *status)
 {
 	static const char *const names[] = {
-		"", "CREATED", "RUNNING", "SUSPENDED", "CANCELLED", "COMPLETED", "FAILED"
+		"", "CREATED", "RUNNING", "SUSPENDED", "CANCELLED", "COMPLETED", "FAILED", "TERMINATED"
 	};
 
 	for (int i = 1; i < lengthof(names); i++)
@@ -321,7 +321,7 @@ bool
 dex_status_is_terminal(const char *status)
 {
 	return strcmp(status, "COMPLETED") == 0 || strcmp(status, "FAILED") == 0 ||
-		strcmp(status, "CANCELLED") == 0;
+		strcmp(status, "CANCELLED") == 0 || strcmp(status, "TERMINATED") == 0;
 }
 
 /*

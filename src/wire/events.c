@@ -145,6 +145,17 @@ dex_event_run_cancelled(TimestampTz ts, char *reason)
 }
 
 Dex__V1__WorkflowEvent *
+dex_event_run_terminated(TimestampTz ts, char *reason, char *by)
+{
+	Dex__V1__WorkflowEvent *ev;
+
+	NEW_EVENT(ev, ts, run_terminated, RUN_TERMINATED);
+	ev->run_terminated->reason = reason;
+	ev->run_terminated->by = by;
+	return ev;
+}
+
+Dex__V1__WorkflowEvent *
 dex_event_run_suspended(TimestampTz ts)
 {
 	Dex__V1__WorkflowEvent *ev;

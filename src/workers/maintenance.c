@@ -105,7 +105,7 @@ lease_acquire(const char *name, int duration_ms)
  * ended before the cutoff, and no task left that someone holds.
  */
 static DexPlan retention_scan_plan = {
-	"SELECT r.id, r.status = ANY ('{COMPLETED,FAILED,CANCELLED}'::text[]) AND r.completed_at < $3 "
+	"SELECT r.id, r.status = ANY (" DEX_ENDED_STATUSES_SQL ") AND r.completed_at < $3 "
 	"       AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id AND t.locked_by IS NOT NULL "
 	"                         AND t.locked_until > now()) "
 	"       AND NOT EXISTS (SELECT 1 FROM dex.activity_task a WHERE a.run_id = r.id AND a.locked_by IS NOT NULL "
@@ -114,17 +114,6 @@ static DexPlan retention_scan_plan = {
 	4, {UUIDOID, UUIDOID, TIMESTAMPTZOID, INT4OID}
 };
 
-static DexPlan retention_delete_plan = {
-	"WITH h AS (DELETE FROM dex.workflow_history WHERE run_id = ANY ($1)), "
-	"     i AS (DELETE FROM dex.workflow_inbox WHERE run_id = ANY ($1)), "
-	"     e AS (DELETE FROM dex.external_event WHERE run_id = ANY ($1)), "
-	"     ar AS (DELETE FROM dex.activity_retry WHERE run_id = ANY ($1)), "
-	"     t AS (DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)), "
-	"     a AS (DELETE FROM dex.activity_task WHERE run_id = ANY ($1)) "
-	"DELETE FROM dex.workflow_run r WHERE r.id = ANY ($1) "
-	"AND r.status = ANY ('{COMPLETED,FAILED,CANCELLED}'::text[])",
-	1, {UUIDARRAYOID}
-};
 
 /*
  * A logical restore is under way (the trigger on dex.queue noted it; the
@@ -192,8 +181,7 @@ retention_batch(TimestampTz cutoff, bool *more)
 	if (due->nelems == 0)
 		return 0;
 
-	values[0] = dex_array_result(due);
-	return (int) dex_spi_rows(&retention_delete_plan, values, NULL, 0).n;
+	return (int) dex_delete_runs(dex_array_result(due));
 }
 
 /* ----------------------------------------------------------------

@@ -1,6 +1,6 @@
 # Upgrades: install dex 1.0, leave runs in flight (an activity leased, a timer
 # pending, a wait for an event), ALTER EXTENSION dex UPDATE to 1.1, finish
-# them, then UPDATE to the default version (1.2); the updated database then has
+# them, then UPDATE to 1.2 and to the default version (1.3); the updated database then has
 # exactly the objects of a fresh install (functions with their definitions,
 # rights and comments, tables, columns, indexes, constraints, views, grants,
 # what pg_dump dumps of the extension's tables).
@@ -85,7 +85,7 @@ $node->safe_psql('postgres', q{
 });
 is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.workflow_task t JOIN dex.workflow_run r ON r.id = t.run_id
                                    WHERE r.workflow_name LIKE 'k_'}), '1', 'under 1.1 one run holds key k');
-$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE TO '1.2'});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
 	'1.2', 'dex is updated to 1.2');
 is($node->safe_psql('postgres', q{SELECT string_agg(r.workflow_name, ',' ORDER BY r.workflow_name)
@@ -112,6 +112,15 @@ $node->safe_psql('postgres', q{
 });
 is($node->safe_psql('postgres', qq{SELECT status FROM dex.workflow_run WHERE id = '$run_d'}),
 	'COMPLETED', 'and it completes under 1.2');
+
+# 1.3: a run started under 1.2 is terminated after the update
+my $run_e = $node->safe_psql('postgres', q{SELECT dex.create_run('to-terminate', 'wf')});
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
+	'1.3', 'dex is updated to the default version, 1.3');
+$node->safe_psql('postgres', qq{SELECT dex.terminate_run('$run_e', 'upgrade test')});
+is($node->safe_psql('postgres', qq{SELECT status FROM dex.workflow_run WHERE id = '$run_e'}),
+	'TERMINATED', 'under 1.3 a run started before the update can be terminated');
 
 # the updated schema is the fresh schema
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');

@@ -75,7 +75,7 @@ SCHEMA: Dict[str, List[tuple]] = {
         (1, "id", INT32), (2, "timestamp", TIMESTAMP)] + _oneof("""
         10 workflowTaskStarted, 11 workflowTaskCompleted, 20 runCreated, 21 runStarted,
         22 runCompleted, 23 runFailed, 24 runCancelled, 25 runSuspended, 26 runResumed,
-        27 runContinuedAsNew, 28 runCancelRequested, 29 customStatusSet,
+        27 runContinuedAsNew, 28 runCancelRequested, 29 customStatusSet, 30 runTerminated,
         40 activityTaskCreated, 41 activityTaskCompleted, 42 activityTaskFailed,
         50 timerCreated, 51 timerElapsed, 52 timerCancelled, 60 childRunCreated,
         61 childRunCompleted, 62 childRunFailed, 70 sideEffectExecuted,
@@ -93,6 +93,7 @@ SCHEMA: Dict[str, List[tuple]] = {
     "dex.v1.RunFailed": [(1, "failure", MESSAGE, "dex.v1.Failure")],
     "dex.v1.RunCancelled": [(1, "reason", STRING)],
     "dex.v1.RunCancelRequested": [(1, "reason", STRING)],
+    "dex.v1.RunTerminated": [(1, "reason", STRING), (2, "by", STRING)],
     "dex.v1.RunSuspended": [],
     "dex.v1.RunResumed": [],
     "dex.v1.RunContinuedAsNew": [
@@ -162,7 +163,7 @@ ENUMS: Dict[str, Dict[int, str]] = {
     "dex.v1.RunStatus": {0: "RUN_STATUS_UNSPECIFIED", 1: "RUN_STATUS_CREATED",
                          2: "RUN_STATUS_RUNNING", 3: "RUN_STATUS_SUSPENDED",
                          4: "RUN_STATUS_CANCELLED", 5: "RUN_STATUS_COMPLETED",
-                         6: "RUN_STATUS_FAILED"},
+                         6: "RUN_STATUS_FAILED", 7: "RUN_STATUS_TERMINATED"},
 }
 
 

@@ -17,7 +17,7 @@ from ._connect import add_pooler_hint, configure, connect
 from ._convert import decode, event_kind, parse_timestamp, seconds
 from .registry import workflow_definition
 
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED")
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TERMINATED")
 
 
 @dataclass
@@ -171,14 +171,17 @@ class Client:
         return Run.from_row(row)
 
     def result(self, run_id: str, timeout: Optional[float] = None) -> Any:
-        """Wait for the run to end; its result.  Raises :class:`dex.RunFailedError`,
-        :class:`dex.RunCancelledError`, or TimeoutError after ``timeout`` seconds."""
+        """Wait for the run to end; its result.  Raises :class:`dex.RunFailedError`
+        (:class:`dex.RunTerminatedError` for a terminated run), :class:`dex.RunCancelledError`,
+        or TimeoutError after ``timeout`` seconds."""
         run = self.wait(run_id, timeout)
         if run.status == "COMPLETED":
             return run.result
         if run.status == "CANCELLED":
             raise errors.RunCancelledError(f"run {run_id} was cancelled")
         failure = run.failure or {}
+        if run.status == "TERMINATED":
+            raise errors.RunTerminatedError(f"run {run_id}: {failure.get('message', '')}", failure)
         raise errors.RunFailedError(f"run {run_id} failed: {failure.get('message', '')}", failure)
 
     def wait(self, run_id: str, timeout: Optional[float] = None,
@@ -247,6 +250,28 @@ class Client:
         clean up; the run then ends CANCELLED."""
         return self._call("cancel_run", run_id, reason) if reason is not None else \
             self._call("cancel_run", run_id)
+
+    def terminate(self, run_id: str, reason: Optional[str] = None) -> Any:
+        """End the run at once as TERMINATED, without running its workflow code (for code that
+        cannot run); its pending tasks are void.  Use :meth:`cancel` when the workflow can
+        clean up."""
+        return self._call("terminate_run", run_id, reason) if reason is not None else \
+            self._call("terminate_run", run_id)
+
+    def purge(self, run_id: str) -> Any:
+        """Delete a run that has ended now, with its history (dex_admin)."""
+        return self._call("purge_run", run_id)
+
+    def purge_runs(self, status: Optional[str] = None, queue: Optional[str] = None,
+                   ended_before: Optional[Any] = None, limit: int = 1000) -> int:
+        """Delete up to ``limit`` ended runs of that status and queue (None: any) that ended
+        before ``ended_before`` (default: now), oldest first; how many went.  Call it again
+        until it returns 0 (dex_admin)."""
+        if not self._has_function("purge_runs"):
+            raise errors.NotSupported("the installed dex has no dex.purge_runs")
+        return self._exec(
+            "SELECT dex.purge_runs(%s, %s, coalesce(%s, now()), %s)",
+            (status, queue, ended_before, limit)).fetchone()[0]
 
     def suspend(self, run_id: str) -> Any:
         """Suspend the run: no workflow task until it is resumed."""

@@ -103,6 +103,10 @@ class RunFailedError(FailureError):
     """Client: the run ended FAILED."""
 
 
+class RunTerminatedError(RunFailedError):
+    """Client: the run ended TERMINATED (dex.terminate_run); its failure says by whom and why."""
+
+
 class RunCancelledError(DexError):
     """Client: the run ended CANCELLED."""
 

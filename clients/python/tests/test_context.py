@@ -303,6 +303,38 @@ def test_suspend_resume_and_list(client, queues, start_worker):
     assert [(r.id, r.status) for r in runs] == [(run_id, "COMPLETED")]
 
 
+@dex.workflow("ctx-stuck")
+async def stuck(ctx):
+    return await ctx.wait_event("never")
+
+
+def test_terminate_and_purge(client, queues, start_worker):
+    if not client._has_function("terminate_run"):
+        pytest.skip("this dex has no dex.terminate_run")
+    start_worker()
+    run_id = client.start(stuck, queue=queues[0])
+    wait_for(client, run_id, "externalEventWaitStarted")
+    client.terminate(run_id, "stuck for good")
+    with pytest.raises(dex.RunTerminatedError) as e:
+        client.result(run_id, timeout=10)
+    assert e.value.failure["type"] == "dex.Terminated"
+    assert e.value.failure["message"].endswith(": stuck for good")
+    assert isinstance(e.value, dex.RunFailedError)
+    assert event_kinds(client.history(run_id))[-1] == "runTerminated"
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+        client.terminate(run_id)
+    # purged: the run and its history are gone
+    other = client.start(stuck, queue=queues[0])
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+        client.purge(other)
+    client.terminate(other)
+    client.purge(run_id)
+    with pytest.raises(psycopg.errors.UndefinedObject):
+        client.get(run_id)
+    assert client.purge_runs(status="TERMINATED", queue=queues[0]) == 1
+    assert client.purge_runs(status="TERMINATED", queue=queues[0]) == 0
+
+
 @dex.workflow("ctx-child")
 async def child(ctx, n):
     if n < 0:
