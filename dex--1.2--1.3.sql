@@ -9,6 +9,10 @@
  */
 \echo Use "ALTER EXTENSION dex UPDATE TO '1.3'" to load this file. \quit
 
+-- a running run that is asked to cancel ends when its workflow sends cancelRun
+COMMENT ON FUNCTION dex.cancel_run(uuid, text) IS
+    'Cancel a run: an executing run gets runCancelRequested and ends CANCELLED when its workflow sends cancelRun (after cleaning up); a run not executing ends CANCELLED at once.';
+
 -- a run can end TERMINATED (dex.terminate_run)
 ALTER TABLE dex.workflow_run DROP CONSTRAINT workflow_run_status_check;
 ALTER TABLE dex.workflow_run ADD CONSTRAINT workflow_run_status_check

@@ -393,7 +393,7 @@ SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_cancel_run';
 COMMENT ON FUNCTION dex.cancel_run(uuid, text) IS
-    'Cancel a run: an executing run gets runCancelRequested and ends CANCELLED after the workflow task that shows it; a run not executing ends CANCELLED at once.';
+    'Cancel a run: an executing run gets runCancelRequested and ends CANCELLED when its workflow sends cancelRun (after cleaning up); a run not executing ends CANCELLED at once.';
 
 CREATE FUNCTION dex.terminate_run(run_id uuid, reason text DEFAULT NULL)
 RETURNS void

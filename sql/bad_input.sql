@@ -465,10 +465,10 @@ SELECT dex.complete_task_pb(:'run_b', 0, :wv, '\x0a05');
 SELECT dex.complete_task_pb(:'run_b', 0, :wv, '\xff');
 SELECT dex.complete_task_pb(:'run_b', 0, :wv, '\x08');
 SELECT dex.complete_task_pb(:'run_b', 0, :wv, '\x0f');
--- a command without a kind, one with only a field this version does not know (20), one with
+-- a command without a kind, one with only a field this version does not know (21), one with
 -- a startTimer whose delay has nanos 1e9, one whose timer name is not UTF-8
 SELECT dex.complete_task_pb(:'run_b', 0, :wv, '\x0a020801');
-SELECT dex.complete_task_pb(:'run_b', 0, :wv, '\x0a050801a20100');
+SELECT dex.complete_task_pb(:'run_b', 0, :wv, '\x0a050801aa0100');
 SELECT dex.complete_task_pb(:'run_b', 0, :wv, '\x0a0c08015a081206108094ebdc03');
 SELECT dex.complete_task_pb(:'run_b', 0, :wv, '\x0a0a08015a060a02c3281200');
 SELECT dex.complete_task_pb(:'run_b', 0, :wv + 1000,

@@ -56,11 +56,11 @@ SELECT run_id AS kid, lock_version AS kv FROM dex.poll_tasks('kids-wf', 'w', 10)
 SELECT dex.complete_task(:'kid', 0, :kv, '[{"id": 1, "startTimer": {"delay": "3600s"}}]');
 SELECT dex.cancel_run(:'p2', 'stop');
 SELECT lock_version AS v FROM dex.poll_tasks('kids-wf', 'w', 10) WHERE run_id = :'p2' \gset
-SELECT dex.complete_task(:'p2', 0, :v, '[]');
+SELECT dex.complete_task(:'p2', 0, :v, '[{"cancelRun": {}}]');
 SELECT status FROM dex.get_run(:'p2');
--- the child, which was executing, got the request in its inbox
+-- the child, which was executing, got the request in its inbox, and ends when it says so
 SELECT lock_version AS kv, task->'newEvents'->1->'runCancelRequested' AS request
   FROM dex.poll_tasks('kids-wf', 'w', 10) WHERE run_id = :'kid' \gset
 \echo :request
-SELECT dex.complete_task(:'kid', 0, :kv, '[]');
+SELECT dex.complete_task(:'kid', 0, :kv, '[{"cancelRun": {}}]');
 SELECT status FROM dex.get_run(:'kid');

@@ -3,11 +3,12 @@
 --
 SELECT dex.create_queue('ctl-wf', 'workflow'), dex.create_queue('ctl-act', 'activity');
 
--- 1. a run that is executing: the workflow sees the request, then the run ends CANCELLED
+-- 1. a run that is executing: the workflow sees the request, cleans up while the run stays
+-- RUNNING (its compensation runs as usual), then ends it CANCELLED with cancelRun
 SELECT dex.create_run('c', 'ctl-wf') AS run \gset
 SELECT lock_version AS v FROM dex.poll_tasks('ctl-wf', 'w') \gset
 SELECT dex.complete_task(:'run', 0, :v,
-    '[{"id": 1, "scheduleActivity": {"name": "slow", "queue": "ctl-act"}},
+    '[{"id": 1, "scheduleActivity": {"name": "slow", "queue": "ctl-act", "priority": 90}},
       {"id": 2, "scheduleActivity": {"name": "queued", "queue": "ctl-act"}}]');
 SELECT lock_version AS av FROM dex.poll_tasks('ctl-act', 'w') \gset
 SELECT dex.cancel_run(:'run', 'customer asked');
@@ -16,8 +17,17 @@ SELECT status FROM dex.get_run(:'run');
 SELECT lock_version AS v, jsonb_path_query_array(task, '$.newEvents[*].runCancelRequested') AS requests
   FROM dex.poll_tasks('ctl-wf', 'w') \gset
 \echo :requests
--- the workflow cleans up (records what it did) and its task completes: the run ends CANCELLED
-SELECT dex.complete_task(:'run', 0, :v, '[{"id": 3, "recordSideEffect": {"name": "refund", "result": {"json": "true"}}}]');
+-- the workflow cleans up: it records what it did and schedules a compensation; the run goes on
+SELECT dex.complete_task(:'run', 0, :v, '[{"id": 3, "recordSideEffect": {"name": "refund", "result": {"json": "true"}}},
+    {"id": 4, "scheduleActivity": {"name": "compensate", "queue": "ctl-act", "priority": 80}}]');
+SELECT status, completed_at IS NULL AS active FROM dex.get_run(:'run');
+SELECT task->>'name' AS name, dex.complete_task(run_id, task_id, lock_version, '"undone"')
+  FROM dex.poll_tasks('ctl-act', 'w');
+SELECT lock_version AS v, jsonb_path_query_array(task, '$.newEvents[*].activityTaskCompleted.result') AS results
+  FROM dex.poll_tasks('ctl-wf', 'w') \gset
+\echo :results
+-- cancelRun ends it CANCELLED: what was still pending is withdrawn
+SELECT dex.complete_task(:'run', 0, :v, '[{"cancelRun": {}}]');
 SELECT status, completed_at IS NOT NULL AS ended FROM dex.get_run(:'run');
 SELECT count(*) AS activity_tasks FROM dex.activity_task WHERE run_id = :'run';
 SELECT sequence, event - 'timestamp' AS event FROM dex.run_history(:'run') WHERE sequence > 6;
@@ -27,6 +37,14 @@ SELECT dex.heartbeat_task(:'run', 1, :av);
 SELECT dex.complete_task(:'run', 1, :av, '"too late"');
 SELECT dex.cancel_run(:'run');
 \set VERBOSITY default
+-- cancelRun is refused for a run whose cancellation was not requested, and must come last
+SELECT dex.create_run('c', 'ctl-wf') AS run1b \gset
+SELECT lock_version AS v FROM dex.poll_tasks('ctl-wf', 'w') \gset
+\set VERBOSITY sqlstate
+SELECT dex.complete_task(:'run1b', 0, :v, '[{"cancelRun": {}}]');
+SELECT dex.complete_task(:'run1b', 0, :v, '[{"cancelRun": {}}, {"setCustomStatus": {"customStatus": "x"}}]');
+\set VERBOSITY default
+SELECT dex.complete_task(:'run1b', 0, :v, '[{"completeRun": {}}]');
 
 -- 2. a run that never started ends CANCELLED at once
 SELECT dex.create_run('c', 'ctl-wf', instance_id => 'ctl-2') AS run2 \gset

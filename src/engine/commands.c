@@ -236,15 +236,15 @@ check_command(const Dex__V1__Command *cmd)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("command %d has no kind", cmd->id),
-					 errhint("Set exactly one of scheduleActivity, startTimer, cancelTimer, waitExternalEvent, startChildRun, recordSideEffect, setCustomStatus, completeRun, failRun, continueAsNew.")));
+					 errhint("Set exactly one of scheduleActivity, startTimer, cancelTimer, waitExternalEvent, startChildRun, recordSideEffect, setCustomStatus, completeRun, failRun, cancelRun, continueAsNew.")));
 			break;
 		default:
-			/* setCustomStatus, completeRun, continueAsNew: nothing to check */
+			/* setCustomStatus, completeRun, cancelRun, continueAsNew: nothing to check */
 			break;
 	}
 }
 
-/* A command came after completeRun, failRun or continueAsNew */
+/* A command came after completeRun, failRun, cancelRun or continueAsNew */
 void
 dex_refuse_command_after_end(const Dex__V1__Command *cmd)
 {
@@ -252,7 +252,7 @@ dex_refuse_command_after_end(const Dex__V1__Command *cmd)
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("command %s follows the command that ended the run",
 					dex_command_name(cmd)),
-			 errdetail("completeRun, failRun and continueAsNew must be the last command.")));
+			 errdetail("completeRun, failRun, cancelRun and continueAsNew must be the last command.")));
 }
 
 /*
@@ -285,7 +285,8 @@ dex_check_commands(const Dex__V1__WorkflowTaskCompletion *completion)
 			break;				/* what follows is commands_apply.c's to refuse */
 		if (i + 1 < completion->n_commands &&
 			(cmd->kind_case == DEX__V1__COMMAND__KIND_COMPLETE_RUN ||
-			 cmd->kind_case == DEX__V1__COMMAND__KIND_FAIL_RUN))
+			 cmd->kind_case == DEX__V1__COMMAND__KIND_FAIL_RUN ||
+			 cmd->kind_case == DEX__V1__COMMAND__KIND_CANCEL_RUN))
 			dex_refuse_command_after_end(completion->commands[i + 1]);
 	}
 }

@@ -6,8 +6,9 @@
  *
  * dex_apply_workflow_task records what the task was shown (dex_build_new_events)
  * and WorkflowTaskCompleted, checks that the command ids replay the history
- * (determinism), applies the commands in order, then ends the run if the
- * task showed a cancellation request, or starts it over after continueAsNew.
+ * (determinism), applies the commands in order, then starts the run over
+ * after continueAsNew.  A cancellation request does not end the run by
+ * itself: the workflow ends it with cancelRun (apply_cancel_run).
  * Each command records its event, with the command's id, and adds the rows
  * it needs to the batch (engine/completion.h): new activity tasks, timers
  * and other inbox rows, cancelled timers; the batch writes them
@@ -340,6 +341,31 @@ apply_start_child_run(DexAppliedTask *c, const Dex__V1__Command *cmd)
  * ----------------------------------------------------------------
  */
 
+/*
+ * Ending the run CANCELLED: only once its cancellation was requested.  A
+ * cancellation is a request the workflow handles: the run stays active while
+ * its cleanup (activities, timers, children) runs, and ends when the workflow
+ * sends cancelRun (or completes or fails it instead).  The reason is the
+ * request's, when this task shows it.
+ */
+static void
+apply_cancel_run(DexAppliedTask *c, const Dex__V1__Command *cmd)
+{
+	char	   *reason = "";
+
+	if (!c->run->cancel_requested)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("command cancelRun of run %s: its cancellation was not requested",
+						dex_uuid_to_cstring(c->run_id)),
+				 errhint("A workflow ends its run CANCELLED after dex.cancel_run; to stop on its own, use completeRun or failRun.")));
+	for (size_t i = 0; i < c->n_events; i++)
+		if (c->events[i]->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCEL_REQUESTED)
+			reason = c->events[i]->run_cancel_requested->reason;
+	record_event(c, cmd->id, dex_event_run_cancelled(c->now, reason));
+	c->new_status = "CANCELLED";
+}
+
 static void
 apply_command(DexAppliedTask *c, const Dex__V1__Command *cmd)
 {
@@ -390,6 +416,9 @@ apply_command(DexAppliedTask *c, const Dex__V1__Command *cmd)
 			c->failure = cmd->fail_run->failure;
 			c->new_status = "FAILED";
 			break;
+		case DEX__V1__COMMAND__KIND_CANCEL_RUN:
+			apply_cancel_run(c, cmd);
+			break;
 		default:
 			ereport(ERROR,
 					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -432,28 +461,6 @@ check_determinism(DexAppliedTask *c, Dex__V1__WorkflowTaskCompletion *completion
 }
 
 /*
- * A task that showed a cancellation request ends the run CANCELLED once its
- * commands are applied, unless they ended the run themselves (continuing as
- * new does not end it).
- */
-static void
-apply_cancel_request(DexAppliedTask *c)
-{
-	if (c->new_status != NULL && !c->continued)
-		return;
-	for (size_t i = 0; i < c->n_events; i++)
-	{
-		if (c->events[i]->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCEL_REQUESTED)
-		{
-			record_event(c, 0, dex_event_run_cancelled(c->now, c->events[i]->run_cancel_requested->reason));
-			c->new_status = "CANCELLED";
-			c->continued = false;	/* a cancellation is not continued */
-			return;
-		}
-	}
-}
-
-/*
  * The run starts over after continueAsNew: its history is replaced by one
  * event, and its next task shows RunCreated with the new argument.
  */
@@ -492,7 +499,6 @@ dex_apply_workflow_task(DexAppliedTask *c, DexWorkflowCompletion *item, DexRun *
 		n_commands = 0;
 	for (int i = 0; i < n_commands; i++)
 		apply_command(c, item->completion->commands[i]);
-	apply_cancel_request(c);
 	if (c->continued)
 		start_over(c);
 }

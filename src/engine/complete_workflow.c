@@ -159,7 +159,8 @@ ends_run(const Dex__V1__WorkflowTaskCompletion *completion)
 		Dex__V1__Command__KindCase kind = completion->commands[i]->kind_case;
 
 		if (kind == DEX__V1__COMMAND__KIND_COMPLETE_RUN ||
-			kind == DEX__V1__COMMAND__KIND_FAIL_RUN)
+			kind == DEX__V1__COMMAND__KIND_FAIL_RUN ||
+			kind == DEX__V1__COMMAND__KIND_CANCEL_RUN)
 			return true;
 	}
 	return false;
@@ -218,8 +219,7 @@ set_aside_superseded(DexWorkflowCompletion *items, int n, HTAB *runs)
 	{
 		if (!items[i].done)
 			continue;
-		if (dex_find_run(runs, items[i].run_id)->cancel_requested ||
-			ends_run(items[i].completion))
+		if (ends_run(items[i].completion))
 		{
 			dex_array_add(ending, UUIDPGetDatum(items[i].run_id), false);
 			add_inbox_ids(inbox_runs, inbox_ids, &items[i]);

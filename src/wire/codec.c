@@ -146,6 +146,7 @@ static const ProtobufCMessageDescriptor *const dex_pb_descriptors[] = {
 	&dex__v1__run_completed__descriptor,
 	&dex__v1__run_failed__descriptor,
 	&dex__v1__run_cancelled__descriptor,
+	&dex__v1__run_terminated__descriptor,
 	&dex__v1__run_cancel_requested__descriptor,
 	&dex__v1__run_suspended__descriptor,
 	&dex__v1__run_resumed__descriptor,
@@ -178,6 +179,7 @@ static const ProtobufCMessageDescriptor *const dex_pb_descriptors[] = {
 	&dex__v1__complete_run__descriptor,
 	&dex__v1__fail_run__descriptor,
 	&dex__v1__continue_as_new__descriptor,
+	&dex__v1__cancel_run__descriptor,
 	&dex__v1__workflow_task_completion__descriptor,
 	/* task.proto */
 	&dex__v1__workflow_task__descriptor,

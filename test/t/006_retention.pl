@@ -94,7 +94,7 @@ ok($node->poll_query_until('postgres',
 # and goes on: the active runs end and go too
 $node->safe_psql('postgres', q{
 	SELECT dex.cancel_run(id) FROM dex.workflow_run;
-	SELECT dex.complete_task(run_id, 0, lock_version, '[]') FROM dex.poll_tasks('wf', 'w', 100);
+	SELECT dex.complete_task(run_id, 0, lock_version, '[{"cancelRun": {}}]') FROM dex.poll_tasks('wf', 'w', 100);
 });
 ok($node->poll_query_until('postgres', q{SELECT count(*) = 0 FROM dex.workflow_run}),
 	'runs that end later go too');

@@ -128,10 +128,11 @@ SCHEMA: Dict[str, List[tuple]] = {
         (1, "id", INT32)] + _oneof("""
         10 scheduleActivity, 11 startTimer, 12 cancelTimer, 13 startChildRun,
         14 recordSideEffect, 15 waitExternalEvent, 16 setCustomStatus, 17 completeRun,
-        18 failRun, 19 continueAsNew"""),
+        18 failRun, 19 continueAsNew, 20 cancelRun"""),
     "dex.v1.ScheduleActivity": _SCHEDULE_ACTIVITY,
     "dex.v1.StartTimer": [(1, "name", STRING), (2, "delay", DURATION)],
     "dex.v1.CancelTimer": [(1, "timerCreatedEventId", INT32)],
+    "dex.v1.CancelRun": [],
     "dex.v1.StartChildRun": [
         (1, "workflowName", STRING), (2, "workflowVersion", INT32), (3, "queue", STRING),
         (4, "argument", MESSAGE, "dex.v1.Payload"), (5, "instanceId", STRING),

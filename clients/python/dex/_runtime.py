@@ -53,6 +53,7 @@ COMMAND_EVENT = {
     "startChildRun": "childRunCreated",
     "completeRun": "runCompleted",
     "failRun": "runFailed",
+    "cancelRun": "runCancelled",
     "continueAsNew": "runContinuedAsNew",
 }
 EVENT_COMMAND = {v: k for k, v in COMMAND_EVENT.items()}
@@ -847,8 +848,6 @@ class _Replayer:
                 final = self._final_command()
                 if final is not None:
                     out.append(final)
-            elif self.cancel_reason is not None:
-                self.finished = True    # the run ends CANCELLED when this task completes
         except errors.NonDeterminismError as e:
             self.finished = True
             log.error("run %s: %s", task.get("runId"), e)
@@ -919,10 +918,10 @@ def fail_run_command(message: str, type: str) -> dict:
 
 
 def cancelled_command(reason: str) -> Optional[dict]:
-    """What a workflow returns when it lets a cancellation end the run: nothing, since the
-    engine ends the run CANCELLED when the task that showed runCancelRequested completes
-    without ending the run itself."""
-    return None
+    """What a workflow sends when it lets a cancellation end the run (dex.CancelledError
+    escaped it): cancelRun.  A workflow that catches the error goes on (its cleanup runs as
+    usual) and ends the run as it returns or raises."""
+    return {"cancelRun": {}}
 
 
 def replay(task: dict, definition: Optional[WorkflowDefinition],

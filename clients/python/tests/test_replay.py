@@ -214,12 +214,34 @@ async def cancel_me(ctx):
 def test_cancellation_is_raised_at_the_current_await():
     history = first_task() + [completed(), {"id": 1, "timerCreated": {"name": "sleep"}}]
     # the timer fired and the cancellation came in the same task: the workflow moved on to
-    # its next await (issuing the wait) and is cancelled there; the engine ends the run
+    # its next await (issuing the wait) and is cancelled there; the error escapes it, and
+    # the worker ends the run with cancelRun
     new = [started(1), {"timerElapsed": {"timerCreatedEventId": 1}},
            {"runCancelRequested": {"reason": "no longer needed"}}]
     assert run(cancel_me, history, new) == [
         {"id": 2, "waitExternalEvent": {"eventId": "never"}},
-        {"id": 3, "setCustomStatus": {"customStatus": "cancelled: no longer needed"}}]
+        {"id": 3, "setCustomStatus": {"customStatus": "cancelled: no longer needed"}},
+        {"cancelRun": {}}]
     new = [started(1), {"runCancelRequested": {}}]
     assert run(cancel_me, history, new) == [
-        {"id": 2, "setCustomStatus": {"customStatus": "cancelled: "}}]
+        {"id": 2, "setCustomStatus": {"customStatus": "cancelled: "}}, {"cancelRun": {}}]
+
+
+@dex.workflow("replay-compensate")
+async def compensate(ctx):
+    try:
+        await ctx.wait_event("never")
+    except dex.CancelledError:
+        await ctx.activity("undo")      # the compensation runs: the run is still active
+        raise
+
+
+def test_a_cancelled_workflow_compensates_then_ends_the_run():
+    history = first_task() + [completed(), {"id": 1, "externalEventWaitStarted": {"eventId": "never"}}]
+    new = [started(1), {"runCancelRequested": {"reason": "r"}}]
+    assert run(compensate, history, new) == [
+        {"id": 2, "scheduleActivity": {"name": "undo", "queue": "acts"}}]
+    history += new + [completed(), {"id": 2, "activityTaskCreated": {"name": "undo", "queue": "acts"}}]
+    new = [started(2), {"activityTaskCompleted": {"activityTaskCreatedEventId": 2,
+                                                  "result": {"json": "null"}}}]
+    assert run(compensate, history, new) == [{"cancelRun": {}}]
