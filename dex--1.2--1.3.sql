@@ -3,7 +3,8 @@
  *
  * What 1.3 adds: an operator's controls over a run's life (issue 15).  The
  * library of 1.3 works with a 1.2 schema until the update (it has neither
- * the status TERMINATED nor the functions below).  test/t/009_upgrade.pl
+ * the statuses TERMINATED and BLOCKED nor the functions below: runs are not
+ * parked until then).  test/t/009_upgrade.pl
  * checks that an updated database has exactly the objects of a fresh 1.3
  * install.
  */
@@ -13,10 +14,15 @@
 COMMENT ON FUNCTION dex.cancel_run(uuid, text) IS
     'Cancel a run: an executing run gets runCancelRequested and ends CANCELLED when its workflow sends cancelRun (after cleaning up); a run not executing ends CANCELLED at once.';
 
--- a run can end TERMINATED (dex.terminate_run)
+-- a run whose workflow task keeps failing is parked BLOCKED (dex.max_workflow_task_failures)
+-- until dex.resume_run retries it
+COMMENT ON FUNCTION dex.resume_run(uuid) IS
+    'Resume a suspended run (the workflow sees runSuspended and runResumed in its next task), or retry a run BLOCKED by failing workflow tasks.';
+
+-- a run can end TERMINATED (dex.terminate_run), or be parked BLOCKED
 ALTER TABLE dex.workflow_run DROP CONSTRAINT workflow_run_status_check;
 ALTER TABLE dex.workflow_run ADD CONSTRAINT workflow_run_status_check
-    CHECK (status IN ('CREATED', 'RUNNING', 'SUSPENDED', 'CANCELLED', 'COMPLETED', 'FAILED', 'TERMINATED'));
+    CHECK (status IN ('CREATED', 'RUNNING', 'SUSPENDED', 'CANCELLED', 'COMPLETED', 'FAILED', 'TERMINATED', 'BLOCKED'));
 
 CREATE FUNCTION dex.terminate_run(run_id uuid, reason text DEFAULT NULL)
 RETURNS void

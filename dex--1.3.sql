@@ -28,7 +28,7 @@ CREATE TABLE dex.workflow_run (
     workflow_version    integer NOT NULL CHECK (workflow_version > 0),
     queue_id            integer NOT NULL,
     status              text NOT NULL DEFAULT 'CREATED'
-                        CHECK (status IN ('CREATED', 'RUNNING', 'SUSPENDED', 'CANCELLED', 'COMPLETED', 'FAILED', 'TERMINATED')),
+                        CHECK (status IN ('CREATED', 'RUNNING', 'SUSPENDED', 'CANCELLED', 'COMPLETED', 'FAILED', 'TERMINATED', 'BLOCKED')),
     instance_id         text,
     priority            smallint NOT NULL DEFAULT 0 CHECK (priority BETWEEN 0 AND 100),
     labels              jsonb,
@@ -439,7 +439,7 @@ SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_resume_run';
 COMMENT ON FUNCTION dex.resume_run(uuid) IS
-    'Resume a suspended run; the workflow sees runSuspended and runResumed in its next task.';
+    'Resume a suspended run (the workflow sees runSuspended and runResumed in its next task), or retry a run BLOCKED by failing workflow tasks.';
 
 CREATE VIEW dex.all_runs AS
 SELECT r.id,

@@ -48,6 +48,31 @@ static DexPlan fence_failed_workflow_task_plan = {
 	2, {UUIDOID, INT8OID}
 };
 
+/*
+ * A run whose workflow task failed dex.max_workflow_task_failures times in a
+ * row is parked: BLOCKED, with no workflow task, until dex.resume_run (after a
+ * fix is deployed).  Its activities run on; what arrives waits in its inbox.
+ */
+static DexPlan park_run_plan = {
+	"WITH t AS (DELETE FROM dex.workflow_task WHERE run_id = $1) "
+	"UPDATE dex.workflow_run SET status = 'BLOCKED', updated_at = now() WHERE id = $1",
+	1, {UUIDOID}
+};
+
+/* whether the schema can park runs: BLOCKED came with 1.3 */
+static DexPlan schema_parks_plan = {
+	"SELECT extversion <> ALL ('{1.0,1.1,1.2}'::text[]) FROM pg_catalog.pg_extension "
+	"WHERE extname = 'dex'",
+	0, {0}
+};
+
+static bool
+schema_parks_runs(void)
+{
+	dex_spi_exec(&schema_parks_plan, NULL, NULL, 1);
+	return SPI_processed > 0 && dex_spi_getbool(0, 1);
+}
+
 /* ...and the task can be leased again when the backoff ends */
 static DexPlan back_off_workflow_task_plan = {
 	"UPDATE dex.workflow_task SET locked_until = $2 WHERE run_id = $1",
@@ -105,8 +130,9 @@ lease_not_held(pg_uuid_t *run_id, int32 task_id, int64 lock_version, bool raise_
  * a crash loop, a missing workflow, a bug) is handed out again after a
  * backoff that grows with the run's consecutive task failures, per the
  * dex.retry_* settings; the count and the last failure are on the run, and
- * a completed task resets them.  The workflow's own errors fail the run
- * instead (the failRun command).
+ * a completed task resets them, and after dex.max_workflow_task_failures
+ * of them in a row the run is parked (BLOCKED).  The workflow's own errors
+ * fail the run instead (the failRun command).
  */
 static bool
 fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *failure,
@@ -129,6 +155,12 @@ fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *fail
 	values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure));
 	dex_spi_exec(&count_task_failure_plan, values, NULL, 1);
 	failures = (int32) dex_spi_getint64(0, 1);
+	if (dex_max_workflow_task_failures > 0 && failures >= dex_max_workflow_task_failures &&
+		schema_parks_runs())
+	{
+		dex_spi_exec(&park_run_plan, values, NULL, 0);
+		return true;
+	}
 
 	retry_at = dex_retry_time(dex_effective_retry_policy(NULL), failures);
 	values[1] = TimestampTzGetDatum(retry_at);

@@ -633,7 +633,7 @@ static DexPlan list_runs_plan = {
 };
 
 static const char *const run_statuses[] = {
-	"CREATED", "RUNNING", "SUSPENDED", "CANCELLED", "COMPLETED", "FAILED", "TERMINATED"
+	"CREATED", "RUNNING", "SUSPENDED", "BLOCKED", "CANCELLED", "COMPLETED", "FAILED", "TERMINATED"
 };
 
 static Datum
@@ -660,7 +660,7 @@ list_runs(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("invalid run status \"%s\"", status),
-					 errhint("A status is CREATED, RUNNING, SUSPENDED, CANCELLED, COMPLETED, FAILED or TERMINATED.")));
+					 errhint("A status is CREATED, RUNNING, SUSPENDED, BLOCKED, CANCELLED, COMPLETED, FAILED or TERMINATED.")));
 	}
 	if (!PG_ARGISNULL(2) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(2)))
 		ereport(ERROR,

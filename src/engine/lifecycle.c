@@ -259,16 +259,43 @@ dex_suspend_run_internal(pg_uuid_t *run_id)
 	dex_insert_inbox(run_id, dex_event_run_suspended(now), now);
 }
 
-/* Resume a suspended run (see dex.resume_run). */
+/*
+ * Unblock a run that was parked (BLOCKED) after its workflow task failed
+ * dex.max_workflow_task_failures times in a row: it is CREATED again if it
+ * never started, else RUNNING, its failure count starts over, and it gets a
+ * workflow task at once.  Its last failure stays on the run until a task
+ * completes.
+ */
+static DexPlan unblock_plan = {
+	"UPDATE dex.workflow_run SET status = CASE WHEN history_length = 0 THEN 'CREATED' ELSE 'RUNNING' END, "
+	"       task_failures = 0, updated_at = now() WHERE id = $1",
+	1, {UUIDOID}
+};
+
+/*
+ * Resume a suspended run, or retry a blocked one (see dex.resume_run).
+ */
 void
 dex_resume_run_internal(pg_uuid_t *run_id)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-
 	Datum		values[1] = {UUIDPGetDatum(run_id)};
+	char	   *status = lock_run(run_id, NULL, true);
 	DexRows		released;
 
-	change_status(run_id, "resume", "SUSPENDED", "RUNNING");
+	if (strcmp(status, "BLOCKED") == 0)
+	{
+		dex_spi_exec(&unblock_plan, values, NULL, 0);
+		dex_ensure_workflow_tasks(dex_uuid_array(&run_id, 1));
+		return;
+	}
+	if (strcmp(status, "SUSPENDED") != 0)
+		illegal_transition(run_id, "resume", status);
+	{
+		Datum		set[2] = {values[0], CStringGetTextDatum("RUNNING")};
+
+		dex_spi_exec(&set_status_plan, set, NULL, 0);
+	}
 	/* a task left from before the suspension (see withdraw_task_plan) goes: its lease is void */
 	dex_spi_exec(&withdraw_task_plan, values, NULL, 0);
 	released = dex_spi_rows(&release_activities_plan, values, NULL, 0);

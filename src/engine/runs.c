@@ -187,7 +187,7 @@ Dex__V1__RunStatus
 dex_run_status_enum(const char *status)
 {
 	static const char *const names[] = {
-		"", "CREATED", "RUNNING", "SUSPENDED", "CANCELLED", "COMPLETED", "FAILED", "TERMINATED"
+		"", "CREATED", "RUNNING", "SUSPENDED", "CANCELLED", "COMPLETED", "FAILED", "TERMINATED", "BLOCKED"
 	};
 
 	for (int i = 1; i < lengthof(names); i++)

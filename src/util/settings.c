@@ -26,6 +26,7 @@ int			dex_retry_initial_delay_ms = 5000;
 double		dex_retry_multiplier = 1.5;
 double		dex_retry_randomization = 0.3;
 int			dex_retry_max_delay_ms = 30 * 60 * 1000;
+int			dex_max_workflow_task_failures = 10;
 int			dex_max_payload_size = 1024 * 1024;
 int			dex_retention_period_s = 7 * 24 * 3600;
 int			dex_retention_batch_size = 1000;
@@ -81,6 +82,13 @@ dex_define_settings(void)
 							 0.3, 0.0, 1.0,
 							 PGC_USERSET, 0,
 							 NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.max_workflow_task_failures",
+							"Failed workflow tasks in a row after which a run is parked as BLOCKED.",
+							"0 retries a failing workflow task for ever; dex.resume_run retries a BLOCKED run.",
+							&dex_max_workflow_task_failures,
+							10, 0, 1000000,
+							PGC_USERSET, 0,
+							NULL, NULL, NULL);
 	DefineCustomIntVariable("dex.retry_max_delay",
 							"Default longest delay between two attempts of an activity.",
 							NULL,

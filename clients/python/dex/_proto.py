@@ -164,7 +164,8 @@ ENUMS: Dict[str, Dict[int, str]] = {
     "dex.v1.RunStatus": {0: "RUN_STATUS_UNSPECIFIED", 1: "RUN_STATUS_CREATED",
                          2: "RUN_STATUS_RUNNING", 3: "RUN_STATUS_SUSPENDED",
                          4: "RUN_STATUS_CANCELLED", 5: "RUN_STATUS_COMPLETED",
-                         6: "RUN_STATUS_FAILED", 7: "RUN_STATUS_TERMINATED"},
+                         6: "RUN_STATUS_FAILED", 7: "RUN_STATUS_TERMINATED",
+                         8: "RUN_STATUS_BLOCKED"},
 }
 
 
