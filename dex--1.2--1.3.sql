@@ -56,3 +56,14 @@ REVOKE ALL ON FUNCTION dex.terminate_run(uuid, text), dex.purge_run(uuid),
     dex.purge_runs(text, text, timestamptz, integer) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dex.terminate_run(uuid, text) TO dex_client, dex_admin;
 GRANT EXECUTE ON FUNCTION dex.purge_run(uuid), dex.purge_runs(text, text, timestamptz, integer) TO dex_admin;
+
+-- No SET clause, as dex.wait_for_tasks: its statements qualify every object and operator.
+CREATE PROCEDURE dex.wait_for_run(run_id uuid, timeout interval DEFAULT '60 s',
+                                  INOUT status text DEFAULT NULL, INOUT result jsonb DEFAULT NULL,
+                                  INOUT failure jsonb DEFAULT NULL)
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'dex_wait_for_run';
+COMMENT ON PROCEDURE dex.wait_for_run(uuid, interval, text, jsonb, jsonb) IS
+    'Wait until the run has ended (at once if it has): its status, result and failure; after the timeout its status then. Holds no snapshot while it waits. Call outside a transaction block.';
+REVOKE ALL ON PROCEDURE dex.wait_for_run(uuid, interval, text, jsonb, jsonb) FROM PUBLIC;
+GRANT EXECUTE ON PROCEDURE dex.wait_for_run(uuid, interval, text, jsonb, jsonb) TO dex_client;

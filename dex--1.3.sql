@@ -605,6 +605,15 @@ AS 'MODULE_PATHNAME', 'dex_wait_for_tasks';
 COMMENT ON PROCEDURE dex.wait_for_tasks(text, interval, boolean) IS
     'Long poll: ready = true as soon as the queue may have pollable tasks, false after the timeout; holds no snapshot while it waits. Call outside a transaction block.';
 
+-- No SET clause, as dex.wait_for_tasks: its statements qualify every object and operator.
+CREATE PROCEDURE dex.wait_for_run(run_id uuid, timeout interval DEFAULT '60 s',
+                                  INOUT status text DEFAULT NULL, INOUT result jsonb DEFAULT NULL,
+                                  INOUT failure jsonb DEFAULT NULL)
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'dex_wait_for_run';
+COMMENT ON PROCEDURE dex.wait_for_run(uuid, interval, text, jsonb, jsonb) IS
+    'Wait until the run has ended (at once if it has): its status, result and failure; after the timeout its status then. Holds no snapshot while it waits. Call outside a transaction block.';
+
 /*
  * Batches: many tasks in one call and one transaction.  A lost lease is
  * reported for its task (completed = false) without failing the others.
@@ -986,6 +995,7 @@ GRANT EXECUTE ON FUNCTION
     dex.cancel_run(uuid, text), dex.suspend_run(uuid), dex.resume_run(uuid),
     dex.terminate_run(uuid, text)
     TO dex_client;
+GRANT EXECUTE ON PROCEDURE dex.wait_for_run(uuid, interval, text, jsonb, jsonb) TO dex_client;
 GRANT SELECT ON dex.runs TO dex_client;
 GRANT EXECUTE ON FUNCTION
     dex.poll_tasks(text, text, integer, interval), dex.poll_tasks_pb(text, text, integer, interval),

@@ -14,6 +14,8 @@
 CREATE TEMP TABLE security_unpinned_ok (routine text, reason text);
 INSERT INTO security_unpinned_ok VALUES
     ('dex.wait_for_tasks(text,interval,boolean)',
+     'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
+    ('dex.wait_for_run(uuid,interval,text,jsonb,jsonb)',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path');
 
 -- routines of dex that do not pin the path and are not exceptions: none
@@ -304,9 +306,10 @@ SELECT pg_catalog.count(*) AS visible FROM dex.runs WHERE workflow_name OPERATOR
 SELECT dex.cancel_run(:'r3', 'not needed');
 SELECT argument FROM dex.list_runs(before_id => :'r2', status => 'CREATED', labels => '{"tenant": "m"}',
                                    page_size => 1);
--- a run terminated by its client
+-- a run terminated by its client; the client waits for the cancelled one
 SELECT dex.create_run('sec-end', 'sec-wf') AS r4 \gset
 SELECT dex.terminate_run(:'r4', 'not needed either');
+CALL dex.wait_for_run(:'r3', '1 s');
 
 -- the first workflow task: every kind of command
 CALL dex.wait_for_tasks('sec-wf', '0 s');

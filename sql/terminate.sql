@@ -93,3 +93,20 @@ SELECT pg_temp.outcome('SELECT dex.purge_runs("limit" => NULL)');
 SELECT pg_temp.outcome('SELECT dex.purge_runs(ended_before => NULL)');
 SELECT pg_temp.outcome('SELECT dex.purge_runs(queue => ''no-such-queue'')');
 SELECT pg_temp.outcome('SELECT dex.purge_runs(queue => ''term-act'')');
+
+-- wait_for_run: at once for a run that ended; after the timeout, the status of one that has not
+SELECT dex.create_run('waited', 'term-wf') AS w \gset
+SELECT dex.cancel_run(:'w', 'done waiting');
+CALL dex.wait_for_run(:'w', '10 s', NULL, NULL, NULL);
+SELECT dex.create_run('waiting', 'term-wf') AS w2 \gset
+SELECT clock_timestamp() AS before \gset
+CALL dex.wait_for_run(:'w2', '0.2 s');
+SELECT clock_timestamp() - :'before'::timestamptz >= interval '0.2 s' AS waited_the_timeout;
+\set VERBOSITY sqlstate
+CALL dex.wait_for_run(NULL, '1 s');
+CALL dex.wait_for_run('00000000-0000-7000-8000-000000000000', '1 s');
+CALL dex.wait_for_run(:'w2', '2 days');
+BEGIN;
+CALL dex.wait_for_run(:'w2', '1 s');
+ROLLBACK;
+\set VERBOSITY terse

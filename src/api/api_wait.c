@@ -1,7 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * api_wait.c
- *	  CALL dex.wait_for_tasks(queue, timeout, INOUT ready): the long poll.
+ *	  CALL dex.wait_for_tasks(queue, timeout, INOUT ready): the long poll;
+ *	  CALL dex.wait_for_run(run_id, timeout, INOUT status, result, failure):
+ *	  waiting for a run to end.
  *
  * Long poll: return at once if the queue has pollable tasks, else sleep until
  * a commit adds some (or a lease expires) or the timeout passes.  A procedure,
@@ -13,6 +15,10 @@
  * neither dex's locks (the rebuild lock, the queue's capacity lock) nor a row
  * lock.  Then, if it must wait, it commits, and sleeps on the queue's
  * condition variable (shmem/wakeup.c) outside any transaction.
+ *
+ * dex.wait_for_run does the same for one run: it looks at the run, and until
+ * the run has ended it commits and sleeps on the run's wait slot, which
+ * dex_end_runs wakes when the transaction that ended the run commits.
  *
  *-------------------------------------------------------------------------
  */
@@ -96,11 +102,36 @@ look_for_tasks(Oid proc_oid, const char *queue_name, DexQueue *queue, uint64 *ge
 	dex_api_leave(&call, false);
 }
 
+/* A procedure that waits must be able to end its transaction */
+static void
+require_nonatomic_call(FunctionCallInfo fcinfo, const char *name)
+{
+	if (fcinfo->context == NULL || !IsA(fcinfo->context, CallContext) ||
+		castNode(CallContext, fcinfo->context)->atomic)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("dex.%s cannot wait inside a transaction block", name),
+				 errdetail("It ends its transaction before it sleeps, so that a waiting session holds no snapshot."),
+				 errhint("Call it with autocommit on: CALL dex.%s(...) outside BEGIN ... COMMIT.", name)));
+}
+
+/* The timeout argument "arg", in microseconds: 0 to a day */
+static int64
+wait_timeout(FunctionCallInfo fcinfo, int arg)
+{
+	int64		usecs;
+
+	if (!dex_interval_usecs(PG_GETARG_INTERVAL_P(arg), &usecs) || usecs < 0 || usecs > MAX_WAIT_USECS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("timeout must be between 0 and 1 day")));
+	return usecs;
+}
+
 Datum
 dex_wait_for_tasks(PG_FUNCTION_ARGS)
 {
 	char	   *queue_name;
-	Interval   *timeout;
 	int64		timeout_usecs;
 	DexQueue	queue;
 	uint64		generation;
@@ -109,21 +140,10 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	bool		nulls[1] = {false};
 
-	if (fcinfo->context == NULL || !IsA(fcinfo->context, CallContext) ||
-		castNode(CallContext, fcinfo->context)->atomic)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
-				 errmsg("dex.wait_for_tasks cannot wait inside a transaction block"),
-				 errdetail("It ends its transaction before it sleeps, so that a waiting worker holds no snapshot."),
-				 errhint("Call it with autocommit on: CALL dex.wait_for_tasks(...) outside BEGIN ... COMMIT.")));
+	require_nonatomic_call(fcinfo, "wait_for_tasks");
 	dex_args_not_null(fcinfo, 2, "queue and timeout");
 	queue_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
-	timeout = PG_GETARG_INTERVAL_P(1);
-	if (!dex_interval_usecs(timeout, &timeout_usecs) ||
-		timeout_usecs < 0 || timeout_usecs > MAX_WAIT_USECS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("timeout must be between 0 and 1 day")));
+	timeout_usecs = wait_timeout(fcinfo, 1);
 
 	SPI_connect_ext(SPI_OPT_NONATOMIC);
 	look_for_tasks(fcinfo->flinfo->fn_oid, queue_name, &queue, &generation, &ready);
@@ -143,4 +163,123 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 	tupdesc = BlessTupleDesc(tupdesc);
 	values[0] = BoolGetDatum(ready);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/* ----------------------------------------------------------------
+ * CALL dex.wait_for_run(run_id, timeout, INOUT status, result, failure)
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dex_wait_for_run);
+
+/* qualified throughout, as above */
+static DexPlan run_outcome_plan = {
+	"SELECT status, result, failure, queue_id FROM dex.workflow_run WHERE id OPERATOR(pg_catalog.=) $1",
+	1, {UUIDOID}
+};
+
+/* What the procedure returns: the run's status, and its result or failure as JSON */
+typedef struct RunOutcome
+{
+	bool		ended;
+	Datum		values[3];
+	bool		nulls[3];
+} RunOutcome;
+
+/*
+ * Look at the run, with the owner's rights: the wait slot's generation first,
+ * then the run (unknown if it does not exist or its queue is not one the
+ * caller may use).  Its outcome is copied out of SPI's memory.
+ */
+static void
+look_at_run(Oid proc_oid, pg_uuid_t *run_id, uint64 *generation, RunOutcome *out)
+{
+	DexApiCall	call;
+
+	dex_api_enter(proc_oid, &call);
+	PG_TRY();
+	{
+		Datum		values[1] = {UUIDPGetDatum(run_id)};
+		DexRows		run;
+		char	   *status;
+
+		*generation = dex_run_generation(run_id);
+		run = dex_spi_rows(&run_outcome_plan, values, NULL, 1);
+		if (run.n == 0 || !dex_may_use_queue_id((int32) dex_rows_getint64(run, 0, 4)))
+			dex_no_such_run(run_id);
+		status = dex_rows_gettext_copy(run, 0, 1);
+		out->ended = dex_status_is_terminal(status);
+		out->values[0] = CStringGetTextDatum(status);
+		out->nulls[0] = false;
+		for (int col = 2; col <= 3; col++)
+		{
+			bytea	   *pb = dex_rows_getbytea_copy(run, 0, col);
+			Jsonb	   *json = NULL;
+
+			if (pb != NULL && col == 2)
+				json = dex_payload_to_jsonb(dex_payload_unpack(pb, "result"));
+			else if (pb != NULL)
+				json = dex_pb_to_jsonb(dex_pb_unpack(&dex__v1__failure__descriptor,
+													 (uint8 *) VARDATA_ANY(pb),
+													 VARSIZE_ANY_EXHDR(pb), "failure"));
+			out->nulls[col - 1] = json == NULL;
+			out->values[col - 1] = json ? SPI_datumTransfer(JsonbPGetDatum(json), false, -1) : (Datum) 0;
+		}
+		out->values[0] = SPI_datumTransfer(out->values[0], false, -1);
+	}
+	PG_CATCH();
+	{
+		dex_api_leave(&call, true);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	dex_api_leave(&call, false);
+}
+
+/*
+ * CALL dex.wait_for_run(run_id, timeout): as soon as the run has ended (at
+ * once if it has), its status, result and failure; after the timeout, its
+ * status then, with no result.  Holds no snapshot while it waits.
+ */
+Datum
+dex_wait_for_run(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *run_id;
+	int64		timeout_usecs;
+	TimestampTz deadline;
+	uint64		generation;
+	RunOutcome	outcome;
+	TupleDesc	tupdesc;
+
+	require_nonatomic_call(fcinfo, "wait_for_run");
+	dex_args_not_null(fcinfo, 2, "run id and timeout");
+	run_id = PG_GETARG_UUID_P(0);
+	timeout_usecs = wait_timeout(fcinfo, 1);
+	deadline = GetCurrentTimestamp() + timeout_usecs;
+
+	SPI_connect_ext(SPI_OPT_NONATOMIC);
+	for (;;)
+	{
+		long		remaining;
+
+		look_at_run(fcinfo->flinfo->fn_oid, run_id, &generation, &outcome);
+		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (outcome.ended || remaining <= 0)
+			break;
+		/* no snapshot, no xmin from here on */
+		SPI_commit();
+		dex_report_wait("waiting for a run to end");
+		(void) dex_run_wait(run_id, generation, remaining);
+		dex_report_wait(NULL);
+	}
+	SPI_finish();
+
+	if (!outcome.ended)
+		outcome.nulls[1] = outcome.nulls[2] = true;
+	tupdesc = CreateTemplateTupleDesc(3);
+	TupleDescInitEntry(tupdesc, (AttrNumber) 1, "status", TEXTOID, -1, 0);
+	TupleDescInitEntry(tupdesc, (AttrNumber) 2, "result", JSONBOID, -1, 0);
+	TupleDescInitEntry(tupdesc, (AttrNumber) 3, "failure", JSONBOID, -1, 0);
+	tupdesc = BlessTupleDesc(tupdesc);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, outcome.values, outcome.nulls)));
 }

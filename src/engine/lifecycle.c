@@ -389,6 +389,7 @@ dex_end_runs(Datum run_ids)
 	pg_uuid_t  *children;
 
 	dex_spi_exec(&end_runs_plan, values, NULL, 0);
+	dex_runs_ended(run_ids);	/* dex.wait_for_run's waiters, at commit */
 	dex_release_keys(run_ids);
 
 	dex_spi_exec(&ended_children_plan, values, NULL, 0);

@@ -46,7 +46,9 @@
 #include "storage/spin.h"
 #include "tcop/tcopprot.h"
 #include "common/hashfn.h"
+#include "utils/array.h"
 #include "utils/timestamp.h"
+#include "utils/uuid.h"
 #include "utils/wait_event.h"
 
 #include "shmem/shmem.h"
@@ -461,6 +463,21 @@ dex_wake_scheduler_at_commit(TimestampTz due)
 	dex_warn_if_not_preloaded("delayed work");
 }
 
+/* Wake the waiters of wait slot "slot" when this transaction commits */
+static void
+add_pending_slot(int slot)
+{
+	if (pending_all_slots)
+		return;
+	for (int i = 0; i < n_pending_slots; i++)
+		if (pending_slots[i] == slot)
+			return;
+	if (n_pending_slots == MAX_PENDING_SLOTS)
+		pending_all_slots = true;
+	else
+		pending_slots[n_pending_slots++] = slot;
+}
+
 static int
 queue_slot(int32 queue_id)
 {
@@ -477,17 +494,7 @@ queue_slot(int32 queue_id)
 void
 dex_queue_work_added(int32 queue_id)
 {
-	int			slot = queue_slot(queue_id);
-
-	if (pending_all_slots)
-		return;
-	for (int i = 0; i < n_pending_slots; i++)
-		if (pending_slots[i] == slot)
-			return;
-	if (n_pending_slots == MAX_PENDING_SLOTS)
-		pending_all_slots = true;
-	else
-		pending_slots[n_pending_slots++] = slot;
+	add_pending_slot(queue_slot(queue_id));
 }
 
 /* Note every queue id in column "col" of the current SPI result. */
@@ -498,6 +505,27 @@ dex_queue_work_added_spi(int col)
 		dex_queue_work_added((int32) dex_spi_getint64(i, col));
 }
 
+static void
+require_shared_memory(const char *what)
+{
+	if (dex_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("dex must be loaded via shared_preload_libraries to wait for %s", what),
+				 errhint("Add dex to \"%s\" and restart the server, or poll without waiting.",
+						 "shared_preload_libraries")));
+}
+
+/* The generation of a wait slot, to be read before looking */
+static uint64
+slot_generation(int slot)
+{
+	uint64		gen = pg_atomic_read_u64(&dex_shared->wait_slots[slot].generation);
+
+	pg_memory_barrier();
+	return gen;
+}
+
 /*
  * For dex.wait_for_tasks: the generation of the queue's wait slot, to be read
  * before looking for work.
@@ -505,17 +533,42 @@ dex_queue_work_added_spi(int col)
 uint64
 dex_queue_generation(int32 queue_id)
 {
-	uint64		gen;
+	require_shared_memory("tasks");
+	return slot_generation(queue_slot(queue_id));
+}
 
-	if (dex_shared == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("dex must be loaded via shared_preload_libraries to wait for tasks"),
-				 errhint("Add dex to \"%s\" and restart the server, or poll without waiting.",
-						 "shared_preload_libraries")));
-	gen = pg_atomic_read_u64(&dex_shared->wait_slots[queue_slot(queue_id)].generation);
-	pg_memory_barrier();
-	return gen;
+/*
+ * Runs share the wait slots with queues: a run's end wakes the waiters of
+ * its slot, who look again (a waiter of another run or queue of the slot
+ * finds nothing new and sleeps again).
+ */
+static int
+run_slot(const pg_uuid_t *run_id)
+{
+	uint32		h = hash_combine(murmurhash32((uint32) MyDatabaseId),
+								 hash_bytes(run_id->data, UUID_LEN));
+
+	return (int) (h % DEX_WAIT_SLOTS);
+}
+
+/* This transaction ended the runs of run_ids (a uuid[]): wake their waiters at commit */
+void
+dex_runs_ended(Datum run_ids)
+{
+	ArrayType  *a = DatumGetArrayTypeP(run_ids);
+	int			n = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
+	pg_uuid_t  *ids = (pg_uuid_t *) ARR_DATA_PTR(a);
+
+	for (int i = 0; i < n && !pending_all_slots; i++)
+		add_pending_slot(run_slot(&ids[i]));
+}
+
+/* For dex.wait_for_run: the generation of the run's wait slot */
+uint64
+dex_run_generation(const pg_uuid_t *run_id)
+{
+	require_shared_memory("runs");
+	return slot_generation(run_slot(run_id));
 }
 
 /*
@@ -543,15 +596,15 @@ check_client_connection(void)
 }
 
 /*
- * Sleep until work is added to the queue after "generation" was read, or
- * until timeout_ms passes.  Returns whether work was added.  Interrupts
- * (cancel, terminate) are served while sleeping, and a client that went
- * away ends the session within CLIENT_CHECK_MS.
+ * Sleep until the wait slot's generation moves on from "generation", or until
+ * timeout_ms passes.  Returns whether it moved.  Interrupts (cancel,
+ * terminate) are served while sleeping, and a client that went away ends the
+ * session within CLIENT_CHECK_MS.
  */
-bool
-dex_queue_wait(int32 queue_id, uint64 generation, long timeout_ms)
+static bool
+slot_wait(int slot_no, uint64 generation, long timeout_ms)
 {
-	DexWaitSlot *slot = &dex_shared->wait_slots[queue_slot(queue_id)];
+	DexWaitSlot *slot = &dex_shared->wait_slots[slot_no];
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	bool		woken = false;
 
@@ -574,6 +627,20 @@ dex_queue_wait(int32 queue_id, uint64 generation, long timeout_ms)
 	}
 	ConditionVariableCancelSleep();
 	return woken;
+}
+
+/* Sleep until work is added to the queue after "generation" was read (see slot_wait) */
+bool
+dex_queue_wait(int32 queue_id, uint64 generation, long timeout_ms)
+{
+	return slot_wait(queue_slot(queue_id), generation, timeout_ms);
+}
+
+/* Sleep until a run of the run's slot ends after "generation" was read (see slot_wait) */
+bool
+dex_run_wait(const pg_uuid_t *run_id, uint64 generation, long timeout_ms)
+{
+	return slot_wait(run_slot(run_id), generation, timeout_ms);
 }
 
 /*

@@ -1117,7 +1117,8 @@ commands_flaw(const Dex__V1__WorkflowTaskCompletion *completion)
 			return "a negative id";
 		if (i + 1 < completion->n_commands &&
 			(cmd->kind_case == DEX__V1__COMMAND__KIND_COMPLETE_RUN ||
-			 cmd->kind_case == DEX__V1__COMMAND__KIND_FAIL_RUN))
+			 cmd->kind_case == DEX__V1__COMMAND__KIND_FAIL_RUN ||
+			 cmd->kind_case == DEX__V1__COMMAND__KIND_CANCEL_RUN))
 			return "a command after the one that ends the run";
 		switch (cmd->kind_case)
 		{

@@ -123,5 +123,26 @@ ok($node->poll_query_until('postgres',
 	'the backend of the killed client ends');
 ok($node->log_contains('connection to client lost'), 'it says why');
 
+# 7. a client waits for a run to end: CALL dex.wait_for_run sleeps holding no
+# snapshot and returns as soon as another session ends the run
+my $run = $node->safe_psql('postgres', q{SELECT dex.create_run('awaited', 'wf')});
+my ($run_out, $run_err) = ('', '');
+my $run_waiter = IPC::Run::start(
+	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'),
+	  '-c', "CALL dex.wait_for_run('$run', '60 s')" ],
+	'>', \$run_out, '2>', \$run_err);
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE query LIKE 'CALL dex.wait_for_run(%' AND wait_event_type = 'Extension'
+	   AND backend_xmin IS NULL AND backend_xid IS NULL}),
+	'a client waits for a run in dex.wait_for_run, holding no snapshot');
+my $ended_at = time();
+$node->safe_psql('postgres', q{
+	SELECT dex.complete_task(run_id, 0, lock_version, '[{"completeRun": {"result": {"json": "42"}}}]')
+	  FROM dex.poll_tasks('wf', 'w', 10)});
+$run_waiter->finish;
+is($run_out, "COMPLETED|42|\n", 'it returns the status and the result as soon as the run ends');
+cmp_ok(time() - $ended_at, '<', 10, 'woken by the end of the run, not by its 60 s timeout');
+
 $node->stop;
 done_testing();

@@ -186,9 +186,22 @@ class Client:
 
     def wait(self, run_id: str, timeout: Optional[float] = None,
              statuses: Sequence[str] = TERMINAL) -> Run:
-        """Poll dex.get_run, with backoff (20 ms growing to 1 s), until the run's status is
-        one of ``statuses`` (default: ended)."""
+        """Wait until the run's status is one of ``statuses`` (default: ended).  For an end,
+        the server wakes the wait (``CALL dex.wait_for_run``, dex 1.3 and later, on an
+        autocommit connection that is not pooled: behind a transaction pool a long CALL would
+        hold one of the pool's server connections); otherwise dex.get_run is polled with
+        backoff (20 ms growing to 1 s)."""
         deadline = None if timeout is None else time.monotonic() + seconds(timeout)
+        if (tuple(statuses) == TERMINAL and self.conn.autocommit and not self.pooled
+                and self._has_function("wait_for_run")):
+            while True:
+                left = 60.0 if deadline is None else min(60.0, max(0.0, deadline - time.monotonic()))
+                self._exec("CALL dex.wait_for_run(%s, make_interval(secs => %s))", (run_id, left))
+                run = self.get(run_id)
+                if run.status in statuses:
+                    return run
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"run {run_id} is still {run.status} after {timeout} s")
         delay = 0.02
         while True:
             run = self.get(run_id)
