@@ -77,4 +77,13 @@ SELECT dex.cancel_run(:'run', 'given up');
 SELECT status FROM dex.workflow_run WHERE id = :'run';
 \set VERBOSITY sqlstate
 SELECT dex.resume_run(:'run');
+\set VERBOSITY terse
+-- a run blocked before it ever started ends with a history that starts as every history does
+SELECT dex.create_run('poison-2', 'blk-wf') AS run2 \gset
+CALL pg_temp.fail_tasks(:'run2', 1);
+SELECT dex.cancel_run(:'run2');
+SELECT r.status, string_agg((SELECT k FROM jsonb_object_keys(h.event - 'id' - 'timestamp') k), ','
+                            ORDER BY h.sequence) AS history
+  FROM dex.workflow_run r, dex.run_history(r.id) h WHERE r.id = :'run2' GROUP BY r.status;
+\set VERBOSITY sqlstate
 SET dex.max_workflow_task_failures = -1;

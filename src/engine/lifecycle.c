@@ -131,9 +131,9 @@ illegal_transition(pg_uuid_t *run_id, const char *action, const char *status)
 
 /*
  * End the run "run_id", locked and of status "status", at once as
- * "end_status": its history gets end_event (after runCreated for a run that
- * never started), its failure "failure", and everything it had pending is
- * withdrawn (dex_end_runs).
+ * "end_status": its history gets end_event (after runCreated for a run whose
+ * history is empty: one that never started), its failure "failure", and
+ * everything it had pending is withdrawn (dex_end_runs).
  */
 static void
 end_run_now(pg_uuid_t *run_id, const char *status, const char *end_status,
@@ -147,11 +147,13 @@ end_run_now(pg_uuid_t *run_id, const char *status, const char *end_status,
 
 	dex__v1__event_batch__init(&batch);
 	batch.events = events;
-	if (strcmp(status, "CREATED") == 0)
+	if (strcmp(status, "RUNNING") != 0 && strcmp(status, "SUSPENDED") != 0)
 	{
-		HTAB	   *runs = dex_load_runs(ids, false);
+		/* CREATED, or BLOCKED before its first task completed: no history yet */
+		DexRun	   *run = dex_find_run(dex_load_runs(ids, false), run_id);
 
-		events[batch.n_events++] = dex_run_created_event(dex_find_run(runs, run_id));
+		if (run->history_length == 0)
+			events[batch.n_events++] = dex_run_created_event(run);
 	}
 	events[batch.n_events++] = end_event;
 
