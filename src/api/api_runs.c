@@ -477,24 +477,33 @@ send_external_event_to_instance(PG_FUNCTION_ARGS)
 
 
 /*
+ * The reason argument "arg" of a cancellation or a termination ("what"):
+ * stored in the history like a payload, so within the same limit; NULL is
+ * none.
+ */
+static char *
+reason_arg(FunctionCallInfo fcinfo, int arg, const char *what)
+{
+	if (PG_ARGISNULL(arg))
+		return "";
+	dex_check_payload_size(VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(arg)), what);
+	return text_to_cstring(PG_GETARG_TEXT_PP(arg));
+}
+
+/*
  * dex.cancel_run(run_id, reason): a run that is executing receives
- * runCancelRequested and ends CANCELLED when the workflow task that shows it
- * completes; a run that is not executing (never started, or suspended) ends
- * CANCELLED at once.  Either way its pending tasks are withdrawn, and its
- * children are cancelled, when it ends.
+ * runCancelRequested and ends CANCELLED when its workflow sends cancelRun
+ * (or completes or fails it); a run that is not executing (never started,
+ * suspended, blocked) ends CANCELLED at once.  Either way its pending tasks
+ * are withdrawn, and its children are cancelled, when it ends.
  */
 static Datum
 cancel_run(PG_FUNCTION_ARGS)
 {
-	char	   *reason = "";
+	char	   *reason;
 
 	dex_arg_not_null(fcinfo, 0, "run id");
-	if (!PG_ARGISNULL(1))
-	{
-		/* stored in the history like a payload: the same limit */
-		dex_check_payload_size(VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(1)), "cancellation reason");
-		reason = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	}
+	reason = reason_arg(fcinfo, 1, "cancellation reason");
 	SPI_connect();
 	dex_wait_for_rebuild();
 	dex_cancel_run_internal(PG_GETARG_UUID_P(0), reason, false);
@@ -509,14 +518,10 @@ cancel_run(PG_FUNCTION_ARGS)
 static Datum
 terminate_run(PG_FUNCTION_ARGS)
 {
-	char	   *reason = "";
+	char	   *reason;
 
 	dex_arg_not_null(fcinfo, 0, "run id");
-	if (!PG_ARGISNULL(1))
-	{
-		dex_check_payload_size(VARSIZE_ANY_EXHDR(PG_GETARG_TEXT_PP(1)), "termination reason");
-		reason = text_to_cstring(PG_GETARG_TEXT_PP(1));
-	}
+	reason = reason_arg(fcinfo, 1, "termination reason");
 	SPI_connect();
 	dex_wait_for_rebuild();
 	dex_terminate_run_internal(PG_GETARG_UUID_P(0), reason);

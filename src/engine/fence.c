@@ -34,25 +34,22 @@ dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version)
 {
 	Datum		values[1] = {UUIDPGetDatum(run_id)};
 	char	   *run = dex_uuid_to_cstring(run_id);
+	char	   *status;
 
 	dex_spi_exec(&run_status_plan, values, NULL, 1);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("workflow run %s does not exist", run)));
-	if (strcmp(dex_spi_gettext_copy(0, 1), "TERMINATED") == 0)
+	status = dex_spi_gettext_copy(0, 1);
+	if (strcmp(status, "CANCELLED") == 0 || strcmp(status, "TERMINATED") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DEX_RUN_CANCELLED),
-				 errmsg("workflow run %s was terminated", run),
+				 errmsg("workflow run %s was %s", run,
+						status[0] == 'C' ? "cancelled" : "terminated"),
 				 errdetail("Its tasks were withdrawn; the task's result is not needed."),
 				 errhint("Stop working on the task.")));
-	if (strcmp(dex_spi_gettext_copy(0, 1), "CANCELLED") == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_DEX_RUN_CANCELLED),
-				 errmsg("workflow run %s was cancelled", run),
-				 errdetail("Its tasks were withdrawn; the task's result is not needed."),
-				 errhint("Stop working on the task.")));
-	if (task_id == 0 && strcmp(dex_spi_gettext_copy(0, 1), "SUSPENDED") == 0)
+	if (task_id == 0 && strcmp(status, "SUSPENDED") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DEX_LEASE_LOST),
 				 errmsg("workflow task of run %s is not leased with lock version " INT64_FORMAT,

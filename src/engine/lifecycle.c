@@ -223,6 +223,15 @@ dex_terminate_run_internal(pg_uuid_t *run_id, const char *reason)
 								"dex.Terminated", true));
 }
 
+/* The locked run's status becomes "to" */
+static void
+set_status(pg_uuid_t *run_id, const char *to)
+{
+	Datum		values[2] = {UUIDPGetDatum(run_id), CStringGetTextDatum(to)};
+
+	dex_spi_exec(&set_status_plan, values, NULL, 0);
+}
+
 /*
  * The run's status from "from" to "to", for the caller's request "action";
  * any other status is an illegal transition.
@@ -230,15 +239,11 @@ dex_terminate_run_internal(pg_uuid_t *run_id, const char *reason)
 static void
 change_status(pg_uuid_t *run_id, const char *action, const char *from, const char *to)
 {
-	char	   *status;
-	Datum		values[2];
+	char	   *status = lock_run(run_id, NULL, true);
 
-	status = lock_run(run_id, NULL, true);
 	if (strcmp(status, from) != 0)
 		illegal_transition(run_id, action, status);
-	values[0] = UUIDPGetDatum(run_id);
-	values[1] = CStringGetTextDatum(to);
-	dex_spi_exec(&set_status_plan, values, NULL, 0);
+	set_status(run_id, to);
 }
 
 /*
@@ -293,11 +298,7 @@ dex_resume_run_internal(pg_uuid_t *run_id)
 	}
 	if (strcmp(status, "SUSPENDED") != 0)
 		illegal_transition(run_id, "resume", status);
-	{
-		Datum		set[2] = {values[0], CStringGetTextDatum("RUNNING")};
-
-		dex_spi_exec(&set_status_plan, set, NULL, 0);
-	}
+	set_status(run_id, "RUNNING");
 	/* a task left from before the suspension (see withdraw_task_plan) goes: its lease is void */
 	dex_spi_exec(&withdraw_task_plan, values, NULL, 0);
 	released = dex_spi_rows(&release_activities_plan, values, NULL, 0);

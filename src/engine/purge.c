@@ -10,7 +10,7 @@
  * through a primary key that starts with the run id.  Only runs that have
  * ended are deleted, whatever the caller passes: the delete itself checks
  * the status, in the caller's transaction.  dex.purge_run(s) lock the runs
- * first (FOR UPDATE, in id order: no completion or event can be under way),
+ * first (FOR UPDATE: no completion or event can be under way),
  * and refuse an active run (55000) before anything is deleted.
  *
  *-------------------------------------------------------------------------
@@ -78,23 +78,17 @@ dex_purge_run_internal(pg_uuid_t *run_id)
 
 /*
  * The ended runs dex.purge_runs deletes: of that status (NULL: any that
- * ended) and queue (NULL: any), ended before $3, oldest first, at most $4.
- * Locked in id order, skipping any another transaction holds (a run being
- * purged or read FOR UPDATE elsewhere is left to a later call).
+ * ended) and queue (NULL: any), ended before $3, oldest first, at most $4,
+ * locked.  A run another transaction holds (being purged, or read FOR UPDATE
+ * elsewhere) is skipped, left to a later call; SKIP LOCKED never waits, so
+ * the order the rows are locked in cannot deadlock.
  */
 static DexPlan pick_runs_plan = {
-	"SELECT id FROM (SELECT id FROM dex.workflow_run "
-	"                 WHERE ($1::text IS NULL OR status = $1) "
-	"                   AND status = ANY (" DEX_ENDED_STATUSES_SQL ") "
-	"                   AND ($2::integer IS NULL OR queue_id = $2) AND completed_at < $3 "
-	"                 ORDER BY completed_at LIMIT $4) s "
-	"ORDER BY id",
+	"SELECT id FROM dex.workflow_run "
+	"WHERE ($1::text IS NULL OR status = $1) AND status = ANY (" DEX_ENDED_STATUSES_SQL ") "
+	"  AND ($2::integer IS NULL OR queue_id = $2) AND completed_at < $3 "
+	"ORDER BY completed_at LIMIT $4 FOR UPDATE SKIP LOCKED",
 	4, {TEXTOID, INT4OID, TIMESTAMPTZOID, INT4OID}
-};
-
-static DexPlan lock_runs_skip_plan = {
-	"SELECT id FROM dex.workflow_run WHERE id = ANY ($1) ORDER BY id FOR UPDATE SKIP LOCKED",
-	1, {UUIDARRAYOID}
 };
 
 /*
@@ -114,17 +108,6 @@ dex_purge_runs_internal(const char *status, int32 queue_id, TimestampTz ended_be
 	values[2] = TimestampTzGetDatum(ended_before);
 	values[3] = Int32GetDatum(limit);
 	picked = dex_spi_rows(&pick_runs_plan, values, nulls, 0);
-	for (uint64 i = 0; i < picked.n; i++)
-	{
-		bool		isnull;
-
-		dex_array_add(ids, dex_rows_getdatum(picked, i, 1, &isnull), false);
-	}
-	if (ids->nelems == 0)
-		return 0;
-	values[0] = dex_array_result(ids);
-	picked = dex_spi_rows(&lock_runs_skip_plan, values, NULL, 0);
-	ids = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 	for (uint64 i = 0; i < picked.n; i++)
 	{
 		bool		isnull;
