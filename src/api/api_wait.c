@@ -18,7 +18,8 @@
  *
  * dex.wait_for_run does the same for one run: it looks at the run, and until
  * the run has ended it commits and sleeps on the run's wait slot, which
- * dex_end_runs wakes when the transaction that ended the run commits.
+ * dex_end_runs wakes when the transaction that ended the run commits (only
+ * while some session waits for a run: the waiters count themselves).
  *
  *-------------------------------------------------------------------------
  */
@@ -258,20 +259,30 @@ dex_wait_for_run(PG_FUNCTION_ARGS)
 	deadline = GetCurrentTimestamp() + timeout_usecs;
 
 	SPI_connect_ext(SPI_OPT_NONATOMIC);
-	for (;;)
+	/* counted before the first look: an end committed after it wakes us */
+	dex_run_waiter(true);
+	PG_TRY();
 	{
-		long		remaining;
+		for (;;)
+		{
+			long		remaining;
 
-		look_at_run(fcinfo->flinfo->fn_oid, run_id, &generation, &outcome);
-		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-		if (outcome.ended || remaining <= 0)
-			break;
-		/* no snapshot, no xmin from here on */
-		SPI_commit();
-		dex_report_wait("waiting for a run to end");
-		(void) dex_run_wait(run_id, generation, remaining);
-		dex_report_wait(NULL);
+			look_at_run(fcinfo->flinfo->fn_oid, run_id, &generation, &outcome);
+			remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+			if (outcome.ended || remaining <= 0)
+				break;
+			/* no snapshot, no xmin from here on */
+			SPI_commit();
+			dex_report_wait("waiting for a run to end");
+			(void) dex_run_wait(run_id, generation, remaining);
+			dex_report_wait(NULL);
+		}
 	}
+	PG_FINALLY();
+	{
+		dex_run_waiter(false);
+	}
+	PG_END_TRY();
 	SPI_finish();
 
 	if (!outcome.ended)

@@ -37,6 +37,7 @@ extern void dex_queue_work_added_spi(int col);
 extern uint64 dex_queue_generation(int32 queue_id);
 extern bool dex_queue_wait(int32 queue_id, uint64 generation, long timeout_ms);
 extern void dex_runs_ended(Datum run_ids);
+extern void dex_run_waiter(bool begin);
 extern uint64 dex_run_generation(const pg_uuid_t *run_id);
 extern bool dex_run_wait(const pg_uuid_t *run_id, uint64 generation, long timeout_ms);
 

@@ -80,6 +80,13 @@ typedef struct DexSharedState
 	uint64		launcher_events;	/* CREATE EXTENSION dex, CREATE DATABASE commits */
 	DexDatabaseState databases[DEX_MAX_DATABASES];
 	DexWaitSlot wait_slots[DEX_WAIT_SLOTS];
+	/*
+	 * dex.wait_for_run: slots of their own, so that ending runs never wakes a
+	 * worker's long poll, and how many sessions wait, so that a commit that
+	 * ends runs wakes nobody when nobody waits.
+	 */
+	pg_atomic_uint32 run_waiters;
+	DexWaitSlot run_slots[DEX_WAIT_SLOTS];
 } DexSharedState;
 
 static DexSharedState *dex_shared = NULL;
@@ -92,6 +99,11 @@ static TimestampTz pending_wake = DT_NOEND;
 static int	pending_slots[MAX_PENDING_SLOTS];
 static int	n_pending_slots = 0;
 static bool pending_all_slots = false;
+
+/* run slots of the runs this transaction ended (dex.wait_for_run) */
+static int	pending_run_slots[MAX_PENDING_SLOTS];
+static int	n_pending_run_slots = 0;
+static bool pending_all_run_slots = false;
 static bool xact_callback_registered = false;
 static bool warned_not_preloaded = false;
 
@@ -130,6 +142,8 @@ dex_shmem_startup(void)
 		{
 			pg_atomic_init_u64(&dex_shared->wait_slots[i].generation, 0);
 			ConditionVariableInit(&dex_shared->wait_slots[i].cv);
+			pg_atomic_init_u64(&dex_shared->run_slots[i].generation, 0);
+			ConditionVariableInit(&dex_shared->run_slots[i].cv);
 		}
 	}
 	dex_stats_shmem_startup();
@@ -383,10 +397,8 @@ dex_wake_launcher_at_commit(void)
 }
 
 static void
-wake_slot(int slot)
+wake_slot(DexWaitSlot *s)
 {
-	DexWaitSlot *s = &dex_shared->wait_slots[slot];
-
 	pg_atomic_fetch_add_u64(&s->generation, 1);
 	ConditionVariableBroadcast(&s->cv);
 }
@@ -398,13 +410,35 @@ wake_pending_slots(void)
 	{
 		if (pending_all_slots)
 			for (int i = 0; i < DEX_WAIT_SLOTS; i++)
-				wake_slot(i);
+				wake_slot(&dex_shared->wait_slots[i]);
 		else
 			for (int i = 0; i < n_pending_slots; i++)
-				wake_slot(pending_slots[i]);
+				wake_slot(&dex_shared->wait_slots[pending_slots[i]]);
 	}
 	n_pending_slots = 0;
 	pending_all_slots = false;
+}
+
+/*
+ * After the commit of a transaction that ended runs: wake their waiters, if
+ * any session waits for a run.  A waiter counts itself before it looks at
+ * its run, so one that did not see this commit is counted by now.
+ */
+static void
+wake_pending_run_slots(void)
+{
+	pg_memory_barrier();
+	if (dex_shared != NULL && pg_atomic_read_u32(&dex_shared->run_waiters) > 0)
+	{
+		if (pending_all_run_slots)
+			for (int i = 0; i < DEX_WAIT_SLOTS; i++)
+				wake_slot(&dex_shared->run_slots[i]);
+		else
+			for (int i = 0; i < n_pending_run_slots; i++)
+				wake_slot(&dex_shared->run_slots[pending_run_slots[i]]);
+	}
+	n_pending_run_slots = 0;
+	pending_all_run_slots = false;
 }
 
 static void
@@ -416,6 +450,8 @@ dex_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (n_pending_slots > 0 || pending_all_slots)
 				wake_pending_slots();
+			if (n_pending_run_slots > 0 || pending_all_run_slots)
+				wake_pending_run_slots();
 			if (pending_wake != DT_NOEND && dex_shared != NULL)
 				wake_scheduler(pending_wake);
 			if (pending_launcher_wake && dex_shared != NULL)
@@ -435,6 +471,8 @@ dex_xact_callback(XactEvent event, void *arg)
 			pending_launcher_wake = false;
 			n_pending_slots = 0;
 			pending_all_slots = false;
+			n_pending_run_slots = 0;
+			pending_all_run_slots = false;
 			break;
 		default:
 			break;
@@ -463,19 +501,19 @@ dex_wake_scheduler_at_commit(TimestampTz due)
 	dex_warn_if_not_preloaded("delayed work");
 }
 
-/* Wake the waiters of wait slot "slot" when this transaction commits */
+/* Wake the waiters of slot "slot" of a pending list when this transaction commits */
 static void
-add_pending_slot(int slot)
+add_pending_slot(int slot, int *pending, int *n_pending, bool *pending_all)
 {
-	if (pending_all_slots)
+	if (*pending_all)
 		return;
-	for (int i = 0; i < n_pending_slots; i++)
-		if (pending_slots[i] == slot)
+	for (int i = 0; i < *n_pending; i++)
+		if (pending[i] == slot)
 			return;
-	if (n_pending_slots == MAX_PENDING_SLOTS)
-		pending_all_slots = true;
+	if (*n_pending == MAX_PENDING_SLOTS)
+		*pending_all = true;
 	else
-		pending_slots[n_pending_slots++] = slot;
+		pending[(*n_pending)++] = slot;
 }
 
 static int
@@ -494,7 +532,7 @@ queue_slot(int32 queue_id)
 void
 dex_queue_work_added(int32 queue_id)
 {
-	add_pending_slot(queue_slot(queue_id));
+	add_pending_slot(queue_slot(queue_id), pending_slots, &n_pending_slots, &pending_all_slots);
 }
 
 /* Note every queue id in column "col" of the current SPI result. */
@@ -518,9 +556,9 @@ require_shared_memory(const char *what)
 
 /* The generation of a wait slot, to be read before looking */
 static uint64
-slot_generation(int slot)
+slot_generation(DexWaitSlot *slot)
 {
-	uint64		gen = pg_atomic_read_u64(&dex_shared->wait_slots[slot].generation);
+	uint64		gen = pg_atomic_read_u64(&slot->generation);
 
 	pg_memory_barrier();
 	return gen;
@@ -534,13 +572,13 @@ uint64
 dex_queue_generation(int32 queue_id)
 {
 	require_shared_memory("tasks");
-	return slot_generation(queue_slot(queue_id));
+	return slot_generation(&dex_shared->wait_slots[queue_slot(queue_id)]);
 }
 
 /*
- * Runs share the wait slots with queues: a run's end wakes the waiters of
- * its slot, who look again (a waiter of another run or queue of the slot
- * finds nothing new and sleeps again).
+ * A run's wait slot (in run_slots): its end wakes the waiters of the slot,
+ * who look again (a waiter of another run of the slot finds it still active
+ * and sleeps again).
  */
 static int
 run_slot(const pg_uuid_t *run_id)
@@ -559,16 +597,30 @@ dex_runs_ended(Datum run_ids)
 	int			n = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
 	pg_uuid_t  *ids = (pg_uuid_t *) ARR_DATA_PTR(a);
 
-	for (int i = 0; i < n && !pending_all_slots; i++)
-		add_pending_slot(run_slot(&ids[i]));
+	for (int i = 0; i < n && !pending_all_run_slots; i++)
+		add_pending_slot(run_slot(&ids[i]), pending_run_slots, &n_pending_run_slots,
+						 &pending_all_run_slots);
+}
+
+/*
+ * A session starts or stops waiting for runs (dex.wait_for_run): it counts
+ * itself before it first looks at its run, and stops when it returns.
+ */
+void
+dex_run_waiter(bool begin)
+{
+	require_shared_memory("runs");
+	if (begin)
+		pg_atomic_fetch_add_u32(&dex_shared->run_waiters, 1);
+	else
+		pg_atomic_fetch_sub_u32(&dex_shared->run_waiters, 1);
 }
 
 /* For dex.wait_for_run: the generation of the run's wait slot */
 uint64
 dex_run_generation(const pg_uuid_t *run_id)
 {
-	require_shared_memory("runs");
-	return slot_generation(run_slot(run_id));
+	return slot_generation(&dex_shared->run_slots[run_slot(run_id)]);
 }
 
 /*
@@ -602,9 +654,8 @@ check_client_connection(void)
  * session within CLIENT_CHECK_MS.
  */
 static bool
-slot_wait(int slot_no, uint64 generation, long timeout_ms)
+slot_wait(DexWaitSlot *slot, uint64 generation, long timeout_ms)
 {
-	DexWaitSlot *slot = &dex_shared->wait_slots[slot_no];
 	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	bool		woken = false;
 
@@ -633,14 +684,14 @@ slot_wait(int slot_no, uint64 generation, long timeout_ms)
 bool
 dex_queue_wait(int32 queue_id, uint64 generation, long timeout_ms)
 {
-	return slot_wait(queue_slot(queue_id), generation, timeout_ms);
+	return slot_wait(&dex_shared->wait_slots[queue_slot(queue_id)], generation, timeout_ms);
 }
 
 /* Sleep until a run of the run's slot ends after "generation" was read (see slot_wait) */
 bool
 dex_run_wait(const pg_uuid_t *run_id, uint64 generation, long timeout_ms)
 {
-	return slot_wait(run_slot(run_id), generation, timeout_ms);
+	return slot_wait(&dex_shared->run_slots[run_slot(run_id)], generation, timeout_ms);
 }
 
 /*
