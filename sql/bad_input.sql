@@ -635,7 +635,7 @@ CALL dex.wait_for_tasks('bad-act', '7116800 mons -17 days');
 
 --
 -- dex.to_json, dex.from_json, dex.payload_value: unknown types, truncated and malformed
--- protobuf, unknown enum values (dex.v1.RunStatus ends at 6), durations out of range
+-- protobuf, unknown enum values (dex.v1.RunStatus ends at 10), durations out of range
 --
 SELECT dex.to_json('dex.v1.Nope', '\x');
 SELECT dex.to_json('', '\x');
@@ -646,7 +646,7 @@ SELECT dex.to_json('dex.v1.Failure', '\x0f');
 SELECT dex.to_json('dex.v1.Failure', '\xa806');
 SELECT dex.to_json('dex.v1.Failure', '\x0a02c328');
 SELECT dex.to_json('dex.v1.WorkflowTask', '\x48');
-SELECT dex.to_json('dex.v1.WorkflowTask', '\x4809');
+SELECT dex.to_json('dex.v1.WorkflowTask', '\x480b');
 SELECT dex.to_json('dex.v1.WorkflowTask', '\x4863');
 SELECT dex.to_json('dex.v1.WorkflowTask', '\x48ffffffffffffffffff01');
 SELECT dex.to_json('dex.v1.RetryPolicy', '\x12070881bcaece9709');
@@ -659,7 +659,7 @@ SELECT dex.from_json('dex.v1.Failure', '{"message": "a", "Message": "b"}');
 SELECT dex.from_json('dex.v1.Failure', '{"message": ["a"]}');
 SELECT dex.from_json('dex.v1.WorkflowTask', '{"status": "RUN_STATUS_PAUSED"}');
 SELECT dex.from_json('dex.v1.WorkflowTask', '{"status": "running"}');
-SELECT dex.from_json('dex.v1.WorkflowTask', '{"status": 9}');
+SELECT dex.from_json('dex.v1.WorkflowTask', '{"status": 11}');
 SELECT dex.from_json('dex.v1.WorkflowTask', '{"status": -1}');
 SELECT dex.from_json('dex.v1.WorkflowTask', '{"status": 2.5}');
 SELECT dex.from_json('dex.v1.WorkflowTask', '{"status": true}');
@@ -800,7 +800,7 @@ SELECT * FROM dex.poll_tasks('bad-wf', 'w', 1, '7116800 mons');
 BEGIN;
 CALL dex.wait_for_tasks('bad-wf', '0 s');
 ROLLBACK;
-SELECT dex.to_json('dex.v1.WorkflowTask', '\x4809');
+SELECT dex.to_json('dex.v1.WorkflowTask', '\x480b');
 SELECT dex.to_json('dex.v1.RetryPolicy', '\x12070881bcaece9709');
 SELECT dex.from_json('dex.v1.WorkflowTask', '{"status": "RUN_STATUS_PAUSED"}');
 SELECT dex.from_json('Failure', '{}');

@@ -41,17 +41,17 @@ SELECT dex.complete_task(:'parent', 0, :v, '[{"id": 4, "startChildRun": {}}]');
 SELECT dex.complete_task(:'parent', 0, :v, '[{"id": 4, "startChildRun": {"workflowName": "x", "queue": "nope"}}]');
 \set VERBOSITY default
 
--- the parent ends: its running child is cancelled, and not executing yet, ends at once
+-- the parent ends: its child is terminated (the default parent close policy)
 SELECT dex.complete_task(:'parent', 0, :v, '[{"completeRun": {}}]');
 SELECT workflow_name, status FROM dex.runs WHERE parent_id = :'parent' ORDER BY workflow_name;
 SELECT count(*) AS tasks_left FROM dex.poll_tasks('kids-other', 'w');
--- and the instance id of the cancelled child is free again
+-- and the instance id of the terminated child is free again
 SELECT dex.create_run('bill', 'kids-other', instance_id => 'bill-9') IS NOT NULL AS recreated;
 
--- cancelling a parent cancels its children too
+-- a child started with the parent close policy REQUEST_CANCEL is asked to cancel when its parent ends
 SELECT dex.create_run('parent', 'kids-wf') AS p2 \gset
 SELECT lock_version AS v FROM dex.poll_tasks('kids-wf', 'w') WHERE run_id = :'p2' \gset
-SELECT dex.complete_task(:'p2', 0, :v, '[{"id": 1, "startChildRun": {"workflowName": "long"}}]');
+SELECT dex.complete_task(:'p2', 0, :v, '[{"id": 1, "startChildRun": {"workflowName": "long", "parentClosePolicy": "PARENT_CLOSE_POLICY_REQUEST_CANCEL"}}]');
 SELECT run_id AS kid, lock_version AS kv FROM dex.poll_tasks('kids-wf', 'w', 10) WHERE run_id <> :'p2' \gset
 SELECT dex.complete_task(:'kid', 0, :kv, '[{"id": 1, "startTimer": {"delay": "3600s"}}]');
 SELECT dex.cancel_run(:'p2', 'stop');

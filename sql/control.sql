@@ -30,7 +30,7 @@ SELECT lock_version AS v, jsonb_path_query_array(task, '$.newEvents[*].activityT
 SELECT dex.complete_task(:'run', 0, :v, '[{"cancelRun": {}}]');
 SELECT status, completed_at IS NOT NULL AS ended FROM dex.get_run(:'run');
 SELECT count(*) AS activity_tasks FROM dex.activity_task WHERE run_id = :'run';
-SELECT sequence, event - 'timestamp' AS event FROM dex.run_history(:'run') WHERE sequence > 6;
+SELECT sequence, event - 'timestamp' #- '{activityTaskCompleted,startedAt}' AS event FROM dex.run_history(:'run') WHERE sequence > 6;
 -- the running activity is told: its heartbeat and completion are refused with WD002
 \set VERBOSITY sqlstate
 SELECT dex.heartbeat_task(:'run', 1, :av);

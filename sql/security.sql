@@ -16,6 +16,8 @@ INSERT INTO security_unpinned_ok VALUES
     ('dex.wait_for_tasks(text,interval,boolean)',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
     ('dex.wait_for_run(uuid,interval,text,jsonb,jsonb)',
+     'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
+    ('dex.wait_for_runs(uuid[],interval,text,uuid[])',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path');
 
 -- routines of dex that do not pin the path and are not exceptions: none
@@ -417,6 +419,12 @@ SELECT workflow_name, status, custom_status, result, failure OPERATOR(pg_catalog
  ORDER BY workflow_name, status;
 SELECT workflow_name, status FROM dex.list_runs(parent_id => :'r1');
 SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 10 AS history FROM dex.run_history(:'r1');
+-- r1 restarted and r2 reset to its last task, each new run then terminated; r1's attempts
+SELECT dex.terminate_run(dex.restart_run(:'r1'), 'only a test');
+SELECT dex.terminate_run(dex.reset_run(:'r2', 1000, 'a test'), 'only a test');
+SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 AS attempts FROM dex.run_attempts(:'r1');
+CALL dex.wait_for_runs(ARRAY[:'r1', :'r2']::pg_catalog.uuid[], '1 s', 'all') \gset
+SELECT pg_catalog.cardinality(:'ended'::pg_catalog.uuid[]) AS ended;
 
 -- the administrator's views and statistics
 SET ROLE regress_sec_admin;

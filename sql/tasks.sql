@@ -109,7 +109,7 @@ SELECT lock_version AS v5, task AS pb_task FROM dex.poll_tasks_pb('tasks-act', '
 SELECT dex.to_json('dex.v1.ActivityTask', :'pb_task') - 'lockVersion' - 'lockedUntil' - 'runId' AS activity_task;
 SELECT dex.complete_task_pb(:'run', 5, :v5, dex.from_json('dex.v1.Payload', '{"binary": "AwQ="}'));
 SELECT lock_version AS v, task AS pb_task FROM dex.poll_tasks_pb('tasks-wf', 'w') \gset
-SELECT (t->'newEvents'->1) - 'timestamp' AS new_event,
+SELECT (t->'newEvents'->1) - 'timestamp' #- '{activityTaskCompleted,startedAt}' AS new_event,
        jsonb_array_length(t->'history') = (t->>'historyLength')::int AS full_history
   FROM dex.to_json('dex.v1.WorkflowTask', :'pb_task') t;
 SELECT dex.complete_task_pb(:'run', 0, :v,
@@ -118,7 +118,7 @@ SELECT dex.complete_task_pb(:'run', 0, :v,
                                  {"setCustomStatus": {"customStatus": "almost"}},
                                  {"failRun": {"failure": {"message": "gave up", "cause": {"message": "card declined"}}}}]}'));
 SELECT status, custom_status, failure, result FROM dex.get_run(:'run');
-SELECT sequence, event - 'timestamp' AS event FROM dex.run_history(:'run') WHERE sequence > 20;
+SELECT sequence, event - 'timestamp' #- '{activityTaskCompleted,startedAt}' AS event FROM dex.run_history(:'run') WHERE sequence > 20;
 
 -- randomizationFactor 0 turns jitter off, whatever dex.retry_randomization says; an
 -- absent one takes the setting

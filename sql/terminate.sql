@@ -44,7 +44,7 @@ SELECT (SELECT count(*) FROM dex.activity_task WHERE run_id = :'run') AS activit
 SELECT pg_temp.outcome(format('SELECT dex.complete_task(%L, %s, %s, %L)', :'run', :task_id, :av, '"late"'));
 SELECT pg_temp.outcome(format('SELECT dex.complete_task(%L, 0, %s, %L)', :'run', :wv, '[{"completeRun": {}}]'));
 SELECT status FROM dex.workflow_run WHERE id = :'run';
--- its child, still active, is cancelled with it
+-- its child, still active, is terminated with it (the default parent close policy)
 SELECT workflow_name, status FROM dex.workflow_run WHERE parent_id = :'run';
 
 -- a run that never started, and a suspended one, end at once too

@@ -153,6 +153,7 @@ fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *fail
 		return lease_not_held(run_id, 0, lock_version, raise_lost);
 
 	values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure));
+	dex_record_workflow_attempt(run_id, DatumGetByteaPP(values[1]));
 	dex_spi_exec(&count_task_failure_plan, values, NULL, 1);
 	failures = (int32) dex_spi_getint64(0, 1);
 	if (dex_max_workflow_task_failures > 0 && failures >= dex_max_workflow_task_failures &&

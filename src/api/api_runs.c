@@ -70,16 +70,75 @@ validate_run_options(int32 version, int32 priority, Jsonb *labels)
 		validate_labels(labels);
 }
 
+/*
+ * When new runs start and must end (1.4: start_at and execution_timeout,
+ * arguments "arg" and "arg" + 1 when the function has them): a start_at in
+ * the future makes them DELAYED until then, and the deadline counts from
+ * their start.
+ */
+typedef struct RunSchedule
+{
+	bool		delayed;
+	TimestampTz start_at;
+	bool		has_deadline;
+	TimestampTz deadline;
+} RunSchedule;
+
+static RunSchedule
+run_schedule_args(FunctionCallInfo fcinfo, int arg)
+{
+	RunSchedule sched;
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	memset(&sched, 0, sizeof(sched));
+	sched.start_at = now;
+	if (PG_NARGS() <= arg + 1)
+		return sched;
+	if (!PG_ARGISNULL(arg))
+	{
+		TimestampTz start_at = PG_GETARG_TIMESTAMPTZ(arg);
+
+		if (TIMESTAMP_NOT_FINITE(start_at))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("start_at must be a finite time")));
+		sched.delayed = start_at > now;
+		if (sched.delayed)
+			sched.start_at = start_at;
+	}
+	if (!PG_ARGISNULL(arg + 1))
+	{
+		Interval   *timeout = PG_GETARG_INTERVAL_P(arg + 1);
+		Interval   *zero = palloc0(sizeof(Interval));
+
+		if (!DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(timeout),
+											  IntervalPGetDatum(zero))))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("execution timeout must be positive")));
+		sched.has_deadline = true;
+		sched.deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+																 TimestampTzGetDatum(sched.start_at),
+																 IntervalPGetDatum(timeout)));
+	}
+	return sched;
+}
+
+/* The timers of new runs (a uuid[]) of that schedule */
+static void
+add_run_timers(Datum run_ids, const RunSchedule *sched)
+{
+	if (sched->delayed)
+		dex_add_run_timers(run_ids, "START", sched->start_at);
+	if (sched->has_deadline)
+		dex_add_run_timers(run_ids, "DEADLINE", sched->deadline);
+}
+
 static DexPlan insert_run_plan = {
 	"INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, instance_id, "
-	"priority, labels, concurrency_key, argument, created_at) "
-	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, pg_catalog.now())",
-	9, {UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID}
-};
-
-static DexPlan insert_task_plan = {
-	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) VALUES ($1, $2, $3)",
-	3, {INT4OID, UUIDOID, INT2OID}
+	"priority, labels, concurrency_key, argument, created_at, status) "
+	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, pg_catalog.now(), $10)",
+	10, {UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID, TEXTOID}
 };
 
 /*
@@ -103,8 +162,9 @@ create_run(PG_FUNCTION_ARGS)
 	pg_uuid_t  *run_id;
 	Dex__V1__Payload *payload;
 	DexQueue	queue;
-	Datum		values[9];
-	char		nulls[9];
+	Datum		values[10];
+	char		nulls[10];
+	RunSchedule sched = run_schedule_args(fcinfo, 9);
 
 	validate_run_options(version, priority, labels);
 	if (strcmp(if_active, "error") != 0 && strcmp(if_active, "return") != 0)
@@ -134,6 +194,7 @@ create_run(PG_FUNCTION_ARGS)
 	nulls[7] = concurrency_key ? ' ' : 'n';
 	values[8] = payload ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) payload)) : (Datum) 0;
 	nulls[8] = payload ? ' ' : 'n';
+	values[9] = CStringGetTextDatum(sched.delayed ? "DELAYED" : "CREATED");
 	if (instance_id && !dex_claim_instance(queue.id, instance_id, run_id))
 	{
 		/* the run that has it is on this queue, which the caller may use */
@@ -166,17 +227,15 @@ create_run(PG_FUNCTION_ARGS)
 				 errhint("Wait for that run to end, or cancel it.")));
 	}
 	dex_spi_exec(&insert_run_plan, values, nulls, 0);
+	add_run_timers(dex_uuid_array(&run_id, 1), &sched);
 
-	/* a run with a concurrency key gets its first task when it holds the key */
-	if (concurrency_key == NULL || dex_admit_run(run_id, queue.id, concurrency_key, priority))
-	{
-		values[0] = Int32GetDatum(queue.id);
-		values[1] = UUIDPGetDatum(run_id);
-		values[2] = Int16GetDatum((int16) priority);
-		dex_spi_exec(&insert_task_plan, values, NULL, 0);
-		dex_queue_work_added(queue.id);
-		dex_stat_add(queue.id, DEX_STAT_TASKS_CREATED, 1);
-	}
+	/*
+	 * A delayed run gets its first task when it starts (run_timers.c); one
+	 * with a concurrency key when it holds the key.
+	 */
+	if (!sched.delayed &&
+		(concurrency_key == NULL || dex_admit_run(run_id, queue.id, concurrency_key, priority)))
+		dex_insert_first_task(run_id, queue.id, priority);
 
 	SPI_finish();
 	MemoryContextSwitchTo(outer);
@@ -256,14 +315,16 @@ run_history(PG_FUNCTION_ARGS)
 
 #define MAX_CREATE_BATCH 10000
 
+/* $8: whether the runs are delayed (no task until they start) */
 static DexPlan insert_runs_plan = {
 	"WITH r AS (INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, "
-	"                   priority, labels, argument, created_at) "
-	"           SELECT id, $3, $4, $5, $6, $7, argument, now() "
+	"                   priority, labels, argument, created_at, status) "
+	"           SELECT id, $3, $4, $5, $6, $7, argument, now(), "
+	"                  CASE WHEN $8 THEN 'DELAYED' ELSE 'CREATED' END "
 	"             FROM unnest($1::uuid[], $2::bytea[]) AS a(id, argument) "
 	"           RETURNING id) "
-	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) SELECT $5, id, $6 FROM r",
-	7, {UUIDARRAYOID, BYTEAARRAYOID, TEXTOID, INT4OID, INT4OID, INT2OID, JSONBOID}
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) SELECT $5, id, $6 FROM r WHERE NOT $8",
+	8, {UUIDARRAYOID, BYTEAARRAYOID, TEXTOID, INT4OID, INT4OID, INT2OID, JSONBOID, BOOLOID}
 };
 
 /*
@@ -286,8 +347,9 @@ create_runs(PG_FUNCTION_ARGS)
 	Datum	   *ids;
 	Datum	   *payloads;
 	DexQueue	queue;
-	Datum		values[7];
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	RunSchedule sched = run_schedule_args(fcinfo, 6);
 
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -336,9 +398,12 @@ create_runs(PG_FUNCTION_ARGS)
 			values[6] = JsonbPGetDatum(labels);
 		else
 			nulls[6] = 'n';
+		values[7] = BoolGetDatum(sched.delayed);
 		dex_spi_exec(&insert_runs_plan, values, nulls, 0);
-		dex_queue_work_added(queue.id);
+		if (SPI_processed > 0)
+			dex_queue_work_added(queue.id);
 		dex_stat_add(queue.id, DEX_STAT_TASKS_CREATED, (int64) SPI_processed);
+		add_run_timers(values[0], &sched);
 	}
 	SPI_finish();
 
@@ -512,6 +577,48 @@ cancel_run(PG_FUNCTION_ARGS)
 }
 
 /*
+ * dex.restart_run(run_id) returns uuid: a new run of the same start
+ * (engine/reset.c).
+ */
+static Datum
+restart_run(PG_FUNCTION_ARGS)
+{
+	MemoryContext outer = CurrentMemoryContext;
+	pg_uuid_t  *new_id;
+
+	dex_arg_not_null(fcinfo, 0, "run id");
+	SPI_connect();
+	dex_wait_for_rebuild();
+	new_id = MemoryContextAlloc(outer, sizeof(pg_uuid_t));
+	*new_id = *dex_restart_run_internal(PG_GETARG_UUID_P(0));
+	SPI_finish();
+	MemoryContextSwitchTo(outer);
+	PG_RETURN_UUID_P(new_id);
+}
+
+/*
+ * dex.reset_run(run_id, event_id, reason) returns uuid: a new run from a
+ * point of the run's history (engine/reset.c).
+ */
+static Datum
+reset_run(PG_FUNCTION_ARGS)
+{
+	MemoryContext outer = CurrentMemoryContext;
+	char	   *reason;
+	pg_uuid_t  *new_id;
+
+	dex_args_not_null(fcinfo, 2, "run id and event id");
+	reason = reason_arg(fcinfo, 2, "reset reason");
+	SPI_connect();
+	dex_wait_for_rebuild();
+	new_id = MemoryContextAlloc(outer, sizeof(pg_uuid_t));
+	*new_id = *dex_reset_run_internal(PG_GETARG_UUID_P(0), PG_GETARG_INT32(1), reason);
+	SPI_finish();
+	MemoryContextSwitchTo(outer);
+	PG_RETURN_UUID_P(new_id);
+}
+
+/*
  * dex.terminate_run(run_id, reason): the run ends TERMINATED at once,
  * without its workflow code (see lifecycle.c).
  */
@@ -561,7 +668,7 @@ purge_runs(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid status \"%s\" of runs to purge", status),
-				 errhint("A run that ended is COMPLETED, FAILED, CANCELLED or TERMINATED.")));
+				 errhint("A run that ended is COMPLETED, FAILED, CANCELLED, TERMINATED or TIMED_OUT.")));
 	if (limit < 1 || limit > MAX_PURGE_BATCH)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -638,7 +745,8 @@ static DexPlan list_runs_plan = {
 };
 
 static const char *const run_statuses[] = {
-	"CREATED", "RUNNING", "SUSPENDED", "BLOCKED", "CANCELLED", "COMPLETED", "FAILED", "TERMINATED"
+	"DELAYED", "CREATED", "RUNNING", "SUSPENDED", "BLOCKED", "CANCELLED", "COMPLETED", "FAILED",
+	"TERMINATED", "TIMED_OUT"
 };
 
 static Datum
@@ -649,6 +757,7 @@ list_runs(PG_FUNCTION_ARGS)
 	char		nulls[11];
 	int32		page_size = dex_arg_int32(fcinfo, 9, "page size");
 	int			natts;
+	int			queue_col;
 
 	if (page_size < 1 || page_size > MAX_PAGE_SIZE)
 		ereport(ERROR,
@@ -665,7 +774,7 @@ list_runs(PG_FUNCTION_ARGS)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("invalid run status \"%s\"", status),
-					 errhint("A status is CREATED, RUNNING, SUSPENDED, BLOCKED, CANCELLED, COMPLETED, FAILED or TERMINATED.")));
+					 errhint("A status is DELAYED, CREATED, RUNNING, SUSPENDED, BLOCKED, CANCELLED, COMPLETED, FAILED, TERMINATED or TIMED_OUT.")));
 	}
 	if (!PG_ARGISNULL(2) && !JB_ROOT_IS_OBJECT(PG_GETARG_JSONB_P(2)))
 		ereport(ERROR,
@@ -686,14 +795,26 @@ list_runs(PG_FUNCTION_ARGS)
 	values[9] = dex_usable_queue_ids_datum();
 	nulls[9] = values[9] == (Datum) 0 ? 'n' : ' ';
 	dex_spi_exec(&list_runs_plan, values, nulls, 0);
-	if (SPI_tuptable->tupdesc->natts != natts + 1)
+	queue_col = SPI_fnumber(SPI_tuptable->tupdesc, "queue_id");
+	if (SPI_tuptable->tupdesc->natts != natts + 1 || queue_col <= 0)
 		elog(ERROR, "dex.all_runs does not have the columns of dex.runs and the queue id");
 	for (uint64 row = 0; row < SPI_processed; row++)
 	{
-		Datum	   *out = palloc(sizeof(Datum) * (natts + 1));
-		bool	   *outnulls = palloc(sizeof(bool) * (natts + 1));
+		Datum	   *all = palloc(sizeof(Datum) * (natts + 1));
+		bool	   *allnulls = palloc(sizeof(bool) * (natts + 1));
+		Datum	   *out = palloc(sizeof(Datum) * natts);
+		bool	   *outnulls = palloc(sizeof(bool) * natts);
+		int			n = 0;
 
-		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, out, outnulls);
+		/* dex.runs is dex.all_runs without queue_id */
+		heap_deform_tuple(SPI_tuptable->vals[row], SPI_tuptable->tupdesc, all, allnulls);
+		for (int col = 0; col <= natts; col++)
+		{
+			if (col == queue_col - 1)
+				continue;
+			out[n] = all[col];
+			outnulls[n++] = allnulls[col];
+		}
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	}
 	SPI_finish();
@@ -712,6 +833,8 @@ DEX_API_ENTRY_POINT(dex_send_external_event, send_external_event_to_run);
 DEX_API_ENTRY_POINT(dex_send_external_event_to_instance, send_external_event_to_instance);
 DEX_API_ENTRY_POINT(dex_cancel_run, cancel_run);
 DEX_API_ENTRY_POINT(dex_terminate_run, terminate_run);
+DEX_API_ENTRY_POINT(dex_restart_run, restart_run);
+DEX_API_ENTRY_POINT(dex_reset_run, reset_run);
 DEX_API_ENTRY_POINT(dex_purge_run, purge_run);
 DEX_API_ENTRY_POINT(dex_purge_runs, purge_runs);
 DEX_API_ENTRY_POINT(dex_suspend_run, suspend_run);

@@ -3,7 +3,8 @@
  * api_wait.c
  *	  CALL dex.wait_for_tasks(queue, timeout, INOUT ready): the long poll;
  *	  CALL dex.wait_for_run(run_id, timeout, INOUT status, result, failure):
- *	  waiting for a run to end.
+ *	  waiting for a run to end; CALL dex.wait_for_runs(run_ids, timeout,
+ *	  mode, INOUT ended): for one or all of several (1.4).
  *
  * Long poll: return at once if the queue has pollable tasks, else sleep until
  * a commit adds some (or a lease expires) or the timeout passes.  A procedure,
@@ -20,6 +21,8 @@
  * the run has ended it commits and sleeps on the run's wait slot, which
  * dex_end_runs wakes when the transaction that ended the run commits (only
  * while some session waits for a run: the waiters count themselves).
+ * dex.wait_for_runs sleeps on the first run's slot and looks at the others'
+ * every 100 ms (shmem/wakeup.c: dex_runs_wait), without a statement.
  *
  *-------------------------------------------------------------------------
  */
@@ -79,20 +82,19 @@ look_at_queue(const char *queue_name, DexQueue *queue, uint64 *generation, bool 
 }
 
 /*
- * look_at_queue with the procedure owner's rights: a procedure that commits
+ * Run look(arg) with the procedure owner's rights: a procedure that commits
  * cannot be SECURITY DEFINER, so it takes them by itself (api_call.c) and
  * gives them back before it commits.
  */
 static void
-look_for_tasks(Oid proc_oid, const char *queue_name, DexQueue *queue, uint64 *generation,
-			   bool *ready)
+as_owner(Oid proc_oid, void (*look) (void *arg), void *arg)
 {
 	DexApiCall	call;
 
 	dex_api_enter(proc_oid, &call);
 	PG_TRY();
 	{
-		look_at_queue(queue_name, queue, generation, ready);
+		look(arg);
 	}
 	PG_CATCH();
 	{
@@ -101,6 +103,32 @@ look_for_tasks(Oid proc_oid, const char *queue_name, DexQueue *queue, uint64 *ge
 	}
 	PG_END_TRY();
 	dex_api_leave(&call, false);
+}
+
+typedef struct QueueLook
+{
+	const char *queue_name;
+	DexQueue   *queue;
+	uint64	   *generation;
+	bool	   *ready;
+} QueueLook;
+
+static void
+look_at_queue_args(void *arg)
+{
+	QueueLook  *q = arg;
+
+	look_at_queue(q->queue_name, q->queue, q->generation, q->ready);
+}
+
+/* look_at_queue with the procedure owner's rights */
+static void
+look_for_tasks(Oid proc_oid, const char *queue_name, DexQueue *queue, uint64 *generation,
+			   bool *ready)
+{
+	QueueLook	q = {queue_name, queue, generation, ready};
+
+	as_owner(proc_oid, look_at_queue_args, &q);
 }
 
 /* A procedure that waits must be able to end its transaction */
@@ -187,6 +215,48 @@ typedef struct RunOutcome
 	bool		nulls[3];
 } RunOutcome;
 
+typedef struct RunLook
+{
+	pg_uuid_t  *run_id;
+	uint64	   *generation;
+	RunOutcome *out;
+} RunLook;
+
+static void
+look_at_run_args(void *arg)
+{
+	RunLook    *look = arg;
+	pg_uuid_t  *run_id = look->run_id;
+	RunOutcome *out = look->out;
+	Datum		values[1] = {UUIDPGetDatum(run_id)};
+	DexRows		run;
+	char	   *status;
+
+	*look->generation = dex_run_generation(run_id);
+	run = dex_spi_rows(&run_outcome_plan, values, NULL, 1);
+	if (run.n == 0 || !dex_may_use_queue_id((int32) dex_rows_getint64(run, 0, 4)))
+		dex_no_such_run(run_id);
+	status = dex_rows_gettext_copy(run, 0, 1);
+	out->ended = dex_status_is_terminal(status);
+	out->values[0] = CStringGetTextDatum(status);
+	out->nulls[0] = false;
+	for (int col = 2; col <= 3; col++)
+	{
+		bytea	   *pb = dex_rows_getbytea_copy(run, 0, col);
+		Jsonb	   *json = NULL;
+
+		if (pb != NULL && col == 2)
+			json = dex_payload_to_jsonb(dex_payload_unpack(pb, "result"));
+		else if (pb != NULL)
+			json = dex_pb_to_jsonb(dex_pb_unpack(&dex__v1__failure__descriptor,
+												 (uint8 *) VARDATA_ANY(pb),
+												 VARSIZE_ANY_EXHDR(pb), "failure"));
+		out->nulls[col - 1] = json == NULL;
+		out->values[col - 1] = json ? SPI_datumTransfer(JsonbPGetDatum(json), false, -1) : (Datum) 0;
+	}
+	out->values[0] = SPI_datumTransfer(out->values[0], false, -1);
+}
+
 /*
  * Look at the run, with the owner's rights: the wait slot's generation first,
  * then the run (unknown if it does not exist or its queue is not one the
@@ -195,46 +265,9 @@ typedef struct RunOutcome
 static void
 look_at_run(Oid proc_oid, pg_uuid_t *run_id, uint64 *generation, RunOutcome *out)
 {
-	DexApiCall	call;
+	RunLook		look = {run_id, generation, out};
 
-	dex_api_enter(proc_oid, &call);
-	PG_TRY();
-	{
-		Datum		values[1] = {UUIDPGetDatum(run_id)};
-		DexRows		run;
-		char	   *status;
-
-		*generation = dex_run_generation(run_id);
-		run = dex_spi_rows(&run_outcome_plan, values, NULL, 1);
-		if (run.n == 0 || !dex_may_use_queue_id((int32) dex_rows_getint64(run, 0, 4)))
-			dex_no_such_run(run_id);
-		status = dex_rows_gettext_copy(run, 0, 1);
-		out->ended = dex_status_is_terminal(status);
-		out->values[0] = CStringGetTextDatum(status);
-		out->nulls[0] = false;
-		for (int col = 2; col <= 3; col++)
-		{
-			bytea	   *pb = dex_rows_getbytea_copy(run, 0, col);
-			Jsonb	   *json = NULL;
-
-			if (pb != NULL && col == 2)
-				json = dex_payload_to_jsonb(dex_payload_unpack(pb, "result"));
-			else if (pb != NULL)
-				json = dex_pb_to_jsonb(dex_pb_unpack(&dex__v1__failure__descriptor,
-													 (uint8 *) VARDATA_ANY(pb),
-													 VARSIZE_ANY_EXHDR(pb), "failure"));
-			out->nulls[col - 1] = json == NULL;
-			out->values[col - 1] = json ? SPI_datumTransfer(JsonbPGetDatum(json), false, -1) : (Datum) 0;
-		}
-		out->values[0] = SPI_datumTransfer(out->values[0], false, -1);
-	}
-	PG_CATCH();
-	{
-		dex_api_leave(&call, true);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	dex_api_leave(&call, false);
+	as_owner(proc_oid, look_at_run_args, &look);
 }
 
 /*
@@ -293,4 +326,186 @@ dex_wait_for_run(PG_FUNCTION_ARGS)
 	TupleDescInitEntry(tupdesc, (AttrNumber) 3, "failure", JSONBOID, -1, 0);
 	tupdesc = BlessTupleDesc(tupdesc);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, outcome.values, outcome.nulls)));
+}
+
+/* ----------------------------------------------------------------
+ * CALL dex.wait_for_runs(run_ids, timeout, mode, INOUT ended)
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dex_wait_for_runs);
+
+#define MAX_WAIT_RUNS 1000
+
+/* qualified throughout, as above */
+static DexPlan runs_status_plan = {
+	"SELECT id, status, queue_id FROM dex.workflow_run WHERE id OPERATOR(pg_catalog.=) ANY ($1)",
+	1, {UUIDARRAYOID}
+};
+
+/*
+ * Look at the runs, with the owner's rights: their wait slots' generations
+ * first, then which have ended (ended[i]); each must exist in a queue the
+ * caller may use.
+ */
+typedef struct RunsLook
+{
+	Datum		id_array;
+	pg_uuid_t  *ids;
+	int			n;
+	uint64	   *generations;
+	bool	   *ended;
+} RunsLook;
+
+static void
+look_at_runs_args(void *arg)
+{
+	RunsLook   *look = arg;
+	pg_uuid_t  *ids = look->ids;
+	int			n = look->n;
+	uint64	   *generations = look->generations;
+	bool	   *ended = look->ended;
+	Datum		values[1] = {look->id_array};
+	DexRows		runs;
+
+	for (int i = 0; i < n; i++)
+	{
+		generations[i] = dex_run_generation(&ids[i]);
+		ended[i] = false;
+	}
+	runs = dex_spi_rows(&runs_status_plan, values, NULL, 0);
+	for (int i = 0; i < n; i++)
+	{
+		bool		found = false;
+
+		for (uint64 r = 0; r < runs.n && !found; r++)
+		{
+			bool		isnull;
+
+			if (memcmp(DatumGetUUIDP(dex_rows_getdatum(runs, r, 1, &isnull)), &ids[i], UUID_LEN) != 0)
+				continue;
+			found = dex_may_use_queue_id((int32) dex_rows_getint64(runs, r, 3));
+			ended[i] = dex_status_is_terminal(dex_rows_gettext_copy(runs, r, 2));
+		}
+		if (!found)
+			dex_no_such_run(&ids[i]);
+	}
+}
+
+static void
+look_at_runs(Oid proc_oid, Datum id_array, pg_uuid_t *ids, int n, uint64 *generations, bool *ended)
+{
+	RunsLook	look = {id_array, ids, n, generations, ended};
+
+	as_owner(proc_oid, look_at_runs_args, &look);
+}
+
+/*
+ * CALL dex.wait_for_runs(run_ids, timeout, mode): as soon as one of the runs
+ * (mode 'any') or all of them ('all') have ended, the ids of those that have,
+ * in the order given; after the timeout, those that had then.  Holds no
+ * snapshot while it waits.
+ */
+Datum
+dex_wait_for_runs(PG_FUNCTION_ARGS)
+{
+	ArrayType  *arr;
+	Datum	   *elems;
+	bool	   *elem_nulls;
+	int			n;
+	pg_uuid_t  *ids;
+	char	   *mode;
+	bool		all;
+	int64		timeout_usecs;
+	TimestampTz deadline;
+	uint64	   *generations;
+	bool	   *ended;
+	ArrayBuildState *out;
+	TupleDesc	tupdesc;
+	Datum		result[1];
+	bool		result_null[1] = {false};
+
+	require_nonatomic_call(fcinfo, "wait_for_runs");
+	dex_args_not_null(fcinfo, 3, "run ids, timeout and mode");
+	timeout_usecs = wait_timeout(fcinfo, 1);
+	mode = text_to_cstring(PG_GETARG_TEXT_PP(2));
+	if (strcmp(mode, "any") != 0 && strcmp(mode, "all") != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid mode \"%s\"", mode),
+				 errhint("The mode is \"any\" (until one of the runs has ended) or \"all\".")));
+	all = strcmp(mode, "all") == 0;
+	arr = PG_GETARG_ARRAYTYPE_P(0);
+	if (ARR_NDIM(arr) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("run ids must be a one-dimensional array")));
+	deconstruct_array(arr, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR, &elems, &elem_nulls, &n);
+	if (n < 1 || n > MAX_WAIT_RUNS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("dex.wait_for_runs waits for 1 to %d runs", MAX_WAIT_RUNS),
+				 errdetail("It was given %d.", n)));
+	ids = palloc(sizeof(pg_uuid_t) * n);
+	for (int i = 0; i < n; i++)
+	{
+		if (elem_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("run ids must not contain null")));
+		memcpy(&ids[i], DatumGetUUIDP(elems[i]), UUID_LEN);
+	}
+	generations = palloc(sizeof(uint64) * n);
+	ended = palloc(sizeof(bool) * n);
+	deadline = GetCurrentTimestamp() + timeout_usecs;
+
+	SPI_connect_ext(SPI_OPT_NONATOMIC);
+	dex_run_waiter(true);
+	PG_TRY();
+	{
+		for (;;)
+		{
+			long		remaining;
+			int			n_ended = 0;
+			int			n_waiting = 0;
+			pg_uuid_t  *waiting = palloc(sizeof(pg_uuid_t) * n);
+			uint64	   *waiting_gen = palloc(sizeof(uint64) * n);
+
+			look_at_runs(fcinfo->flinfo->fn_oid, PointerGetDatum(arr), ids, n, generations, ended);
+			for (int i = 0; i < n; i++)
+			{
+				if (ended[i])
+				{
+					n_ended++;
+					continue;
+				}
+				waiting[n_waiting] = ids[i];
+				waiting_gen[n_waiting++] = generations[i];
+			}
+			remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+			if ((all ? n_ended == n : n_ended > 0) || remaining <= 0)
+				break;
+			/* no snapshot, no xmin from here on */
+			SPI_commit();
+			dex_report_wait("waiting for runs to end");
+			(void) dex_runs_wait(waiting, waiting_gen, n_waiting, remaining);
+			dex_report_wait(NULL);
+		}
+	}
+	PG_FINALLY();
+	{
+		dex_run_waiter(false);
+	}
+	PG_END_TRY();
+	SPI_finish();
+
+	out = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	for (int i = 0; i < n; i++)
+		if (ended[i])
+			dex_array_add(out, UUIDPGetDatum(&ids[i]), false);
+	result[0] = makeArrayResult(out, CurrentMemoryContext);
+	tupdesc = CreateTemplateTupleDesc(1);
+	TupleDescInitEntry(tupdesc, (AttrNumber) 1, "ended", UUIDARRAYOID, -1, 0);
+	tupdesc = BlessTupleDesc(tupdesc);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, result, result_null)));
 }

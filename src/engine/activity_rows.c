@@ -86,3 +86,30 @@ dex_activity_rows_values(DexActivityRows *rows, Datum *values)
 	values[8] = dex_array_result(rows->heartbeat_timeout);
 	values[9] = dex_array_result(rows->deadline);
 }
+
+/* the columns of DexActivityRows, in order */
+static DexPlan insert_activities_plan = {
+	"INSERT INTO dex.activity_task (queue_id, run_id, event_id, name, priority, status, attempt, "
+	"                               visible_from, argument, retry_policy, start_to_close_ms, "
+	"                               heartbeat_timeout_ms, schedule_deadline, created_at) "
+	"SELECT queue_id, run_id, event_id, name, priority, 'QUEUED', 1, now(), argument, retry_policy, "
+	"       start_to_close_ms, heartbeat_timeout_ms, schedule_deadline, now() "
+	"FROM unnest($1::integer[], $2::uuid[], $3::integer[], $4::text[], $5::smallint[], $6::bytea[], "
+	"            $7::bytea[], $8::bigint[], $9::bigint[], $10::timestamptz[]) "
+	"     AS a(queue_id, run_id, event_id, name, priority, argument, retry_policy, start_to_close_ms, "
+	"          heartbeat_timeout_ms, schedule_deadline)",
+	10, {INT4ARRAYOID, UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID,
+		 INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID}
+};
+
+/* Insert the rows as new tasks, queued for their first attempt */
+void
+dex_activity_rows_insert(DexActivityRows *rows)
+{
+	Datum		values[DEX_ACTIVITY_ROWS_COLUMNS];
+
+	if (rows->n == 0)
+		return;
+	dex_activity_rows_values(rows, values);
+	dex_spi_exec(&insert_activities_plan, values, NULL, 0);
+}

@@ -200,6 +200,16 @@ check_start_child_run(const Dex__V1__Command *cmd)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("priority of child run %d must be between 0 and 100", id)));
+	if (!duration_ok(sc->execution_timeout, 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the execution timeout of child run %d must be between 1 ms and 100 years", id)));
+	if (sc->parent_close_policy < DEX__V1__PARENT_CLOSE_POLICY__PARENT_CLOSE_POLICY_UNSPECIFIED ||
+		sc->parent_close_policy > DEX__V1__PARENT_CLOSE_POLICY__PARENT_CLOSE_POLICY_ABANDON)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("child run %d has an unknown parent close policy %d", id,
+						(int) sc->parent_close_policy)));
 }
 
 /* One command, by its kind */

@@ -31,6 +31,7 @@
 #include "catalog/pg_type.h"
 #include "lib/stringinfo.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
 
@@ -219,14 +220,36 @@ apply_continue_as_new(DexAppliedTask *c, const Dex__V1__Command *cmd)
 	c->new_status = "CREATED";
 }
 
-static DexPlan insert_child_plan = {
-	"WITH r AS (INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, instance_id, "
-	"                   priority, labels, concurrency_key, argument, parent_id, parent_event_id, created_at) "
-	"           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now()) RETURNING id) "
-	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) SELECT $4, id, $6 FROM r WHERE $12",
-	12, {UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID, UUIDOID, INT4OID,
-		BOOLOID}
+/* [0] before 1.4: no parent close policy ($13) */
+#define INSERT_CHILD_SQL(policy_col, policy) \
+	"WITH r AS (INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, instance_id, " \
+	"                   priority, labels, concurrency_key, argument, parent_id, parent_event_id, " \
+	"                   created_at" policy_col ") " \
+	"           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now()" policy ") RETURNING id) " \
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) SELECT $4, id, $6 FROM r WHERE $12"
+static DexPlan insert_child_plans[2] = {
+	{INSERT_CHILD_SQL("", ""), 12,
+		{UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID, UUIDOID, INT4OID,
+	BOOLOID}},
+	{INSERT_CHILD_SQL(", parent_close_policy", ", $13"), 13,
+		{UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID, UUIDOID, INT4OID,
+	BOOLOID, TEXTOID}}
 };
+
+/* The parent close policy column's value: NULL is terminate, the default */
+static const char *
+close_policy_text(Dex__V1__ParentClosePolicy policy)
+{
+	switch (policy)
+	{
+		case DEX__V1__PARENT_CLOSE_POLICY__PARENT_CLOSE_POLICY_REQUEST_CANCEL:
+			return "REQUEST_CANCEL";
+		case DEX__V1__PARENT_CLOSE_POLICY__PARENT_CLOSE_POLICY_ABANDON:
+			return "ABANDON";
+		default:
+			return NULL;
+	}
+}
 
 /* labels given as a proto map, as the jsonb object dex stores */
 static Jsonb *
@@ -267,8 +290,10 @@ insert_child_run(DexAppliedTask *c, int32 id, pg_uuid_t *child_id, const Dex__V1
 {
 	bool		has_instance = sc->instance_id && sc->instance_id[0] != '\0';
 	bool		has_key = sc->concurrency_key && sc->concurrency_key[0] != '\0';
-	Datum		values[12];
-	char		nulls[12] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum		values[13];
+	char		nulls[13] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	const char *policy = close_policy_text(sc->parent_close_policy);
+	int			v = dex_schema_1_4();
 
 	values[0] = UUIDPGetDatum(child_id);
 	values[1] = CStringGetTextDatum(sc->workflow_name);
@@ -295,17 +320,28 @@ insert_child_run(DexAppliedTask *c, int32 id, pg_uuid_t *child_id, const Dex__V1
 	values[10] = Int32GetDatum(id);
 	/* a child with a concurrency key gets its first task when it holds the key */
 	values[11] = BoolGetDatum(!has_key || dex_admit_run(child_id, queue->id, sc->concurrency_key, priority));
-	dex_spi_exec(&insert_child_plan, values, nulls, 0);
+	values[12] = policy ? CStringGetTextDatum(policy) : (Datum) 0;
+	nulls[12] = policy ? ' ' : 'n';
+	if (v == 0 && (policy != NULL || sc->execution_timeout != NULL))
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("child run %d: a parent close policy and an execution timeout need dex 1.4", id),
+				 errhint("Run ALTER EXTENSION dex UPDATE.")));
+	dex_spi_exec(&insert_child_plans[v], values, nulls, 0);
 	dex_queue_work_added(queue->id);
 	dex_stat_add(queue->id, DEX_STAT_TASKS_CREATED, (int64) SPI_processed);
+	if (sc->execution_timeout != NULL)
+		dex_add_run_timers(dex_uuid_array(&child_id, 1), "DEADLINE",
+						   TimestampTzPlusMilliseconds(c->now, dex_duration_ms(sc->execution_timeout)));
 }
 
 /*
  * Starting a child run: created at once, in the parent's transaction, on
  * its own queue (the parent's unless given), with the parent's priority and
  * labels unless given.  When the child ends, the parent receives
- * childRunCompleted or childRunFailed; when the parent ends, running
- * children are cancelled.  A child whose instance id is taken fails at once.
+ * childRunCompleted or childRunFailed; when the parent ends, active
+ * children follow their parent close policy (lifecycle.c).  A child whose
+ * instance id is taken fails at once.
  */
 static void
 apply_start_child_run(DexAppliedTask *c, const Dex__V1__Command *cmd)

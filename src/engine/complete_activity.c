@@ -68,7 +68,8 @@ static DexPlan fence_activities_plan = {
 	"USING unnest($1::uuid[], $2::integer[], $3::bigint[]) AS b(run_id, event_id, lock_version) "
 	"WHERE t.run_id = b.run_id AND t.event_id = b.event_id AND t.lock_version = b.lock_version "
 	"AND t.locked_by IS NOT NULL "
-	"RETURNING t.run_id, t.event_id, t.lock_version, t.attempt, t.queue_id, " DEX_QUEUE_LIMITED_SQL,
+	"RETURNING t.run_id, t.event_id, t.lock_version, t.attempt, t.queue_id, " DEX_QUEUE_LIMITED_SQL ", "
+	"          t.locked_by, t.attempt_started_at",
 	3, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID}
 };
 
@@ -87,7 +88,7 @@ static DexPlan forget_retries_plan = {
  */
 static void
 fence_activity_tasks(DexActivityCompletion *items, int n, Datum *values, const bool *ended,
-					 int32 *attempts, bool raise_lost)
+					 int32 *attempts, char **workers, TimestampTz *started, bool raise_lost)
 {
 	ArrayBuildState *retried_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 	ArrayBuildState *retried_ids = initArrayResult(INT4OID, CurrentMemoryContext, false);
@@ -111,6 +112,8 @@ fence_activity_tasks(DexActivityCompletion *items, int n, Datum *values, const b
 				break;
 			items[i].done = true;
 			attempts[i] = (int32) dex_spi_getint64(r, 4);
+			workers[i] = dex_spi_gettext_copy(r, 7);
+			started[i] = (TimestampTz) dex_spi_getint64(r, 8);
 			dex_stat_add((int32) dex_spi_getint64(r, 5), DEX_STAT_TASKS_COMPLETED, 1);
 			if (attempts[i] > 1)
 			{
@@ -150,6 +153,8 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	DexInboxBatch inbox;
 	int32	   *attempts = palloc0(sizeof(int32) * Max(n, 1));
+	char	  **workers = palloc0(sizeof(char *) * Max(n, 1));
+	TimestampTz *started = palloc0(sizeof(TimestampTz) * Max(n, 1));
 	bool	   *ended;
 
 	if (n == 0)
@@ -167,15 +172,22 @@ dex_complete_activity_tasks(DexActivityCompletion *items, int n, bool raise_lost
 	ended = lock_runs_of(items, n, values[0]);
 	values[1] = dex_array_result(task_ids);
 	values[2] = dex_array_result(versions);
-	fence_activity_tasks(items, n, values, ended, attempts, raise_lost);
+	fence_activity_tasks(items, n, values, ended, attempts, workers, started, raise_lost);
 
 	/* the results, to their runs */
 	dex_inbox_batch_init(&inbox);
 	for (int i = 0; i < n; i++)
-		if (items[i].done)
-			dex_inbox_batch_add(&inbox, items[i].run_id,
-								dex_event_activity_task_completed(now, items[i].task_id,
-																  items[i].result, attempts[i]),
-								now);
+	{
+		Dex__V1__WorkflowEvent *ev;
+
+		if (!items[i].done)
+			continue;
+		/* the attempt's worker and start: dex.run_attempts reads them */
+		ev = dex_event_activity_task_completed(now, items[i].task_id, items[i].result, attempts[i]);
+		ev->activity_task_completed->worker_id = workers[i];
+		if (started[i] != 0)
+			ev->activity_task_completed->started_at = dex_pb_timestamp(started[i]);
+		dex_inbox_batch_add(&inbox, items[i].run_id, ev, now);
+	}
 	dex_inbox_batch_flush(&inbox);
 }

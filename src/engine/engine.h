@@ -81,11 +81,16 @@ typedef struct DexRun
 	int32		generation;		/* continue-as-new count */
 	int32		parent_event_id;	/* the parent's ChildRunCreated event */
 	bool		cancel_requested;
+	int32		task_failures;	/* workflow tasks failed in a row */
+	bool		has_origin;		/* restarted or reset from origin_run_id */
+	pg_uuid_t	origin_run_id;
+	char	   *origin;			/* "RESTART" or "RESET" */
 	bytea	   *history;		/* dex_load_histories: one encoded EventBatch */
 	int			n_inbox;		/* dex_load_inbox: encoded WorkflowEvents */
 	bytea	  **inbox;
 } DexRun;
 
+extern int	dex_schema_1_4(void);
 extern struct HTAB *dex_load_runs(Datum ids, bool lock);
 extern DexRun *dex_find_run(struct HTAB *runs, pg_uuid_t *id);
 extern void dex_load_histories(struct HTAB *runs, Datum ids);
@@ -99,7 +104,7 @@ extern Dex__V1__WorkflowEvent **dex_build_new_events(DexRun *run, const char *wo
 extern void dex_lock_runs(Datum run_ids, bool share);
 extern bool dex_status_is_terminal(const char *status);
 /* the statuses of runs that have ended, as an SQL text[] */
-#define DEX_ENDED_STATUSES_SQL "'{COMPLETED,FAILED,CANCELLED,TERMINATED}'::text[]"
+#define DEX_ENDED_STATUSES_SQL "'{COMPLETED,FAILED,CANCELLED,TERMINATED,TIMED_OUT}'::text[]"
 extern bool dex_status_takes_tasks(const char *status);
 extern void dex_no_such_run(pg_uuid_t *run_id) pg_attribute_noreturn();
 
@@ -124,6 +129,7 @@ extern void dex_insert_inbox(pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
 extern void dex_inbox_batch_add_unlocked(DexInboxBatch *b, pg_uuid_t *run_id,
 										 Dex__V1__WorkflowEvent *event);
 extern void dex_ensure_workflow_tasks(Datum run_ids);
+extern void dex_insert_first_task(pg_uuid_t *run_id, int32 queue_id, int32 priority);
 
 /* keys.c: concurrency keys */
 extern int	dex_keys_per_queue(void);
@@ -202,13 +208,27 @@ extern void dex_activity_rows_add(DexActivityRows *rows, int32 queue_id, pg_uuid
 								  int32 event_id, const Dex__V1__ActivityTaskCreated *created,
 								  const Dex__V1__RetryPolicy *policy, TimestampTz created_at);
 extern void dex_activity_rows_values(DexActivityRows *rows, Datum *values);
+extern void dex_activity_rows_insert(DexActivityRows *rows);
 
 /* lifecycle.c: cancel, suspend, resume; the end of runs */
 extern void dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active);
 extern void dex_terminate_run_internal(pg_uuid_t *run_id, const char *reason);
+extern void dex_time_out_run_internal(pg_uuid_t *run_id, TimestampTz deadline);
 extern void dex_suspend_run_internal(pg_uuid_t *run_id);
 extern void dex_resume_run_internal(pg_uuid_t *run_id);
 extern void dex_end_runs(Datum run_ids);
+
+/* run_timers.c: delayed starts and deadlines (1.4) */
+extern void dex_add_run_timers(Datum run_ids, const char *kind, TimestampTz due_at);
+extern int	dex_fire_run_timers(int limit);
+
+/* attempts.c: attempts that did not succeed (1.4) */
+extern void dex_record_activity_attempt(pg_uuid_t *run_id, int32 event_id, Dex__V1__Failure *failure);
+extern void dex_record_workflow_attempt(pg_uuid_t *run_id, bytea *failure);
+
+/* reset.c: restart and reset (1.4) */
+extern pg_uuid_t *dex_restart_run_internal(pg_uuid_t *run_id);
+extern pg_uuid_t *dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason);
 
 /* purge.c: deleting runs that ended */
 extern uint64 dex_delete_runs(Datum run_ids);

@@ -42,11 +42,12 @@ dex_report_lost_lease(pg_uuid_t *run_id, int32 task_id, int64 lock_version)
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
 				 errmsg("workflow run %s does not exist", run)));
 	status = dex_spi_gettext_copy(0, 1);
-	if (strcmp(status, "CANCELLED") == 0 || strcmp(status, "TERMINATED") == 0)
+	if (strcmp(status, "CANCELLED") == 0 || strcmp(status, "TERMINATED") == 0 ||
+		strcmp(status, "TIMED_OUT") == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DEX_RUN_CANCELLED),
 				 errmsg("workflow run %s was %s", run,
-						status[0] == 'C' ? "cancelled" : "terminated"),
+						status[0] == 'C' ? "cancelled" : status[1] == 'E' ? "terminated" : "timed out"),
 				 errdetail("Its tasks were withdrawn; the task's result is not needed."),
 				 errhint("Stop working on the task.")));
 	if (task_id == 0 && strcmp(status, "SUSPENDED") == 0)

@@ -120,6 +120,26 @@ dex_insert_inbox(pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
 	dex_inbox_batch_flush(&b);
 }
 
+static DexPlan first_task_plan = {
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) VALUES ($1, $2, $3)",
+	3, {INT4OID, UUIDOID, INT2OID}
+};
+
+/*
+ * A new run's first workflow task (the caller made the run, or admitted it):
+ * pollable at once, and its queue's waiting workers told at commit.
+ */
+void
+dex_insert_first_task(pg_uuid_t *run_id, int32 queue_id, int32 priority)
+{
+	Datum		values[3] = {Int32GetDatum(queue_id), UUIDPGetDatum(run_id),
+	Int16GetDatum((int16) priority)};
+
+	dex_spi_exec(&first_task_plan, values, NULL, 0);
+	dex_queue_work_added(queue_id);
+	dex_stat_add(queue_id, DEX_STAT_TASKS_CREATED, 1);
+}
+
 /*
  * A task row that is visible is never locked or waited for (the locking
  * protocol in src/README.md); ON CONFLICT only meets a task inserted by a transaction still

@@ -54,11 +54,28 @@ static DexPlan end_run_now_plan = {
  * locking protocol in src/README.md) is left, refused when completed and
  * dropped by the next poll that leases it.
  */
-static DexPlan withdraw_task_plan = {
-	"DELETE FROM dex.workflow_task t USING (SELECT run_id, queue_id FROM dex.workflow_task "
-	"  WHERE run_id = $1 FOR UPDATE SKIP LOCKED) s "
-	"WHERE t.run_id = s.run_id AND t.queue_id = s.queue_id",
-	1, {UUIDOID}
+/*
+ * 1.4 records the attempt of a leased task so withdrawn (dex.task_attempt):
+ * VOIDED, or LEASE_EXPIRED if its lease had run out.  $1 the runs.
+ */
+#define WITHDRAWN_OUTCOME \
+	"CASE WHEN d.locked_until < now() THEN 'LEASE_EXPIRED' ELSE 'VOIDED' END"
+#define RECORD_WITHDRAWN_WORKFLOW_TASKS \
+	"INSERT INTO dex.task_attempt (run_id, event_id, attempt, worker_id, leased_at, ended_at, outcome) " \
+	"SELECT d.run_id, 0, r.task_failures + 1, d.locked_by, d.started_at, now(), " WITHDRAWN_OUTCOME " " \
+	"FROM wt d JOIN dex.workflow_run r ON r.id = d.run_id WHERE d.locked_by IS NOT NULL"
+#define RECORD_WITHDRAWN_ACTIVITIES \
+	"INSERT INTO dex.task_attempt (run_id, event_id, attempt, worker_id, leased_at, ended_at, outcome) " \
+	"SELECT d.run_id, d.event_id, d.attempt, d.locked_by, d.attempt_started_at, now(), " WITHDRAWN_OUTCOME " " \
+	"FROM at d WHERE d.locked_by IS NOT NULL"
+
+#define WITHDRAW_TASK_SQL \
+	"WITH wt AS (DELETE FROM dex.workflow_task t USING (SELECT run_id, queue_id FROM dex.workflow_task " \
+	"  WHERE run_id = $1 FOR UPDATE SKIP LOCKED) s " \
+	"WHERE t.run_id = s.run_id AND t.queue_id = s.queue_id RETURNING t.*) "
+static DexPlan withdraw_task_plans[2] = {
+	{WITHDRAW_TASK_SQL "SELECT count(*) FROM wt", 1, {UUIDOID}},
+	{WITHDRAW_TASK_SQL RECORD_WITHDRAWN_WORKFLOW_TASKS, 1, {UUIDOID}}
 };
 
 /*
@@ -223,6 +240,42 @@ dex_terminate_run_internal(pg_uuid_t *run_id, const char *reason)
 								"dex.Terminated", true));
 }
 
+/*
+ * The engine's own termination of an active child whose parent ended (its
+ * parent close policy, the default): runTerminated is by "dex".
+ */
+static void
+terminate_child(pg_uuid_t *run_id)
+{
+	char	   *status = lock_run(run_id, NULL, false);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	if (dex_status_is_terminal(status))
+		return;
+	end_run_now(run_id, status, "TERMINATED",
+				dex_event_run_terminated(now, pstrdup("the parent run ended"), pstrdup("dex")),
+				dex_new_failure("the run was terminated: its parent run ended", "dex.Terminated", true));
+}
+
+/*
+ * A run whose deadline (dex.run_timer) has come ends TIMED_OUT at once, as
+ * a terminated run does, whatever it was doing (suspended and blocked runs
+ * too): the scheduler's doing.  A run that has ended is left alone.
+ */
+void
+dex_time_out_run_internal(pg_uuid_t *run_id, TimestampTz deadline)
+{
+	char	   *status = lock_run(run_id, NULL, false);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+
+	if (dex_status_is_terminal(status))
+		return;
+	end_run_now(run_id, status, "TIMED_OUT", dex_event_run_timed_out(now, deadline),
+				dex_new_failure(psprintf("the run did not end by its deadline, %s",
+										 timestamptz_to_str(deadline)),
+								"dex.TimedOut", true));
+}
+
 /* The locked run's status becomes "to" */
 static void
 set_status(pg_uuid_t *run_id, const char *to)
@@ -260,7 +313,7 @@ dex_suspend_run_internal(pg_uuid_t *run_id)
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
 	change_status(run_id, "suspend", "RUNNING", "SUSPENDED");
-	dex_spi_exec(&withdraw_task_plan, values, NULL, 0);
+	dex_spi_exec(&withdraw_task_plans[dex_schema_1_4()], values, NULL, 0);
 	dex_spi_exec(&hold_activities_plan, values, NULL, 0);
 	/* delivered with the next task, after the run is resumed */
 	dex_insert_inbox(run_id, dex_event_run_suspended(now), now);
@@ -300,7 +353,7 @@ dex_resume_run_internal(pg_uuid_t *run_id)
 		illegal_transition(run_id, "resume", status);
 	set_status(run_id, "RUNNING");
 	/* a task left from before the suspension (see withdraw_task_plan) goes: its lease is void */
-	dex_spi_exec(&withdraw_task_plan, values, NULL, 0);
+	dex_spi_exec(&withdraw_task_plans[dex_schema_1_4()], values, NULL, 0);
 	released = dex_spi_rows(&release_activities_plan, values, NULL, 0);
 	for (uint64 i = 0; i < released.n; i++)
 	{
@@ -323,19 +376,25 @@ dex_resume_run_internal(pg_uuid_t *run_id)
  * run lock could deadlock (the locking protocol in src/README.md).  Such a task
  * is refused when completed, and cleared by polls and the scheduler.
  */
-static DexPlan end_runs_plan = {
-	"WITH a AS (DELETE FROM dex.activity_task a USING (SELECT run_id, event_id FROM dex.activity_task "
-	"             WHERE run_id = ANY ($1) FOR UPDATE SKIP LOCKED) s "
-	"           WHERE a.run_id = s.run_id AND a.event_id = s.event_id), "
-	"     e AS (DELETE FROM dex.external_event WHERE run_id = ANY ($1)), "
-	"     ar AS (DELETE FROM dex.activity_retry WHERE run_id = ANY ($1)), "
-	"     t AS (DELETE FROM dex.workflow_task t USING (SELECT run_id, queue_id FROM dex.workflow_task "
-	"             WHERE run_id = ANY ($1) FOR UPDATE SKIP LOCKED) s "
-	"           WHERE t.run_id = s.run_id AND t.queue_id = s.queue_id), "
-	"     n AS (DELETE FROM dex.run_instance i USING dex.workflow_run r "
-	"           WHERE r.id = ANY ($1) AND i.instance_id = r.instance_id AND i.run_id = r.id) "
-	"DELETE FROM dex.workflow_inbox WHERE run_id = ANY ($1)",
-	1, {UUIDARRAYOID}
+#define END_RUNS_SQL(since_1_4) \
+	"WITH at AS (DELETE FROM dex.activity_task a USING (SELECT run_id, event_id FROM dex.activity_task " \
+	"             WHERE run_id = ANY ($1) FOR UPDATE SKIP LOCKED) s " \
+	"           WHERE a.run_id = s.run_id AND a.event_id = s.event_id RETURNING a.*), " \
+	"     e AS (DELETE FROM dex.external_event WHERE run_id = ANY ($1)), " \
+	"     ar AS (DELETE FROM dex.activity_retry WHERE run_id = ANY ($1)), " \
+	"     wt AS (DELETE FROM dex.workflow_task t USING (SELECT run_id, queue_id FROM dex.workflow_task " \
+	"             WHERE run_id = ANY ($1) FOR UPDATE SKIP LOCKED) s " \
+	"           WHERE t.run_id = s.run_id AND t.queue_id = s.queue_id RETURNING t.*), " \
+	"     n AS (DELETE FROM dex.run_instance i USING dex.workflow_run r " \
+	"           WHERE r.id = ANY ($1) AND i.instance_id = r.instance_id AND i.run_id = r.id), " \
+	since_1_4 \
+	"     i AS (DELETE FROM dex.workflow_inbox WHERE run_id = ANY ($1)) " \
+	"SELECT 1"
+static DexPlan end_runs_plans[2] = {
+	{END_RUNS_SQL(""), 1, {UUIDARRAYOID}},
+	{END_RUNS_SQL("     rt AS (DELETE FROM dex.run_timer WHERE run_id = ANY ($1)), "
+				  "     va AS (" RECORD_WITHDRAWN_ACTIVITIES "), "
+				  "     vw AS (" RECORD_WITHDRAWN_WORKFLOW_TASKS "), "), 1, {UUIDARRAYOID}}
 };
 
 /* the children that ended, with a parent still there to tell */
@@ -347,10 +406,17 @@ static DexPlan ended_children_plan = {
 	1, {UUIDARRAYOID}
 };
 
-static DexPlan active_children_plan = {
-	"SELECT id FROM dex.workflow_run WHERE parent_id = ANY ($1) "
-	"AND status = ANY ('{CREATED,RUNNING,SUSPENDED}'::text[]) ORDER BY id",
-	1, {UUIDARRAYOID}
+/*
+ * The active children of runs that ended, with their parent close policy
+ * (NULL: terminate).  Before 1.4 a parent's end asked its children to cancel.
+ */
+static DexPlan active_children_plans[2] = {
+	{"SELECT id, 'REQUEST_CANCEL'::text FROM dex.workflow_run WHERE parent_id = ANY ($1) "
+		"AND status = ANY ('{CREATED,RUNNING,SUSPENDED}'::text[]) ORDER BY id",
+	1, {UUIDARRAYOID}},
+	{"SELECT id, parent_close_policy FROM dex.workflow_run WHERE parent_id = ANY ($1) "
+		"AND status = ANY ('{CREATED,RUNNING,SUSPENDED,BLOCKED,DELAYED}'::text[]) ORDER BY id",
+	1, {UUIDARRAYOID}}
 };
 
 /*
@@ -380,7 +446,9 @@ child_ended_event(TimestampTz now, int32 created_event_id, const char *status,
  * pending work is removed, their instance ids and concurrency keys freed (the
  * next run waiting for a key is admitted), their parents told
  * (childRunCompleted or childRunFailed, through the scheduler: a child does
- * not lock its parent), and their children that still run cancelled.
+ * not lock its parent), and their children that are still active follow
+ * their parent close policy: terminated (the default), asked to cancel, or
+ * left to run (abandoned).
  */
 void
 dex_end_runs(Datum run_ids)
@@ -390,8 +458,9 @@ dex_end_runs(Datum run_ids)
 	DexInboxBatch inbox;
 	int			n;
 	pg_uuid_t  *children;
+	char	  **policies;
 
-	dex_spi_exec(&end_runs_plan, values, NULL, 0);
+	dex_spi_exec(&end_runs_plans[dex_schema_1_4()], values, NULL, 0);
 	dex_runs_ended(run_ids);	/* dex.wait_for_run's waiters, at commit */
 	dex_release_keys(run_ids);
 
@@ -412,15 +481,23 @@ dex_end_runs(Datum run_ids)
 	}
 	dex_inbox_batch_flush(&inbox);
 
-	dex_spi_exec(&active_children_plan, values, NULL, 0);
+	dex_spi_exec(&active_children_plans[dex_schema_1_4()], values, NULL, 0);
 	n = (int) SPI_processed;
 	children = palloc(sizeof(pg_uuid_t) * Max(n, 1));
+	policies = palloc(sizeof(char *) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
 		bool		isnull;
 
 		memcpy(&children[i], DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)), sizeof(pg_uuid_t));
+		policies[i] = dex_spi_gettext_copy(i, 2);
 	}
 	for (int i = 0; i < n; i++)
-		dex_cancel_run_internal(&children[i], "the parent run ended", true);
+	{
+		if (policies[i] == NULL)
+			terminate_child(&children[i]);
+		else if (strcmp(policies[i], "REQUEST_CANCEL") == 0)
+			dex_cancel_run_internal(&children[i], "the parent run ended", true);
+		/* ABANDON: the child runs on */
+	}
 }

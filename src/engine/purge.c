@@ -5,7 +5,7 @@
  *	  maintenance worker's retention and for dex.purge_run(s).
  *
  * A run goes with its history, inbox, recorded external events, retry
- * records and any task left behind (a task a poll held when the run ended;
+ * records, timers and attempts (1.4) and any task left behind (a task a poll held when the run ended;
  * a poll that meets it later finds no run and drops it).  Every delete goes
  * through a primary key that starts with the run id.  Only runs that have
  * ended are deleted, whatever the caller passes: the delete itself checks
@@ -24,16 +24,21 @@
 #include "engine/engine.h"
 
 /* $1 the runs; deletes those that ended, and returns their ids */
-static DexPlan delete_runs_plan = {
-	"WITH h AS (DELETE FROM dex.workflow_history WHERE run_id = ANY ($1)), "
-	"     i AS (DELETE FROM dex.workflow_inbox WHERE run_id = ANY ($1)), "
-	"     e AS (DELETE FROM dex.external_event WHERE run_id = ANY ($1)), "
-	"     ar AS (DELETE FROM dex.activity_retry WHERE run_id = ANY ($1)), "
-	"     t AS (DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)), "
-	"     a AS (DELETE FROM dex.activity_task WHERE run_id = ANY ($1)) "
-	"DELETE FROM dex.workflow_run r WHERE r.id = ANY ($1) "
-	"AND r.status = ANY (" DEX_ENDED_STATUSES_SQL ") RETURNING r.id",
-	1, {UUIDARRAYOID}
+#define DELETE_RUNS_SQL(since_1_4) \
+	"WITH h AS (DELETE FROM dex.workflow_history WHERE run_id = ANY ($1)), " \
+	"     i AS (DELETE FROM dex.workflow_inbox WHERE run_id = ANY ($1)), " \
+	"     e AS (DELETE FROM dex.external_event WHERE run_id = ANY ($1)), " \
+	"     ar AS (DELETE FROM dex.activity_retry WHERE run_id = ANY ($1)), " \
+	"     t AS (DELETE FROM dex.workflow_task WHERE run_id = ANY ($1)), " \
+	since_1_4 \
+	"     a AS (DELETE FROM dex.activity_task WHERE run_id = ANY ($1)) " \
+	"DELETE FROM dex.workflow_run r WHERE r.id = ANY ($1) " \
+	"AND r.status = ANY (" DEX_ENDED_STATUSES_SQL ") RETURNING r.id"
+/* [1]: 1.4's run timers and attempts too */
+static DexPlan delete_runs_plans[2] = {
+	{DELETE_RUNS_SQL(""), 1, {UUIDARRAYOID}},
+	{DELETE_RUNS_SQL("     rt AS (DELETE FROM dex.run_timer WHERE run_id = ANY ($1)), "
+					 "     ta AS (DELETE FROM dex.task_attempt WHERE run_id = ANY ($1)), "), 1, {UUIDARRAYOID}}
 };
 
 /*
@@ -45,7 +50,7 @@ dex_delete_runs(Datum run_ids)
 {
 	Datum		values[1] = {run_ids};
 
-	return dex_spi_rows(&delete_runs_plan, values, NULL, 0).n;
+	return dex_spi_rows(&delete_runs_plans[dex_schema_1_4()], values, NULL, 0).n;
 }
 
 static DexPlan lock_run_plan = {

@@ -172,6 +172,7 @@ dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id, int32 attempt,
 		dex_pb_unpack(&dex__v1__retry_policy__descriptor,
 					  (uint8 *) VARDATA_ANY(retry_policy),
 					  VARSIZE_ANY_EXHDR(retry_policy), "retry policy");
+	dex_record_activity_attempt(run_id, event_id, failure);
 
 	retry = !failure_is_non_retryable(policy, failure) && attempt < policy->max_attempts;
 	if (retry)

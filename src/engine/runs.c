@@ -25,16 +25,35 @@
 
 #include "engine/engine.h"
 
-#define LOAD_RUNS_SQL \
+/* [0]: a schema before 1.4, without the origin of runs; [1]: 1.4 */
+#define LOAD_RUNS_SQL(since_1_4) \
 	"SELECT id, workflow_name, workflow_version, status, history_length, last_event_id, argument, " \
 	"created_at, instance_id, priority, labels, concurrency_key, custom_status, parent_id, queue_id, " \
-	"generation, parent_event_id, cancel_requested FROM dex.workflow_run WHERE id = ANY ($1)"
+	"generation, parent_event_id, cancel_requested, " since_1_4 " " \
+	"FROM dex.workflow_run WHERE id = ANY ($1)"
+#define BEFORE_1_4 "0, NULL::uuid, NULL::text"
+#define SINCE_1_4 "task_failures, origin_run_id, origin"
 
-static DexPlan load_runs_plan = {LOAD_RUNS_SQL, 1, {UUIDARRAYOID}};
-
-static DexPlan lock_load_runs_plan = {
-	LOAD_RUNS_SQL " ORDER BY id FOR NO KEY UPDATE", 1, {UUIDARRAYOID}
+static DexPlan load_runs_plans[2] = {
+	{LOAD_RUNS_SQL(BEFORE_1_4), 1, {UUIDARRAYOID}},
+	{LOAD_RUNS_SQL(SINCE_1_4), 1, {UUIDARRAYOID}}
 };
+
+static DexPlan lock_load_runs_plans[2] = {
+	{LOAD_RUNS_SQL(BEFORE_1_4) " ORDER BY id FOR NO KEY UPDATE", 1, {UUIDARRAYOID}},
+	{LOAD_RUNS_SQL(SINCE_1_4) " ORDER BY id FOR NO KEY UPDATE", 1, {UUIDARRAYOID}}
+};
+
+/*
+ * Whether the schema is 1.4 or later (run timers, task attempts, the origin
+ * and parent close policy of runs): the library works with the schema of an
+ * earlier version until ALTER EXTENSION dex UPDATE.
+ */
+int
+dex_schema_1_4(void)
+{
+	return dex_column_exists("workflow_run", "origin") ? 1 : 0;
+}
 
 /*
  * The runs with the given ids (a uuid[] datum); with "lock", locked to be
@@ -47,13 +66,13 @@ dex_load_runs(Datum ids, bool lock)
 	HASHCTL		ctl;
 	HTAB	   *runs;
 	Datum		values[1] = {ids};
+	int			v = dex_schema_1_4();
 
 	ctl.keysize = sizeof(pg_uuid_t);
 	ctl.entrysize = sizeof(DexRun);
 	ctl.hcxt = CurrentMemoryContext;
 	runs = hash_create("dex runs", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-
-	dex_spi_exec(lock ? &lock_load_runs_plan : &load_runs_plan, values, NULL, 0);
+	dex_spi_exec(lock ? &lock_load_runs_plans[v] : &load_runs_plans[v], values, NULL, 0);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
@@ -81,6 +100,12 @@ dex_load_runs(Datum ids, bool lock)
 		run->generation = (int32) dex_spi_getint64(i, 16);
 		run->parent_event_id = (int32) dex_spi_getint64(i, 17);
 		run->cancel_requested = dex_spi_getbool(i, 18);
+		run->task_failures = (int32) dex_spi_getint64(i, 19);
+		d = dex_spi_getdatum(i, 20, &isnull);
+		run->has_origin = !isnull;
+		if (!isnull)
+			run->origin_run_id = *DatumGetUUIDP(d);
+		run->origin = dex_spi_gettext_copy(i, 21);
 		run->history = NULL;
 		run->n_inbox = 0;
 		run->inbox = NULL;
@@ -187,7 +212,8 @@ Dex__V1__RunStatus
 dex_run_status_enum(const char *status)
 {
 	static const char *const names[] = {
-		"", "CREATED", "RUNNING", "SUSPENDED", "CANCELLED", "COMPLETED", "FAILED", "TERMINATED", "BLOCKED"
+		"", "CREATED", "RUNNING", "SUSPENDED", "CANCELLED", "COMPLETED", "FAILED", "TERMINATED", "BLOCKED",
+		"TIMED_OUT", "DELAYED"
 	};
 
 	for (int i = 1; i < lengthof(names); i++)
@@ -219,6 +245,13 @@ run_created_subject(DexRun *run)
 		dex__v1__parent_run__init(rc->parent);
 		rc->parent->run_id = dex_uuid_to_cstring(&run->parent_id);
 		rc->parent->child_run_created_event_id = run->parent_event_id;
+	}
+	if (run->has_origin)
+	{
+		rc->origin = palloc(sizeof(Dex__V1__RunOrigin));
+		dex__v1__run_origin__init(rc->origin);
+		rc->origin->run_id = dex_uuid_to_cstring(&run->origin_run_id);
+		rc->origin->kind = run->origin;
 	}
 	if (run->labels)
 	{
@@ -268,6 +301,7 @@ dex_build_new_events(DexRun *run, const char *worker_id, TimestampTz started_at,
 	size_t		n = 0;
 
 	events[n++] = dex_event_workflow_task_started(started_at, pstrdup(worker_id));
+	events[0]->workflow_task_started->attempt = run->task_failures + 1;
 	if (strcmp(run->status, "CREATED") == 0)
 	{
 		events[n++] = dex_run_created_event(run);
@@ -321,7 +355,8 @@ bool
 dex_status_is_terminal(const char *status)
 {
 	return strcmp(status, "COMPLETED") == 0 || strcmp(status, "FAILED") == 0 ||
-		strcmp(status, "CANCELLED") == 0 || strcmp(status, "TERMINATED") == 0;
+		strcmp(status, "CANCELLED") == 0 || strcmp(status, "TERMINATED") == 0 ||
+		strcmp(status, "TIMED_OUT") == 0;
 }
 
 /*

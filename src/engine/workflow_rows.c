@@ -159,20 +159,6 @@ static DexPlan update_runs_plan = {
 		 BYTEAARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID}
 };
 
-/* the columns of DexActivityRows, in order */
-static DexPlan insert_activities_plan = {
-	"INSERT INTO dex.activity_task (queue_id, run_id, event_id, name, priority, status, attempt, "
-	"                               visible_from, argument, retry_policy, start_to_close_ms, "
-	"                               heartbeat_timeout_ms, schedule_deadline, created_at) "
-	"SELECT queue_id, run_id, event_id, name, priority, 'QUEUED', 1, now(), argument, retry_policy, "
-	"       start_to_close_ms, heartbeat_timeout_ms, schedule_deadline, now() "
-	"FROM unnest($1::integer[], $2::uuid[], $3::integer[], $4::text[], $5::smallint[], $6::bytea[], "
-	"            $7::bytea[], $8::bigint[], $9::bigint[], $10::timestamptz[]) "
-	"     AS a(queue_id, run_id, event_id, name, priority, argument, retry_policy, start_to_close_ms, "
-	"          heartbeat_timeout_ms, schedule_deadline)",
-	10, {INT4ARRAYOID, UUIDARRAYOID, INT4ARRAYOID, TEXTARRAYOID, INT2ARRAYOID, BYTEAARRAYOID, BYTEAARRAYOID,
-		 INT8ARRAYOID, INT8ARRAYOID, TIMESTAMPTZARRAYOID}
-};
 
 /* cancelled timers: their TimerElapsed rows go, if not delivered yet */
 static DexPlan cancel_timers_plan = {
@@ -229,11 +215,7 @@ dex_batch_rows_write(DexBatchRows *rows)
 
 	update_runs(rows);
 
-	if (rows->activities.n > 0)
-	{
-		dex_activity_rows_values(&rows->activities, values);
-		dex_spi_exec(&insert_activities_plan, values, NULL, 0);
-	}
+	dex_activity_rows_insert(&rows->activities);
 
 	dex_inbox_batch_flush(&rows->inbox);
 

@@ -680,6 +680,45 @@ slot_wait(DexWaitSlot *slot, uint64 generation, long timeout_ms)
 	return woken;
 }
 
+/* while waiting for several runs, how often the others' slots are looked at */
+#define RUNS_CHECK_MS 100
+
+/*
+ * dex.wait_for_runs: sleep until the wait slot of one of the n runs moves on
+ * from its generation, or timeout_ms passes; whether one moved.  It sleeps
+ * on the first run's condition variable (a backend sleeps on one at a time)
+ * and reads the others' generations every RUNS_CHECK_MS: an atomic read
+ * each, no statement.
+ */
+bool
+dex_runs_wait(const pg_uuid_t *run_ids, const uint64 *generations, int n, long timeout_ms)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	DexWaitSlot *first;
+	bool		woken = false;
+
+	require_shared_memory("runs");
+	first = &dex_shared->run_slots[run_slot(&run_ids[0])];
+	ConditionVariablePrepareToSleep(&first->cv);
+	while (!woken)
+	{
+		long		remaining;
+
+		for (int i = 0; i < n && !woken; i++)
+			woken = pg_atomic_read_u64(&dex_shared->run_slots[run_slot(&run_ids[i])].generation) !=
+				generations[i];
+		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (woken || remaining <= 0)
+			break;
+		(void) ConditionVariableTimedSleep(&first->cv,
+										   Min(remaining, n > 1 ? RUNS_CHECK_MS : CLIENT_CHECK_MS),
+										   PG_WAIT_EXTENSION);
+		check_client_connection();
+	}
+	ConditionVariableCancelSleep();
+	return woken;
+}
+
 /* Sleep until work is added to the queue after "generation" was read (see slot_wait) */
 bool
 dex_queue_wait(int32 queue_id, uint64 generation, long timeout_ms)

@@ -147,6 +147,8 @@ static const ProtobufCMessageDescriptor *const dex_pb_descriptors[] = {
 	&dex__v1__run_failed__descriptor,
 	&dex__v1__run_cancelled__descriptor,
 	&dex__v1__run_terminated__descriptor,
+	&dex__v1__run_timed_out__descriptor,
+	&dex__v1__run_origin__descriptor,
 	&dex__v1__run_cancel_requested__descriptor,
 	&dex__v1__run_suspended__descriptor,
 	&dex__v1__run_resumed__descriptor,

@@ -156,6 +156,16 @@ dex_event_run_terminated(TimestampTz ts, char *reason, char *by)
 }
 
 Dex__V1__WorkflowEvent *
+dex_event_run_timed_out(TimestampTz ts, TimestampTz deadline)
+{
+	Dex__V1__WorkflowEvent *ev;
+
+	NEW_EVENT(ev, ts, run_timed_out, RUN_TIMED_OUT);
+	ev->run_timed_out->deadline = dex_pb_timestamp(deadline);
+	return ev;
+}
+
+Dex__V1__WorkflowEvent *
 dex_event_run_suspended(TimestampTz ts)
 {
 	Dex__V1__WorkflowEvent *ev;
@@ -352,6 +362,8 @@ dex_event_child_run_created(TimestampTz ts, const Dex__V1__StartChildRun *comman
 	created->priority = priority;
 	created->instance_id = command->instance_id;
 	created->concurrency_key = command->concurrency_key;
+	created->execution_timeout = command->execution_timeout;
+	created->parent_close_policy = command->parent_close_policy;
 	created->n_labels = command->n_labels;
 	created->labels = palloc(sizeof(Dex__V1__ChildRunCreated__LabelsEntry *) * Max(command->n_labels, 1));
 	for (size_t i = 0; i < command->n_labels; i++)

@@ -9,6 +9,8 @@
  * scheduler owns what falls due later:
  *	  - delayed inbox events (timers, children's results for their parents):
  *		when due, the run gets a workflow task;
+ *	  - run timers (run_timers.c): a delayed run starts, a run past its
+ *		deadline ends TIMED_OUT;
  *	  - activity tasks waiting out a retry backoff: when due, CREATED -> QUEUED;
  *	  - activity leases that expired: the attempt counts as failed and
  *		follows the retry policy (a task left to a run that ended goes);
@@ -126,13 +128,17 @@ static DexPlan expired_workflow_leases_plan = {
 	1, {TIMESTAMPTZOID}
 };
 
-static DexPlan next_due_plan = {
-	"SELECT least((SELECT min(visible_from) FROM dex.workflow_inbox WHERE delayed), "
-	"             (SELECT min(visible_from) FROM dex.activity_task WHERE status = 'CREATED'), "
-	"             (SELECT min(locked_until) FROM dex.activity_task WHERE locked_by IS NOT NULL), "
-	"             (SELECT min(locked_until) FROM dex.workflow_task "
-	"               WHERE locked_by IS NOT NULL AND locked_until > now()))",
-	0, {0}
+/* [1]: 1.4's run timers too */
+#define NEXT_DUE_SQL(since_1_4) \
+	"SELECT least((SELECT min(visible_from) FROM dex.workflow_inbox WHERE delayed), " \
+	"             (SELECT min(visible_from) FROM dex.activity_task WHERE status = 'CREATED'), " \
+	"             (SELECT min(locked_until) FROM dex.activity_task WHERE locked_by IS NOT NULL), " \
+	since_1_4 \
+	"             (SELECT min(locked_until) FROM dex.workflow_task " \
+	"               WHERE locked_by IS NOT NULL AND locked_until > now()))"
+static DexPlan next_due_plans[2] = {
+	{NEXT_DUE_SQL(""), 0, {0}},
+	{NEXT_DUE_SQL("(SELECT min(due_at) FROM dex.run_timer), "), 0, {0}}
 };
 
 /* workflow-task lease expiries up to this time have been announced */
@@ -280,6 +286,10 @@ scheduler_pass(bool *installed)
 	if (rows.n > 0 && dex_rows_getint64(rows, 0, 2) >= BATCH_SIZE)
 		more = true;
 
+	/* delayed runs that start, runs that time out (1.4) */
+	if (dex_schema_1_4() && dex_fire_run_timers(BATCH_SIZE) >= BATCH_SIZE)
+		more = true;
+
 	rows = dex_spi_rows(&due_activities_plan, limit, NULL, 0);
 	dex_queue_work_added_spi(1);
 	dex_stat_count_spi(DEX_STAT_RETRIES_DUE, 1);
@@ -308,7 +318,7 @@ scheduler_pass(bool *installed)
 		bool		isnull;
 		Datum		d;
 
-		rows = dex_spi_rows(&next_due_plan, NULL, NULL, 1);
+		rows = dex_spi_rows(&next_due_plans[dex_schema_1_4()], NULL, NULL, 1);
 		d = dex_rows_getdatum(rows, 0, 1, &isnull);
 		if (!isnull)
 			next = DatumGetTimestampTz(d);

@@ -95,6 +95,8 @@ const char *const fuzz_type_names[] = {
 	"dex.v1.RunFailed",
 	"dex.v1.RunCancelled",
 	"dex.v1.RunTerminated",
+	"dex.v1.RunTimedOut",
+	"dex.v1.RunOrigin",
 	"dex.v1.RunCancelRequested",
 	"dex.v1.RunSuspended",
 	"dex.v1.RunResumed",

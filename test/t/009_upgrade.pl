@@ -1,6 +1,6 @@
 # Upgrades: install dex 1.0, leave runs in flight (an activity leased, a timer
 # pending, a wait for an event), ALTER EXTENSION dex UPDATE to 1.1, finish
-# them, then UPDATE to 1.2 and to the default version (1.3); the updated database then has
+# them, then UPDATE to 1.2, 1.3 and to the default version (1.4); the updated database then has
 # exactly the objects of a fresh install (functions with their definitions,
 # rights and comments, tables, columns, indexes, constraints, views, grants,
 # what pg_dump dumps of the extension's tables).
@@ -115,12 +115,23 @@ is($node->safe_psql('postgres', qq{SELECT status FROM dex.workflow_run WHERE id 
 
 # 1.3: a run started under 1.2 is terminated after the update
 my $run_e = $node->safe_psql('postgres', q{SELECT dex.create_run('to-terminate', 'wf')});
-$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE TO '1.3'});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
-	'1.3', 'dex is updated to the default version, 1.3');
+	'1.3', 'dex is updated to 1.3');
 $node->safe_psql('postgres', qq{SELECT dex.terminate_run('$run_e', 'upgrade test')});
 is($node->safe_psql('postgres', qq{SELECT status FROM dex.workflow_run WHERE id = '$run_e'}),
 	'TERMINATED', 'under 1.3 a run started before the update can be terminated');
+
+# 1.4: a run started under 1.3 is restarted after the update, a new one is delayed
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
+	'1.4', 'dex is updated to the default version, 1.4');
+is($node->safe_psql('postgres', qq{SELECT r.workflow_name || ' ' || r.origin || ' ' || (r.origin_run_id = '$run_e')
+	FROM dex.workflow_run r WHERE r.id = dex.restart_run('$run_e')}),
+	'to-terminate RESTART true', 'under 1.4 a run of 1.3 can be restarted');
+is($node->safe_psql('postgres', q{SELECT status FROM dex.workflow_run
+	WHERE id = dex.create_run('later', 'wf', start_at => now() + interval '1 hour')}),
+	'DELAYED', 'under 1.4 a run can be delayed');
 
 # the updated schema is the fresh schema
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
@@ -170,11 +181,14 @@ my %in_f = map { $_ => 1 } @f;
 ok(@f > 100, 'the catalog comparison sees the schema (' . scalar(@f) . ' objects)');
 
 # the same for every released version updated straight to the current one:
-# "postgres" came from 1.0 through 1.1; "from_1_1" starts at 1.1
+# "postgres" came from 1.0 through 1.1, 1.2 and 1.3; "from_1_1" starts at 1.1, "from_1_3" at 1.3
 $node->safe_psql('postgres', 'CREATE DATABASE from_1_1');
 $node->safe_psql('from_1_1', q{CREATE EXTENSION dex VERSION '1.1'; SELECT dex.create_queue('wf', 'workflow');
 	SELECT dex.create_run('w', 'wf', instance_id => 'i', concurrency_key => 'k'); ALTER EXTENSION dex UPDATE});
-for my $db ('postgres', 'from_1_1')
+$node->safe_psql('postgres', 'CREATE DATABASE from_1_3');
+$node->safe_psql('from_1_3', q{CREATE EXTENSION dex VERSION '1.3'; SELECT dex.create_queue('wf', 'workflow');
+	SELECT dex.create_run('w', 'wf'); ALTER EXTENSION dex UPDATE});
+for my $db ('postgres', 'from_1_1', 'from_1_3')
 {
 	my @u = split /\n/, $node->safe_psql($db, $catalog);
 	my %in_u = map { $_ => 1 } @u;
