@@ -76,24 +76,26 @@ SCHEMA: Dict[str, List[tuple]] = {
         10 workflowTaskStarted, 11 workflowTaskCompleted, 20 runCreated, 21 runStarted,
         22 runCompleted, 23 runFailed, 24 runCancelled, 25 runSuspended, 26 runResumed,
         27 runContinuedAsNew, 28 runCancelRequested, 29 customStatusSet, 30 runTerminated,
-        40 activityTaskCreated, 41 activityTaskCompleted, 42 activityTaskFailed,
+        31 runTimedOut, 40 activityTaskCreated, 41 activityTaskCompleted, 42 activityTaskFailed,
         50 timerCreated, 51 timerElapsed, 52 timerCancelled, 60 childRunCreated,
         61 childRunCompleted, 62 childRunFailed, 70 sideEffectExecuted,
         80 externalEventReceived, 81 externalEventWaitStarted"""),
-    "dex.v1.WorkflowTaskStarted": [(1, "workerId", STRING)],
+    "dex.v1.WorkflowTaskStarted": [(1, "workerId", STRING), (2, "attempt", INT32)],
     "dex.v1.WorkflowTaskCompleted": [],
     "dex.v1.ParentRun": [(1, "runId", STRING), (2, "childRunCreatedEventId", INT32)],
     "dex.v1.RunCreated": [
         (1, "workflowName", STRING), (2, "workflowVersion", INT32), (3, "queue", STRING),
         (4, "argument", MESSAGE, "dex.v1.Payload"), (5, "instanceId", STRING),
         (6, "priority", INT32), (7, "labels", MAP), (8, "concurrencyKey", STRING),
-        (9, "parent", MESSAGE, "dex.v1.ParentRun")],
+        (9, "parent", MESSAGE, "dex.v1.ParentRun"), (10, "origin", MESSAGE, "dex.v1.RunOrigin")],
+    "dex.v1.RunOrigin": [(1, "runId", STRING), (2, "kind", STRING), (3, "eventId", INT32)],
     "dex.v1.RunStarted": [],
     "dex.v1.RunCompleted": [(1, "result", MESSAGE, "dex.v1.Payload")],
     "dex.v1.RunFailed": [(1, "failure", MESSAGE, "dex.v1.Failure")],
     "dex.v1.RunCancelled": [(1, "reason", STRING)],
     "dex.v1.RunCancelRequested": [(1, "reason", STRING)],
     "dex.v1.RunTerminated": [(1, "reason", STRING), (2, "by", STRING)],
+    "dex.v1.RunTimedOut": [(1, "deadline", TIMESTAMP)],
     "dex.v1.RunSuspended": [],
     "dex.v1.RunResumed": [],
     "dex.v1.RunContinuedAsNew": [
@@ -102,7 +104,7 @@ SCHEMA: Dict[str, List[tuple]] = {
     "dex.v1.ActivityTaskCreated": _SCHEDULE_ACTIVITY,
     "dex.v1.ActivityTaskCompleted": [
         (1, "activityTaskCreatedEventId", INT32), (2, "result", MESSAGE, "dex.v1.Payload"),
-        (3, "attempt", INT32)],
+        (3, "attempt", INT32), (4, "workerId", STRING), (5, "startedAt", TIMESTAMP)],
     "dex.v1.ActivityTaskFailed": [
         (1, "activityTaskCreatedEventId", INT32), (2, "failure", MESSAGE, "dex.v1.Failure"),
         (3, "attempts", INT32)],
@@ -113,7 +115,8 @@ SCHEMA: Dict[str, List[tuple]] = {
         (1, "runId", STRING), (2, "workflowName", STRING), (3, "workflowVersion", INT32),
         (4, "queue", STRING), (5, "argument", MESSAGE, "dex.v1.Payload"),
         (6, "instanceId", STRING), (7, "priority", INT32), (8, "labels", MAP),
-        (9, "concurrencyKey", STRING)],
+        (9, "concurrencyKey", STRING), (10, "executionTimeout", DURATION),
+        (11, "parentClosePolicy", ENUM, "dex.v1.ParentClosePolicy")],
     "dex.v1.ChildRunCompleted": [
         (1, "childRunCreatedEventId", INT32), (2, "result", MESSAGE, "dex.v1.Payload")],
     "dex.v1.ChildRunFailed": [
@@ -136,7 +139,9 @@ SCHEMA: Dict[str, List[tuple]] = {
     "dex.v1.StartChildRun": [
         (1, "workflowName", STRING), (2, "workflowVersion", INT32), (3, "queue", STRING),
         (4, "argument", MESSAGE, "dex.v1.Payload"), (5, "instanceId", STRING),
-        (6, "priority", INT32), (7, "labels", MAP), (8, "concurrencyKey", STRING)],
+        (6, "priority", INT32), (7, "labels", MAP), (8, "concurrencyKey", STRING),
+        (9, "executionTimeout", DURATION),
+        (10, "parentClosePolicy", ENUM, "dex.v1.ParentClosePolicy")],
     "dex.v1.RecordSideEffect": [(1, "name", STRING), (2, "result", MESSAGE, "dex.v1.Payload")],
     "dex.v1.WaitExternalEvent": [(1, "eventId", STRING), (2, "timeout", DURATION)],
     "dex.v1.SetCustomStatus": [(1, "customStatus", STRING)],
@@ -165,7 +170,12 @@ ENUMS: Dict[str, Dict[int, str]] = {
                          2: "RUN_STATUS_RUNNING", 3: "RUN_STATUS_SUSPENDED",
                          4: "RUN_STATUS_CANCELLED", 5: "RUN_STATUS_COMPLETED",
                          6: "RUN_STATUS_FAILED", 7: "RUN_STATUS_TERMINATED",
-                         8: "RUN_STATUS_BLOCKED"},
+                         8: "RUN_STATUS_BLOCKED", 9: "RUN_STATUS_TIMED_OUT",
+                         10: "RUN_STATUS_DELAYED"},
+    "dex.v1.ParentClosePolicy": {0: "PARENT_CLOSE_POLICY_UNSPECIFIED",
+                                 1: "PARENT_CLOSE_POLICY_TERMINATE",
+                                 2: "PARENT_CLOSE_POLICY_REQUEST_CANCEL",
+                                 3: "PARENT_CLOSE_POLICY_ABANDON"},
 }
 
 

@@ -23,11 +23,12 @@ RETRY = {"maxAttempts": 5, "initialDelay": "1.500s", "multiplier": 2.5,
 
 # Every event subject, every command kind, both task kinds, in canonical JSON.
 EVENTS = [
-    {"timestamp": TS, "workflowTaskStarted": {"workerId": "host:1:ab"}},
+    {"timestamp": TS, "workflowTaskStarted": {"workerId": "host:1:ab", "attempt": 3}},
     {"timestamp": "2026-11-22T03:59:53Z", "runCreated": {
         "workflowName": "checkout", "workflowVersion": 3, "queue": "orders", "argument": PAYLOAD,
         "instanceId": "order-1", "priority": 50, "labels": {"shop": "berlin", "ü": "ß"},
-        "concurrencyKey": "k", "parent": {"runId": "01a2", "childRunCreatedEventId": 4}}},
+        "concurrencyKey": "k", "parent": {"runId": "01a2", "childRunCreatedEventId": 4},
+        "origin": {"runId": "01a1", "kind": "RESET", "eventId": 12}}},
     {"timestamp": "2026-11-22T03:59:53.770Z", "runStarted": {}},
     {"timestamp": TS, "workflowTaskCompleted": {}},
     {"id": 1, "timestamp": TS, "activityTaskCreated": {
@@ -35,7 +36,8 @@ EVENTS = [
         "priority": -5, "startToCloseTimeout": "10s", "scheduleToCloseTimeout": "0.000000001s",
         "heartbeatTimeout": "2.250s"}},
     {"timestamp": TS, "activityTaskCompleted": {"activityTaskCreatedEventId": 1,
-                                                "result": PAYLOAD, "attempt": 2}},
+                                                "result": PAYLOAD, "attempt": 2,
+                                                "workerId": "host:2:cd", "startedAt": TS}},
     {"timestamp": TS, "activityTaskFailed": {"activityTaskCreatedEventId": 1,
                                              "failure": FAILURE, "attempts": 6}},
     {"id": 2, "timestamp": TS, "timerCreated": {"name": "nap", "elapseAt": "1969-07-20T20:17:40.5Z"}},
@@ -44,7 +46,8 @@ EVENTS = [
     {"id": 4, "timestamp": TS, "childRunCreated": {
         "runId": "01a3", "workflowName": "ship", "workflowVersion": 1, "queue": "q",
         "argument": {"binary": "AAEC/w==", "metadata": {"encoding": "raw"}},
-        "instanceId": "s-1", "priority": 1, "labels": {"a": "b"}, "concurrencyKey": "c"}},
+        "instanceId": "s-1", "priority": 1, "labels": {"a": "b"}, "concurrencyKey": "c",
+        "executionTimeout": "90s", "parentClosePolicy": "PARENT_CLOSE_POLICY_REQUEST_CANCEL"}},
     {"timestamp": TS, "childRunCompleted": {"childRunCreatedEventId": 4, "result": PAYLOAD}},
     {"timestamp": TS, "childRunFailed": {"childRunCreatedEventId": 4, "failure": FAILURE}},
     {"id": 5, "timestamp": TS, "sideEffectExecuted": {"name": "uuid", "result": PAYLOAD}},
@@ -59,6 +62,8 @@ EVENTS = [
     {"id": 9, "timestamp": TS, "runCompleted": {"result": PAYLOAD}},
     {"id": 9, "timestamp": TS, "runFailed": {"failure": FAILURE}},
     {"timestamp": "0001-01-01T00:00:00Z", "runCancelled": {"reason": "r"}},
+    {"timestamp": TS, "runTerminated": {"reason": "stuck", "by": "ana"}},
+    {"timestamp": TS, "runTimedOut": {"deadline": "2026-11-22T04:01:23.500Z"}},
 ]
 
 COMMANDS = [
@@ -70,7 +75,10 @@ COMMANDS = [
     {"id": 3, "cancelTimer": {"timerCreatedEventId": 2}},
     {"id": 4, "startChildRun": {"workflowName": "ship", "workflowVersion": 2, "queue": "q",
                                 "argument": PAYLOAD, "instanceId": "i", "priority": 7,
-                                "labels": {"x": "y"}, "concurrencyKey": "k"}},
+                                "labels": {"x": "y"}, "concurrencyKey": "k",
+                                "executionTimeout": "1.5s",
+                                "parentClosePolicy": "PARENT_CLOSE_POLICY_ABANDON"}},
+    {"startChildRun": {"workflowName": "ship", "parentClosePolicy": "PARENT_CLOSE_POLICY_TERMINATE"}},
     {"id": 5, "recordSideEffect": {"name": "r", "result": PAYLOAD}},
     {"id": 6, "waitExternalEvent": {"eventId": "go", "timeout": "3600s"}},
     {"id": 7, "waitExternalEvent": {"eventId": "forever"}},
@@ -195,9 +203,22 @@ def _camel(name):
     return head + "".join(w.title() for w in rest)
 
 
+def parse_enums():
+    """enum -> {number: value name} from proto/dex/v1."""
+    enums = {}
+    for fn in sorted(os.listdir(PROTO_DIR)):
+        if fn.endswith(".proto"):
+            text = re.sub(r"//[^\n]*", "", open(os.path.join(PROTO_DIR, fn)).read())
+            for name, body in re.findall(r"\benum\s+(\w+)\s*\{([^}]*)\}", text):
+                enums["dex.v1." + name] = {int(n): v for v, n in
+                                           re.findall(r"(\w+)\s*=\s*(\d+)\s*;", body)}
+    return enums
+
+
 def parse_protos():
     """message -> {number: (json name, kind, type, repeated, oneof)} from proto/dex/v1."""
     messages = {}
+    enums = parse_enums()
     for fn in sorted(os.listdir(PROTO_DIR)):
         if not fn.endswith(".proto"):
             continue
@@ -221,8 +242,8 @@ def parse_protos():
                     kind, typ = _proto.MAP, None
                 elif typ in _KINDS:
                     kind, typ = _KINDS[typ], None
-                elif typ == "RunStatus":
-                    kind, typ = _proto.ENUM, "dex.v1.RunStatus"
+                elif "dex.v1." + typ in enums:
+                    kind, typ = _proto.ENUM, "dex.v1." + typ
                 else:
                     kind, typ = _proto.MESSAGE, "dex.v1." + typ
                 messages["dex.v1." + msg][int(number)] = (
@@ -238,6 +259,4 @@ def test_the_schema_is_the_proto_files():
         ours = {f.number: (f.name, f.kind, f.type, f.repeated, f.oneof)
                 for f in _proto.MESSAGES[name].fields}
         assert ours == fields, name
-    enum = re.findall(r"(RUN_STATUS_\w+)\s*=\s*(\d+)",
-                      open(os.path.join(PROTO_DIR, "common.proto")).read())
-    assert {int(n): s for s, n in enum} == _proto.ENUMS["dex.v1.RunStatus"]
+    assert parse_enums() == _proto.ENUMS
