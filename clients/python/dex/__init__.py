@@ -18,10 +18,11 @@ See clients/python/README.md.
 """
 
 from ._convert import RetryPolicy, decode, encode
-from .client import Client, Run, format_history
+from .client import Attempt, Client, Run, format_history
 from .errors import (ActivityError, ApplicationError, CancelledError, ChildRunError, DexError,
                      FailureError, LeaseLost, NonDeterminismError, NonRetryableError,
-                     NotSupported, RunCancelledError, RunFailedError, RunTerminatedError, WaitTimeout)
+                     NotSupported, RunCancelledError, RunFailedError, RunTerminatedError,
+                     RunTimedOutError, WaitTimeout)
 from .registry import activity, workflow
 from .worker import ActivityContext, ActivityInfo, Worker, activity_context
 from ._runtime import (ActivityHandle, ChildRun, EventWait, Future, Task, Timer,
@@ -29,10 +30,11 @@ from ._runtime import (ActivityHandle, ChildRun, EventWait, Future, Task, Timer,
 
 __all__ = [
     "ActivityContext", "ActivityError", "ActivityHandle", "ActivityInfo", "ApplicationError",
-    "CancelledError", "ChildRun", "ChildRunError", "Client", "DexError", "EventWait",
-    "FailureError", "Future", "LeaseLost", "NonDeterminismError", "NonRetryableError",
-    "NotSupported", "RetryPolicy", "Run", "RunCancelledError", "RunFailedError", "RunTerminatedError", "Task", "Timer",
-    "WaitTimeout", "Worker", "WorkflowContext", "activity", "activity_context", "decode",
-    "encode", "format_history", "replay", "workflow",
+    "Attempt", "CancelledError", "ChildRun", "ChildRunError", "Client", "DexError",
+    "EventWait", "FailureError", "Future", "LeaseLost", "NonDeterminismError",
+    "NonRetryableError", "NotSupported", "RetryPolicy", "Run", "RunCancelledError",
+    "RunFailedError", "RunTerminatedError", "RunTimedOutError", "Task", "Timer", "WaitTimeout",
+    "Worker", "WorkflowContext", "activity", "activity_context", "decode", "encode",
+    "format_history", "replay", "workflow",
 ]
 __version__ = "1.3"   # the extension's default_version (dex.control); tests/test_version.py

@@ -68,6 +68,19 @@ KEY_FIELD = {
 
 NON_DETERMINISM = "dex.NonDeterminism"
 
+PARENT_CLOSE_POLICIES = ("TERMINATE", "REQUEST_CANCEL", "ABANDON")
+
+
+def parent_close_policy_json(policy: str) -> str:
+    """"ABANDON" (or "abandon", or "PARENT_CLOSE_POLICY_ABANDON") -> the enum's JSON name."""
+    name = str(policy).upper()
+    if name.startswith("PARENT_CLOSE_POLICY_"):
+        name = name[len("PARENT_CLOSE_POLICY_"):]
+    if name not in PARENT_CLOSE_POLICIES:
+        raise ValueError(f"parent_close_policy must be one of {', '.join(PARENT_CLOSE_POLICIES)}, "
+                         f"not {policy!r}")
+    return "PARENT_CLOSE_POLICY_" + name
+
 
 # ---------------------------------------------------------------------------
 # Futures, tasks and the loop
@@ -470,8 +483,16 @@ class WorkflowContext:
     def child(self, workflow: Any, arg: Any = None, *, version: Optional[int] = None,
               queue: Optional[str] = None, instance_id: Optional[str] = None,
               priority: Optional[int] = None, labels: Optional[Dict[str, str]] = None,
-              concurrency_key: Optional[str] = None) -> ChildRun:
-        """Start a child run (a ``@dex.workflow`` function or a name); await it for its result."""
+              concurrency_key: Optional[str] = None,
+              execution_timeout: Optional[Duration] = None,
+              parent_close_policy: Optional[str] = None) -> ChildRun:
+        """Start a child run (a ``@dex.workflow`` function or a name); await it for its result.
+
+        ``execution_timeout``: the child ends TIMED_OUT if it has not ended that long after its
+        start (awaiting it raises :class:`dex.ChildRunError` of type ``dex.TimedOut``).
+        ``parent_close_policy``: what the child does when this run ends before it:
+        ``"TERMINATE"`` (the engine's default), ``"REQUEST_CANCEL"`` (it sees a cancellation
+        request) or ``"ABANDON"`` (it runs on).  Both need dex 1.4."""
         if isinstance(workflow, str):
             name, wversion = workflow, version or 1
         else:
@@ -490,6 +511,10 @@ class WorkflowContext:
             body["labels"] = dict(labels)
         if concurrency_key:
             body["concurrencyKey"] = concurrency_key
+        if execution_timeout is not None:
+            body["executionTimeout"] = duration(execution_timeout)
+        if parent_close_policy is not None:
+            body["parentClosePolicy"] = parent_close_policy_json(parent_close_policy)
         cid, recorded = self._r.command("startChildRun", body)
         handle = ChildRun(self._r.loop, cid, name)
         if recorded is not None:

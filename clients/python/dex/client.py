@@ -6,7 +6,7 @@ import datetime as _dt
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import psycopg
 from psycopg.rows import dict_row
@@ -14,10 +14,13 @@ from psycopg.types.json import Jsonb
 
 from . import errors
 from ._connect import add_pooler_hint, configure, connect
-from ._convert import decode, event_kind, parse_timestamp, seconds
+from ._convert import Duration, decode, event_kind, parse_timestamp, seconds
 from .registry import workflow_definition
 
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TERMINATED")
+# The statuses of a run that has ended.  The others: DELAYED (start_at has not come), CREATED,
+# RUNNING, SUSPENDED, BLOCKED.
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT")
+WAIT_MODES = ("any", "all")
 
 
 @dataclass
@@ -42,6 +45,8 @@ class Run:
     updated_at: Optional[_dt.datetime] = None
     started_at: Optional[_dt.datetime] = None
     completed_at: Optional[_dt.datetime] = None
+    origin_run_id: Optional[str] = None     # the run this one restarts or resets (dex 1.4)
+    origin: Optional[str] = None            # "RESTART" or "RESET"
     extra: Dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -53,10 +58,36 @@ class Run:
         known = {f for f in cls.__dataclass_fields__ if f != "extra"}
         kw = {k: v for k, v in row.items() if k in known}
         kw["id"] = str(row["id"])
-        if kw.get("parent_id") is not None:
-            kw["parent_id"] = str(kw["parent_id"])
+        for k in ("parent_id", "origin_run_id"):
+            if kw.get(k) is not None:
+                kw[k] = str(kw[k])
         kw["labels"] = row.get("labels") or {}
         return cls(**kw, extra={k: v for k, v in row.items() if k not in known})
+
+
+@dataclass
+class Attempt:
+    """One attempt of a run's workflow task or activity, as dex.run_attempts shows it."""
+
+    task: str                       # "workflow" or "activity"
+    event_id: int                   # the activity's activityTaskCreated event id; 0: workflow
+    name: Optional[str]             # the activity's name
+    attempt: int
+    worker_id: Optional[str]
+    leased_at: Optional[_dt.datetime]
+    ended_at: Optional[_dt.datetime]
+    outcome: str                    # COMPLETED, FAILED, LEASE_EXPIRED or VOIDED
+    failure: Optional[dict] = None  # dex.v1.Failure (JSON) of a failed attempt
+
+
+def _start_at(when: _dt.datetime) -> _dt.datetime:
+    if not isinstance(when, _dt.datetime):
+        raise TypeError(f"start_at must be a datetime, not {type(when).__name__}")
+    return when.astimezone()        # a naive datetime is local time, as in Python
+
+
+def _interval(d: Duration) -> _dt.timedelta:
+    return d if isinstance(d, _dt.timedelta) else _dt.timedelta(seconds=seconds(d))
 
 
 class Client:
@@ -133,15 +164,36 @@ class Client:
         d = workflow_definition(workflow)
         return d.name, version or d.version
 
+    @staticmethod
+    def _lifecycle(start_at: Optional[_dt.datetime], execution_timeout: Optional[Duration]
+                   ) -> Tuple[str, list]:
+        """The named arguments start_at and execution_timeout, when given (dex 1.4): an older
+        dex, which has neither, still serves a start that does not use them."""
+        extra, params = "", []
+        if start_at is not None:
+            extra += ", start_at => %s"
+            params.append(_start_at(start_at))
+        if execution_timeout is not None:
+            extra += ", execution_timeout => %s"
+            params.append(_interval(execution_timeout))
+        return extra, params
+
     def start(self, workflow: Any, arg: Any = None, *, queue: str,
               version: Optional[int] = None, instance_id: Optional[str] = None,
               priority: int = 0, labels: Optional[Dict[str, str]] = None,
-              concurrency_key: Optional[str] = None, if_active: str = "error") -> str:
+              concurrency_key: Optional[str] = None, if_active: str = "error",
+              start_at: Optional[_dt.datetime] = None,
+              execution_timeout: Optional[Duration] = None) -> str:
         """Start a run of ``workflow`` (a ``@dex.workflow`` function or a name); its id.
 
         With ``instance_id``, a run of that instance that is still active makes this an
         error (psycopg.errors.UniqueViolation), or with ``if_active="return"`` returns
-        that run's id: starting an instance becomes idempotent."""
+        that run's id: starting an instance becomes idempotent.
+
+        ``start_at`` (a datetime; a naive one is local time) in the future makes the run
+        DELAYED until then.  ``execution_timeout`` (a timedelta, seconds or "90s") ends the
+        run TIMED_OUT (failure type ``dex.TimedOut``) if it has not ended that long after its
+        start.  Both need dex 1.4."""
         name, version = self._workflow(workflow, version)
         extra, params = "", [name, queue, Jsonb(arg) if arg is not None else None, version,
                              instance_id, priority, Jsonb(labels) if labels else None,
@@ -149,6 +201,9 @@ class Client:
         if if_active != "error":
             extra = ", if_active => %s"
             params.append(if_active)
+        more, values = self._lifecycle(start_at, execution_timeout)
+        extra += more
+        params += values
         row = self._exec(
             "SELECT dex.create_run(%s, %s, %s, workflow_version => %s, instance_id => %s, "
             f"priority => %s, labels => %s, concurrency_key => %s{extra})", params).fetchone()
@@ -156,13 +211,17 @@ class Client:
 
     def start_many(self, workflow: Any, args: Sequence[Any], *, queue: str,
                    version: Optional[int] = None, priority: int = 0,
-                   labels: Optional[Dict[str, str]] = None) -> List[str]:
-        """Start one run per argument in one call (dex.create_runs); their ids, in order."""
+                   labels: Optional[Dict[str, str]] = None,
+                   start_at: Optional[_dt.datetime] = None,
+                   execution_timeout: Optional[Duration] = None) -> List[str]:
+        """Start one run per argument in one call (dex.create_runs); their ids, in order.
+        ``start_at`` and ``execution_timeout`` as for :meth:`start`."""
         name, version = self._workflow(workflow, version)
+        extra, params = self._lifecycle(start_at, execution_timeout)
         rows = self._exec(
-            "SELECT * FROM dex.create_runs(%s, %s, %s::jsonb[], %s, %s, %s)",
-            (name, queue, [Jsonb(a) if a is not None else None for a in args], version,
-             priority, Jsonb(labels) if labels else None)).fetchall()
+            "SELECT * FROM dex.create_runs(%s, %s, %s::jsonb[], %s, %s, %s" + extra + ")",
+            [name, queue, [Jsonb(a) if a is not None else None for a in args], version,
+             priority, Jsonb(labels) if labels else None] + params).fetchall()
         return [str(r[0]) for r in rows]
 
     def get(self, run_id: str) -> Run:
@@ -172,8 +231,9 @@ class Client:
 
     def result(self, run_id: str, timeout: Optional[float] = None) -> Any:
         """Wait for the run to end; its result.  Raises :class:`dex.RunFailedError`
-        (:class:`dex.RunTerminatedError` for a terminated run), :class:`dex.RunCancelledError`,
-        or TimeoutError after ``timeout`` seconds."""
+        (:class:`dex.RunTerminatedError` for a terminated run, :class:`dex.RunTimedOutError`
+        for one that ended TIMED_OUT), :class:`dex.RunCancelledError`, or TimeoutError after
+        ``timeout`` seconds."""
         run = self.wait(run_id, timeout)
         if run.status == "COMPLETED":
             return run.result
@@ -182,6 +242,9 @@ class Client:
         failure = run.failure or {}
         if run.status == "TERMINATED":
             raise errors.RunTerminatedError(f"run {run_id}: {failure.get('message', '')}", failure)
+        if run.status == "TIMED_OUT":
+            raise errors.RunTimedOutError(f"run {run_id} timed out: {failure.get('message', '')}",
+                                          failure)
         raise errors.RunFailedError(f"run {run_id} failed: {failure.get('message', '')}", failure)
 
     def wait(self, run_id: str, timeout: Optional[float] = None,
@@ -192,8 +255,7 @@ class Client:
         hold one of the pool's server connections); otherwise dex.get_run is polled with
         backoff (20 ms growing to 1 s)."""
         deadline = None if timeout is None else time.monotonic() + seconds(timeout)
-        if (tuple(statuses) == TERMINAL and self.conn.autocommit and not self.pooled
-                and self._has_function("wait_for_run")):
+        if tuple(statuses) == TERMINAL and self._waits_in_server("wait_for_run"):
             while True:
                 left = 60.0 if deadline is None else min(60.0, max(0.0, deadline - time.monotonic()))
                 self._exec("CALL dex.wait_for_run(%s, make_interval(secs => %s))", (run_id, left))
@@ -212,10 +274,64 @@ class Client:
             time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
             delay = min(delay * 1.5, 1.0)
 
+    def _waits_in_server(self, procedure: str) -> bool:
+        """Whether a wait may be a ``CALL dex.<procedure>``: the installed dex has it, and the
+        connection is not pooled (behind a transaction pool a long CALL would hold one of the
+        pool's server connections) and is in autocommit outside any transaction block (the
+        procedure commits as it waits)."""
+        return (self.conn.autocommit and not self.pooled
+                and self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+                and self._has_function(procedure))
+
+    def wait_for_runs(self, run_ids: Sequence[str], timeout: Optional[float] = None,
+                      mode: str = "any") -> List[str]:
+        """Wait until any (``mode="any"``) or all (``"all"``) of the runs have ended; the ids
+        of those that have, in the order given.  After ``timeout`` seconds (None: no limit)
+        the ids of those that had ended then, which may be none: compare with ``run_ids``.
+        An unknown run id raises psycopg.errors.UndefinedObject.
+
+        As :meth:`wait`: ``CALL dex.wait_for_runs`` (dex 1.4), woken as each run ends, on an
+        autocommit connection that is not pooled; otherwise dex.get_run is polled with
+        backoff."""
+        if mode not in WAIT_MODES:
+            raise ValueError(f"mode must be 'any' or 'all', not {mode!r}")
+        ids = [str(r) for r in run_ids]
+        if not ids:
+            return []
+        deadline = None if timeout is None else time.monotonic() + seconds(timeout)
+
+        def enough(ended: List[str]) -> bool:
+            return bool(ended) if mode == "any" else set(ended) >= set(ids)
+
+        if self._waits_in_server("wait_for_runs"):
+            while True:
+                left = 60.0 if deadline is None else min(60.0, max(0.0, deadline - time.monotonic()))
+                row = self._exec("CALL dex.wait_for_runs(%s::uuid[], make_interval(secs => %s), %s)",
+                                 (ids, left, mode)).fetchone()
+                ended = [str(r) for r in (row[0] or [])]
+                if enough(ended) or (deadline is not None and time.monotonic() >= deadline):
+                    return ended
+        delay = 0.02
+        while True:
+            rows = self._exec(
+                "SELECT r.id, r.status FROM unnest(%s::uuid[]) WITH ORDINALITY AS u(id, n), "
+                "LATERAL dex.get_run(u.id) AS r ORDER BY u.n", (ids,)).fetchall()
+            ended = [str(i) for i, status in rows if status in TERMINAL]
+            if enough(ended) or (deadline is not None and time.monotonic() >= deadline):
+                return ended
+            time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 1.0)
+
     def history(self, run_id: str) -> List[dict]:
         """The run's events (canonical dex.v1.WorkflowEvent JSON), in order."""
-        return [r[0] for r in self._exec("SELECT event FROM dex.run_history(%s) ORDER BY sequence",
-                                          (run_id,)).fetchall()]
+        return [event for _, event in self.history_rows(run_id)]
+
+    def history_rows(self, run_id: str) -> List[Tuple[int, dict]]:
+        """The run's events with their sequence numbers, ``(sequence, event)`` in order, as
+        dex.run_history returns them: :meth:`reset` takes a sequence number."""
+        return [(r[0], r[1]) for r in self._exec(
+            "SELECT sequence, event FROM dex.run_history(%s) ORDER BY sequence",
+            (run_id,)).fetchall()]
 
     def list(self, *, workflow_name: Optional[str] = None, status: Optional[str] = None,
              labels: Optional[Dict[str, str]] = None,
@@ -286,6 +402,30 @@ class Client:
             "SELECT dex.purge_runs(%s, %s, coalesce(%s, now()), %s)",
             (status, queue, ended_before, limit)).fetchone()[0]
 
+    def restart(self, run_id: str) -> str:
+        """Start a new run with the run's workflow, version, argument, queue, priority, labels
+        and concurrency key (and its instance id, once the run has ended): the new run's id.
+        Its ``origin_run_id`` is ``run_id``, its ``origin`` "RESTART" (dex 1.4)."""
+        return str(self._call("restart_run", run_id))
+
+    def reset(self, run_id: str, event_id: int, reason: Optional[str] = None) -> str:
+        """Start a new run whose history is the run's up to its last workflow task completed at
+        or before ``event_id`` (a sequence number of dex.run_history: :meth:`history_rows`,
+        or the ``seq`` column of :meth:`format_history`): activities completed by then are not
+        run again, those pending then are scheduled again.  A run still active is terminated
+        first.  The new run's id (``origin`` "RESET"; dex 1.4)."""
+        return str(self._call("reset_run", run_id, int(event_id), reason))
+
+    def attempts(self, run_id: str) -> List[Attempt]:
+        """Every attempt of the run's workflow tasks and activities, in the order they ended
+        (dex.run_attempts, dex 1.4): who ran it, when, and its outcome (COMPLETED, FAILED,
+        LEASE_EXPIRED, VOIDED) and failure."""
+        if not self._has_function("run_attempts"):
+            raise errors.NotSupported("the installed dex has no dex.run_attempts")
+        rows = self._exec("SELECT * FROM dex.run_attempts(%s)", (run_id,), dict_row).fetchall()
+        known = Attempt.__dataclass_fields__
+        return [Attempt(**{k: v for k, v in r.items() if k in known}) for r in rows]
+
     def suspend(self, run_id: str) -> Any:
         """Suspend the run: no workflow task until it is resumed."""
         return self._call("suspend_run", run_id)
@@ -312,8 +452,9 @@ class Client:
                            queue)).fetchone()[0]
 
     def format_history(self, run_id: str, width: int = 64) -> str:
-        """The run's history as a table, one event per line."""
-        return format_history(self.history(run_id), width)
+        """The run's history as a table, one event per line (``seq``: its sequence number)."""
+        rows = self.history_rows(run_id)
+        return format_history([e for _, e in rows], width, [s for s, _ in rows])
 
 
 def _brief(kind: str, body: dict) -> str:
@@ -344,9 +485,12 @@ def _brief(kind: str, body: dict) -> str:
     return " ".join(parts)
 
 
-def format_history(events: List[dict], width: int = 64) -> str:
+def format_history(events: List[dict], width: int = 64,
+                   sequences: Optional[Sequence[int]] = None) -> str:
+    """``events`` as a table, one a line; ``seq`` is the event's sequence number if
+    ``sequences`` gives them, else its position (from 1)."""
     rows = []
-    for i, ev in enumerate(events, 1):
+    for i, ev in zip(sequences if sequences is not None else range(1, len(events) + 1), events):
         k = event_kind(ev)
         ts = parse_timestamp(ev.get("timestamp"))
         details = _brief(k, ev.get(k) or {})

@@ -67,10 +67,14 @@ class ActivityError(FailureError):
 
 
 class ChildRunError(FailureError):
-    """A child run failed."""
+    """A child run failed, was cancelled or terminated (``type`` ``dex.Terminated``), or timed
+    out (``type`` ``dex.TimedOut``: its execution timeout passed)."""
+
+    _ENDED = {"dex.TimedOut": "timed out", "dex.Terminated": "was terminated"}
 
     def __init__(self, workflow_name: str, run_id: Optional[str], failure: dict):
-        super().__init__(f"child run {run_id or '?'} of {workflow_name!r} failed: "
+        ended = self._ENDED.get(failure.get("type"), "failed")
+        super().__init__(f"child run {run_id or '?'} of {workflow_name!r} {ended}: "
                          f"{failure.get('message', '')}", failure)
         self.workflow_name = workflow_name
         self.run_id = run_id
@@ -105,6 +109,11 @@ class RunFailedError(FailureError):
 
 class RunTerminatedError(RunFailedError):
     """Client: the run ended TERMINATED (dex.terminate_run); its failure says by whom and why."""
+
+
+class RunTimedOutError(RunFailedError):
+    """Client: the run ended TIMED_OUT: it had not ended by its execution timeout (failure type
+    ``dex.TimedOut``)."""
 
 
 class RunCancelledError(DexError):
