@@ -4,8 +4,8 @@
  *	  dex.run_attempts(run_id): every attempt of a run's workflow tasks and
  *	  activities (1.4).
  *
- * Completed attempts come from the run's history (engine/attempts.c says
- * why): a workflow task from its workflowTaskStarted (worker, attempt, when
+ * Completed attempts come from the run's history and inbox (engine/attempts.c
+ * says why): a workflow task from its workflowTaskStarted (worker, attempt, when
  * leased) to its workflowTaskCompleted, an activity from its
  * activityTaskCompleted (worker, attempt, when leased, when completed).
  * The others are the rows of dex.task_attempt.  All are returned in the
@@ -31,6 +31,11 @@ static DexPlan run_queue_plan = {
 
 static DexPlan history_plan = {
 	"SELECT events FROM dex.workflow_history WHERE run_id = $1 ORDER BY sequence", 1, {UUIDOID}
+};
+
+/* activity results the workflow has not seen yet */
+static DexPlan inbox_plan = {
+	"SELECT event FROM dex.workflow_inbox WHERE run_id = $1 ORDER BY id", 1, {UUIDOID}
 };
 
 static DexPlan failed_attempts_plan = {
@@ -86,19 +91,36 @@ activity_name(Attempts *a, int32 event_id)
 	return NULL;
 }
 
-/* The completed attempts of the run's history */
+/*
+ * The completed attempts of the run's history (rows: its batches), then of
+ * its inbox (rows: single events, inbox)
+ */
 static void
-history_attempts(Attempts *a, DexRows batches)
+history_attempts(Attempts *a, DexRows rows, bool inbox)
 {
 	Dex__V1__WorkflowTaskStarted *started = NULL;
 	TimestampTz started_at = 0;
 
-	for (uint64 b = 0; b < batches.n; b++)
+	for (uint64 b = 0; b < rows.n; b++)
 	{
-		bytea	   *data = dex_rows_getbytea_copy(batches, b, 1);
-		Dex__V1__EventBatch *batch = (Dex__V1__EventBatch *)
-			dex_pb_unpack(&dex__v1__event_batch__descriptor, (uint8 *) VARDATA_ANY(data),
-						  VARSIZE_ANY_EXHDR(data), "history");
+		bytea	   *data = dex_rows_getbytea_copy(rows, b, 1);
+		Dex__V1__EventBatch one;
+		Dex__V1__WorkflowEvent *event;
+		Dex__V1__EventBatch *batch = &one;
+
+		if (inbox)
+		{
+			event = (Dex__V1__WorkflowEvent *)
+				dex_pb_unpack(&dex__v1__workflow_event__descriptor, (uint8 *) VARDATA_ANY(data),
+							  VARSIZE_ANY_EXHDR(data), "inbox event");
+			dex__v1__event_batch__init(&one);
+			one.n_events = 1;
+			one.events = &event;
+		}
+		else
+			batch = (Dex__V1__EventBatch *)
+				dex_pb_unpack(&dex__v1__event_batch__descriptor, (uint8 *) VARDATA_ANY(data),
+							  VARSIZE_ANY_EXHDR(data), "history");
 
 		for (size_t i = 0; i < batch->n_events; i++)
 		{
@@ -207,7 +229,8 @@ run_attempts(PG_FUNCTION_ARGS)
 	dex_spi_exec(&run_queue_plan, values, NULL, 1);
 	if (SPI_processed == 0 || !dex_may_use_queue_id((int32) dex_spi_getint64(0, 1)))
 		dex_no_such_run(run_id);
-	history_attempts(&a, dex_spi_rows(&history_plan, values, NULL, 0));
+	history_attempts(&a, dex_spi_rows(&history_plan, values, NULL, 0), false);
+	history_attempts(&a, dex_spi_rows(&inbox_plan, values, NULL, 0), true);
 	recorded_attempts(&a, dex_spi_rows(&failed_attempts_plan, values, NULL, 0));
 	qsort(a.rows, a.n, sizeof(Attempt), compare_attempts);
 
