@@ -107,46 +107,78 @@ SELECT pg_temp.outcome($$SELECT dex.restart_run('00000000-0000-7000-8000-0000000
 SELECT pg_temp.outcome($$SELECT dex.restart_run(NULL)$$);
 
 --
--- 4. Reset: the history up to a completed workflow task, then what was pending made again
+-- 4. Reset: back to a workflow task, whose decisions the code deployed since makes again
 --
 SELECT dex.create_run('steps', 'life-wf', instance_id => 'steps-1') AS old \gset
 SELECT lock_version AS v FROM dex.poll_tasks('life-wf', 'w') \gset
 SELECT dex.complete_task(:'old', 0, :v, '[
     {"id": 1, "scheduleActivity": {"name": "step1", "queue": "life-act"}},
     {"id": 2, "startTimer": {"name": "t", "delay": "3600s"}}]');
-SELECT max(sequence) AS cut FROM dex.run_history(:'old') \gset
 SELECT run_id, lock_version AS av FROM dex.poll_tasks('life-act', 'w') \gset
 SELECT dex.complete_task(:'old', 1, :av, '"one"');
+-- task 2 sees step1's result and schedules step2: the bug, fixed since
 SELECT lock_version AS v FROM dex.poll_tasks('life-wf', 'w') \gset
-SELECT dex.complete_task(:'old', 0, :v, '[{"id": 3, "scheduleActivity": {"name": "step2", "queue": "life-act"}}]');
+SELECT dex.complete_task(:'old', 0, :v, '[{"id": 3, "scheduleActivity": {"name": "step2-buggy", "queue": "life-act"}}]');
+SELECT max(sequence) FILTER (WHERE event ? 'workflowTaskCompleted') AS cut,
+       min(sequence) FILTER (WHERE event ? 'activityTaskCompleted') AS step1_done
+  FROM dex.run_history(:'old') \gset
 SELECT dex.send_external_event(:'old', 'later-event', '"x"') AS sent;
--- reset to the first task: step1 runs again, the timer keeps its time, the event comes again;
+-- reset to task 2: the history before it is kept (step1 is not run again, the timer keeps its
+-- time), task 2's result of step1 and the later event are shown again, step2-buggy is gone;
 -- the old run, still active, is terminated and gives the new one its instance id
 SELECT dex.reset_run(:'old', :cut, 'step 2 fixed') AS new \gset
 SELECT status, instance_id, origin, origin_run_id = :'old' AS from_old FROM dex.get_run(:'new');
 SELECT status, (failure->>'message') LIKE '%reset to event ' || :cut || '%: step 2 fixed' AS says_why
   FROM dex.get_run(:'old');
 SELECT pg_temp.kinds(:'new') AS history;
-SELECT (SELECT count(*) FROM dex.run_history(:'new')) = :cut AS copied_up_to_the_cut;
 SELECT (SELECT h.event->'runCreated'->'origin'->>'kind' FROM dex.run_history(:'new') h WHERE h.sequence = 2)
        AS origin_in_history;
-SELECT task->>'name' AS name, task->>'attempt' AS attempt FROM dex.poll_tasks('life-act', 'w', 10) WHERE run_id = :'new';
+SELECT count(*) AS activities_queued FROM dex.poll_tasks('life-act', 'w', 10) WHERE run_id = :'new';
 SELECT (SELECT visible_from FROM dex.workflow_inbox WHERE run_id = :'new' AND timer_id = 2) =
        (SELECT (h.event->'timerCreated'->>'elapseAt')::timestamptz FROM dex.run_history(:'old') h
          WHERE h.event ? 'timerCreated') AS same_fire_time;
-SELECT jsonb_path_query_array(task, '$.newEvents[*].externalEventReceived.eventId') AS redelivered
-  FROM dex.poll_tasks('life-wf', 'w') WHERE run_id = :'new';
--- a reset of the old run again: its instance id is the new run's now; bad points and
+SELECT lock_version AS v,
+       jsonb_path_query_array(task, '$.newEvents[*].keyvalue() ? (@.key != "timestamp" && @.key != "id").key') AS seen,
+       task->'newEvents'->1->'activityTaskCompleted'->'result' AS step1_result
+  FROM dex.poll_tasks('life-wf', 'w') WHERE run_id = :'new' \gset
+\echo :seen :step1_result
+SELECT dex.complete_task(:'new', 0, :v, '[{"id": 3, "scheduleActivity": {"name": "step2-fixed", "queue": "life-act"}}]');
+SELECT task->>'name' AS scheduled FROM dex.poll_tasks('life-act', 'w', 10) WHERE run_id = :'new';
+-- a reset to a point between tasks 1 and 2 goes back to task 1: the run starts afresh
+SELECT dex.reset_run(:'new', :step1_done) AS fresh \gset
+SELECT status, history_length FROM dex.get_run(:'fresh');
+SELECT jsonb_path_query_array(task, '$.newEvents[*].keyvalue() ? (@.key != "timestamp" && @.key != "id").key') AS seen
+  FROM dex.poll_tasks('life-wf', 'w') WHERE run_id = :'fresh';
+-- a reset of the old run again: its instance id is another run's now; bad points and
 -- arguments change nothing
 SELECT pg_temp.outcome(format('SELECT dex.reset_run(%L, %s)', :'old', :cut));
 SELECT pg_temp.outcome(format('SELECT dex.reset_run(%L, 0)', :'old'));
 SELECT pg_temp.outcome(format('SELECT dex.reset_run(%L, 1)', :'old'));
 SELECT pg_temp.outcome(format('SELECT dex.reset_run(%L, NULL)', :'old'));
 SELECT pg_temp.outcome($$SELECT dex.reset_run('00000000-0000-7000-8000-000000000000', 5)$$);
+-- a reset to the task that ended the run: the new code decides again (here the run's only
+-- task, so the new run starts afresh)
+SELECT dex.create_run('ends', 'life-wf') AS ends \gset
+SELECT lock_version AS v FROM dex.poll_tasks('life-wf', 'w', 10) WHERE run_id = :'ends' \gset
+SELECT dex.complete_task(:'ends', 0, :v, '[{"id": 1, "recordSideEffect": {"name": "x", "result": {"json": "1"}}},
+                                            {"completeRun": {"result": {"json": "\"old\""}}}]');
+SELECT max(sequence) FILTER (WHERE event ? 'workflowTaskCompleted') AS done FROM dex.run_history(:'ends') \gset
+SELECT dex.reset_run(:'ends', :done) AS ends2 \gset
+SELECT status, result FROM dex.get_run(:'ends2');
+SELECT pg_temp.kinds(:'ends2') AS history;
+SELECT lock_version AS v FROM dex.poll_tasks('life-wf', 'w', 10) WHERE run_id = :'ends2' \gset
+SELECT dex.complete_task(:'ends2', 0, :v, '[{"completeRun": {"result": {"json": "\"new\""}}}]');
+SELECT status, result FROM dex.get_run(:'ends2');
+-- a point before its only workflow task completed: nothing to reset to
+SELECT pg_temp.outcome(format('SELECT dex.reset_run(%L, %s)', :'ends', :done - 1));
+
 -- a child running at the reset point cannot be taken over
 SELECT dex.create_run('parent', 'life-wf') AS p \gset
 SELECT lock_version AS v FROM dex.poll_tasks('life-wf', 'w', 10) WHERE run_id = :'p' \gset
 SELECT dex.complete_task(:'p', 0, :v, '[{"id": 1, "startChildRun": {"workflowName": "kid"}}]');
+SELECT dex.send_external_event(:'p', 'poke') AS sent;
+SELECT lock_version AS v FROM dex.poll_tasks('life-wf', 'w', 10) WHERE run_id = :'p' \gset
+SELECT dex.complete_task(:'p', 0, :v, '[]');
 SELECT pg_temp.outcome(format('SELECT dex.reset_run(%L, 100)', :'p'));
 SELECT status FROM dex.get_run(:'p');
 

@@ -6,18 +6,20 @@
  *
  * Restart copies the run's start (workflow, version, argument, queue,
  * priority, labels, concurrency key; the instance id once the old run has
- * ended) into a new run.  Reset copies the old run's history up to the last
- * workflow task completed at or before the given event (a sequence number
- * of dex.run_history), so that the workflow replays it, and then makes
- * again what was pending at that point: activities that had not completed
- * are scheduled again (first attempt), timers are set again for their
- * original fire time, and external events received after that point are
- * delivered again.  A child run that was running at that point cannot be
- * reattached: such a reset is refused.  An old run still active is
- * terminated first (its instance id goes to the new run); the new run gets
- * a workflow task at once, so that the code deployed since runs.  Both record where the new
- * run came from (origin_run_id and origin on the row; RunOrigin in its
- * RunCreated event).
+ * ended) into a new run.  Reset goes back to a workflow task X of the old
+ * run (the last one completed at or before the given event, a sequence
+ * number of dex.run_history) and lets the code deployed since decide again
+ * what X decided: the new run's history is the old one's before X, and what
+ * X was shown (activity results, timers that fired, events, for the first
+ * task the run's start) is shown again to the new run's first workflow
+ * task, which it gets at once; X's commands, and all that followed, are not
+ * kept.  What was pending before X is made again: activities that had not
+ * completed are queued again (first attempt), timers keep their fire time,
+ * and external events received after X are delivered again.  A child run
+ * running before X cannot be taken over: such a reset is refused.  An old
+ * run still active is terminated first (its instance id goes to the new
+ * run).  Both record where the new run came from (origin_run_id and origin
+ * on the row; RunOrigin in its RunCreated event).
  *
  * Locks: the old run is locked FOR NO KEY UPDATE (the locking protocol in
  * src/README.md), before its history and inbox are read; the new run is
@@ -136,7 +138,8 @@ static DexPlan write_history_plan = {
 	"WITH h AS (INSERT INTO dex.workflow_history (run_id, sequence, events) "
 	"           SELECT $1, s, e FROM unnest($3::integer[], $2::bytea[]) AS u(s, e)) "
 	"UPDATE dex.workflow_run SET history_length = $4, last_event_id = $5, custom_status = $6, "
-	"       cancel_requested = $7, started_at = now(), updated_at = now() WHERE id = $1",
+	"       cancel_requested = $7, started_at = CASE WHEN $4 > 0 THEN now() END, updated_at = now() "
+	"WHERE id = $1",
 	7, {UUIDOID, BYTEAARRAYOID, INT4ARRAYOID, INT4OID, INT4OID, TEXTOID, BOOLOID}
 };
 
@@ -230,12 +233,17 @@ unpack_batch(bytea *data)
 					  VARSIZE_ANY_EXHDR(data), "history");
 }
 
-/* Whether the batch is a completed workflow task's (not an operator's end) */
-static bool
-is_task_batch(Dex__V1__EventBatch *batch)
+/*
+ * The sequence of the batch's workflowTaskCompleted event, or 0 if the batch
+ * is not a completed workflow task's (an operator's end of the run)
+ */
+static int32
+task_completed_at(int32 seq, Dex__V1__EventBatch *batch)
 {
-	return batch->n_events > 0 &&
-		batch->events[0]->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_WORKFLOW_TASK_STARTED;
+	for (size_t e = 0; e < batch->n_events; e++)
+		if (batch->events[e]->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_WORKFLOW_TASK_COMPLETED)
+			return seq + (int32) e;
+	return 0;
 }
 
 /*
@@ -291,19 +299,65 @@ remake_pending(pg_uuid_t *new_id, pg_uuid_t *old_id, ResetState *st, DexInboxBat
 }
 
 /*
+ * Whether an event task X showed is shown again to the new run's first task:
+ * what came to the run (results, timers, events, a cancellation request), not
+ * the task's own start nor an operator's suspension of the old run.
+ */
+static bool
+shown_again(Dex__V1__WorkflowEvent *ev)
+{
+	switch (ev->subject_case)
+	{
+		case DEX__V1__WORKFLOW_EVENT__SUBJECT_WORKFLOW_TASK_STARTED:
+		case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CREATED:
+		case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_STARTED:
+		case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_SUSPENDED:
+		case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_RESUMED:
+			return false;
+		default:
+			return true;
+	}
+}
+
+/* The copy of the first batch: its RunCreated says where the run came from */
+static bytea *
+with_origin(Dex__V1__EventBatch *b, bytea *data, pg_uuid_t *run_id, int32 event_id)
+{
+	for (size_t e = 0; e < b->n_events; e++)
+	{
+		Dex__V1__RunOrigin *origin;
+
+		if (b->events[e]->subject_case != DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CREATED)
+			continue;
+		origin = palloc(sizeof(*origin));
+		dex__v1__run_origin__init(origin);
+		origin->run_id = dex_uuid_to_cstring(run_id);
+		origin->kind = "RESET";
+		origin->event_id = event_id;
+		b->events[e]->run_created->origin = origin;
+		return dex_pb_pack_bytea((ProtobufCMessage *) b);
+	}
+	return data;
+}
+
+/*
  * dex.reset_run: a new run from the old one's history up to the last
- * workflow task completed at or before event "event_id"; see the header.
+ * workflow task completed at or before event "event_id" (task X): the
+ * history before X is copied; what X was shown is shown again to the new
+ * run's first task, whose (new) code decides again what X decided; see the
+ * header for what else is made again.
  */
 pg_uuid_t *
 dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason)
 {
 	pg_uuid_t  *new_id = dex_new_uuid();
 	char	   *status = lock_run(run_id);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	DexRun	   *old;
 	Datum		values[7];
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	DexRows		batches;
-	int			cut = -1;		/* the last batch copied */
+	int			cut = -1;		/* the batch of task X */
 	int32		copied_events = 0;
 	ArrayBuildState *events = initArrayResult(BYTEAOID, CurrentMemoryContext, false);
 	ArrayBuildState *sequences = initArrayResult(INT4OID, CurrentMemoryContext, false);
@@ -317,17 +371,18 @@ dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason)
 				 errhint("Name an event by its sequence number in dex.run_history.")));
 	old = dex_find_run(dex_load_runs(dex_uuid_array(&run_id, 1), false), run_id);
 
-	/* the cut: the last task batch that ends at or before event_id */
+	/* task X: the last batch whose workflowTaskCompleted is at or before event_id */
 	values[0] = UUIDPGetDatum(run_id);
 	batches = dex_spi_rows(&batches_plan, values, NULL, 0);
 	for (uint64 i = 0; i < batches.n; i++)
 	{
 		int32		seq = (int32) dex_rows_getint64(batches, i, 1);
-		Dex__V1__EventBatch *b = unpack_batch(dex_rows_getbytea_copy(batches, i, 2));
+		int32		completed_at;
 
-		if (seq + (int32) b->n_events - 1 > event_id)
+		if (seq > event_id)
 			break;
-		if (is_task_batch(b))
+		completed_at = task_completed_at(seq, unpack_batch(dex_rows_getbytea_copy(batches, i, 2)));
+		if (completed_at > 0 && completed_at <= event_id)
 			cut = (int) i;
 	}
 	if (cut < 0)
@@ -345,34 +400,33 @@ dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason)
 		bytea	   *data = dex_rows_getbytea_copy(batches, i, 2);
 		Dex__V1__EventBatch *b = unpack_batch(data);
 
+		if ((int) i < cut)
+		{
+			/* before X: the new run's history */
+			for (size_t e = 0; e < b->n_events; e++)
+				note_event(&st, b->events[e]);
+			dex_array_add(events, PointerGetDatum(i == 0 ? with_origin(b, data, run_id, event_id) : data),
+						  false);
+			dex_array_add(sequences, Int32GetDatum((int32) dex_rows_getint64(batches, i, 1)), false);
+			copied_events += (int32) b->n_events;
+			continue;
+		}
 		for (size_t e = 0; e < b->n_events; e++)
 		{
 			Dex__V1__WorkflowEvent *ev = b->events[e];
 
-			if ((int) i <= cut)
+			if ((int) i == cut)
 			{
-				if (ev->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CREATED)
-				{
-					/* the copy's RunCreated says where it came from */
-					Dex__V1__RunOrigin *origin = palloc(sizeof(*origin));
-
-					dex__v1__run_origin__init(origin);
-					origin->run_id = dex_uuid_to_cstring(run_id);
-					origin->kind = "RESET";
-					origin->event_id = event_id;
-					ev->run_created->origin = origin;
-					data = dex_pb_pack_bytea((ProtobufCMessage *) b);
-				}
+				/* X: what it was shown, up to its completion, is shown again */
+				if (ev->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_WORKFLOW_TASK_COMPLETED)
+					break;
+				if (!shown_again(ev))
+					continue;
 				note_event(&st, ev);
 			}
-			else if (ev->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_EXTERNAL_EVENT_RECEIVED)
-				dex_inbox_batch_add(&inbox, new_id, ev, GetCurrentTransactionStartTimestamp());
-		}
-		if ((int) i <= cut)
-		{
-			dex_array_add(events, PointerGetDatum(data), false);
-			dex_array_add(sequences, Int32GetDatum((int32) dex_rows_getint64(batches, i, 1)), false);
-			copied_events += (int32) b->n_events;
+			else if (ev->subject_case != DEX__V1__WORKFLOW_EVENT__SUBJECT_EXTERNAL_EVENT_RECEIVED)
+				continue;		/* after X: external events only */
+			dex_inbox_batch_add(&inbox, new_id, ev, now);
 		}
 	}
 
@@ -386,7 +440,7 @@ dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason)
 						  VARSIZE_ANY_EXHDR(data), "inbox event");
 
 		if (ev->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_EXTERNAL_EVENT_RECEIVED)
-			dex_inbox_batch_add(&inbox, new_id, ev, GetCurrentTransactionStartTimestamp());
+			dex_inbox_batch_add(&inbox, new_id, ev, now);
 	}
 
 	/* the ids of the events it received, before its end deletes them */
@@ -400,8 +454,8 @@ dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason)
 								   psprintf("reset to event %d as run %s%s%s", event_id,
 											dex_uuid_to_cstring(new_id), reason[0] ? ": " : "", reason));
 
-	/* the new run, its history, then what was pending */
-	(void) copy_run(new_id, old, true, "RUNNING", "RESET");
+	/* the new run (new if X was its first task), its history, then what was pending */
+	(void) copy_run(new_id, old, true, copied_events > 0 ? "RUNNING" : "CREATED", "RESET");
 	values[0] = UUIDPGetDatum(new_id);
 	values[1] = dex_array_result(events);
 	values[2] = dex_array_result(sequences);

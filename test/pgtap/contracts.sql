@@ -18,7 +18,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(259);
+SELECT plan(275);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -27,7 +27,7 @@ INSERT INTO api VALUES
     ('from_json',        '{text,jsonb}',                                            'bytea'),
     ('payload_value',    '{bytea}',                                                 'jsonb'),
     ('create_queue',     '{text,text,integer}',                                     'void'),
-    ('create_run',       '{text,text,jsonb,integer,text,integer,jsonb,text,text}',  'uuid'),
+    ('create_run',       '{text,text,jsonb,integer,text,integer,jsonb,text,text,"timestamp with time zone",interval}', 'uuid'),
     ('get_run',          '{uuid}',                                                  'dex.runs'),
     ('run_history',      '{uuid}',                                                  'setof record'),
     ('poll_tasks',       '{text,text,integer,interval}',                            'setof record'),
@@ -37,7 +37,7 @@ INSERT INTO api VALUES
     ('fail_task',        '{uuid,integer,bigint,jsonb}',                             'void'),
     ('fail_task_pb',     '{uuid,integer,bigint,bytea}',                             'void'),
     ('wake_scheduler',   '{}',                                                      'void'),
-    ('create_runs',      '{text,text,jsonb[],integer,integer,jsonb}',               'setof uuid'),
+    ('create_runs',      '{text,text,jsonb[],integer,integer,jsonb,"timestamp with time zone",interval}', 'setof uuid'),
     ('complete_tasks',   '{uuid[],integer[],bigint[],jsonb[]}',                     'setof record'),
     ('complete_tasks_pb','{uuid[],integer[],bigint[],bytea[]}',                     'setof record'),
     ('fail_tasks',       '{uuid[],integer[],bigint[],jsonb[]}',                     'setof record'),
@@ -49,6 +49,9 @@ INSERT INTO api VALUES
     ('cancel_run',       '{uuid,text}',                                             'void'),
     ('suspend_run',      '{uuid}',                                                  'void'),
     ('resume_run',       '{uuid}',                                                  'void'),
+    ('restart_run',      '{uuid}',                                                  'uuid'),
+    ('reset_run',        '{uuid,integer,text}',                                     'uuid'),
+    ('run_attempts',     '{uuid}',                                                  'setof record'),
     ('list_runs',        '{text,text,jsonb,"timestamp with time zone","timestamp with time zone","timestamp with time zone","timestamp with time zone",uuid,uuid,integer}', 'setof dex.runs'),
     ('grant_queue',      '{text,regrole}',                                          'void'),
     ('revoke_queue',     '{text,regrole}',                                          'void'),
@@ -78,13 +81,13 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
                  WHERE p.pronamespace = 'dex'::regnamespace
                    AND has_function_privilege('public', p.oid, 'EXECUTE')),
           '{}'::text[], 'PUBLIC may execute no function of dex');
-SELECT ok(has_function_privilege('dex_client', 'dex.create_run(text,text,jsonb,integer,text,integer,jsonb,text,text)', 'EXECUTE')
+SELECT ok(has_function_privilege('dex_client', 'dex.create_run(text,text,jsonb,integer,text,integer,jsonb,text,text,timestamptz,interval)', 'EXECUTE')
           AND NOT has_function_privilege('dex_client', 'dex.poll_tasks(text,text,integer,interval)', 'EXECUTE')
           AND NOT has_function_privilege('dex_client', 'dex.create_queue(text,text,integer)', 'EXECUTE'),
           'dex_client starts runs, but leases no task and makes no queue');
 SELECT ok(has_function_privilege('dex_worker', 'dex.poll_tasks(text,text,integer,interval)', 'EXECUTE')
           AND has_function_privilege('dex_worker', 'dex.wait_for_tasks(text,interval,boolean)', 'EXECUTE')
-          AND NOT has_function_privilege('dex_worker', 'dex.create_run(text,text,jsonb,integer,text,integer,jsonb,text,text)', 'EXECUTE')
+          AND NOT has_function_privilege('dex_worker', 'dex.create_run(text,text,jsonb,integer,text,integer,jsonb,text,text,timestamptz,interval)', 'EXECUTE')
           AND NOT has_function_privilege('dex_worker', 'dex.alter_queue(text,integer,boolean)', 'EXECUTE'),
           'dex_worker leases and reports tasks, but starts no run and manages no queue');
 SELECT ok(pg_has_role('dex_admin', 'dex_client', 'MEMBER') AND pg_has_role('dex_admin', 'dex_worker', 'MEMBER')
@@ -119,6 +122,10 @@ SELECT is(pg_get_function_result('dex.poll_tasks_pb(text,text,integer,interval)'
 SELECT is(pg_get_function_result('dex.run_history(uuid)'::regprocedure),
           'TABLE(sequence integer, event jsonb)',
           'dex.run_history returns (sequence, event jsonb)');
+SELECT is(pg_get_function_result('dex.run_attempts(uuid)'::regprocedure),
+          'TABLE(task text, event_id integer, name text, attempt integer, worker_id text, '
+          'leased_at timestamp with time zone, ended_at timestamp with time zone, outcome text, failure jsonb)',
+          'dex.run_attempts returns (task, event_id, name, attempt, worker_id, leased_at, ended_at, outcome, failure)');
 
 -- the administrators' functions are SECURITY DEFINER; the others take their owner's rights
 -- in C, keeping the caller for the queue checks (sql/roles.sql and sql/queue_access.sql
@@ -169,7 +176,7 @@ SELECT is(ARRAY(SELECT relpersistence::text FROM pg_class
           '{p,p,p,p,p,p}', 'runs, history, inbox, queues, retry records and instance ids are logged tables');
 -- the view's columns, in order
 SELECT columns_are('dex', 'runs',
-    '{id,workflow_name,workflow_version,queue,status,instance_id,priority,labels,concurrency_key,custom_status,parent_id,argument,result,failure,history_length,created_at,updated_at,started_at,completed_at,task_failures,last_task_failure}'::name[],
+    '{id,workflow_name,workflow_version,queue,status,instance_id,priority,labels,concurrency_key,custom_status,parent_id,argument,result,failure,history_length,created_at,updated_at,started_at,completed_at,task_failures,last_task_failure,origin_run_id,origin}'::name[],
     'dex.runs has the documented columns');
 
 -- each queue gets its own partition, UNLOGGED for both kinds of task

@@ -154,9 +154,9 @@ SELECT cmp_ok(:v2::bigint, '>', :va::bigint, 'each lease takes a larger lock ver
 SELECT is(:'t'::jsonb->>'status', 'RUN_STATUS_RUNNING', 'the task says the run is RUNNING');
 SELECT is((:'t'::jsonb->>'historyLength')::int, 6, 'the task carries the history length');
 SELECT is(jsonb_array_length(:'t'::jsonb->'history'), 6, 'and the whole history');
-SELECT is(:'t'::jsonb->'newEvents'->1->'activityTaskCompleted',
-          '{"result": {"json": "42"}, "attempt": 1, "activityTaskCreatedEventId": 1}'::jsonb,
-          'the new events carry the activity''s result');
+SELECT is((:'t'::jsonb->'newEvents'->1->'activityTaskCompleted') - 'startedAt',
+          '{"result": {"json": "42"}, "attempt": 1, "workerId": "tap-a1", "activityTaskCreatedEventId": 1}'::jsonb,
+          'the new events carry the activity''s result, attempt and worker');
 SELECT throws_ok(format('SELECT dex.complete_task(%L, 0, %s, ''[{"completeRun": {}}]'')', :'run', :v1),
                  'WD001', NULL, 'the first lease''s lock version is refused for the new task');
 SELECT lives_ok(format('SELECT dex.complete_task(%L, 0, %s, %L)', :'run', :v2,

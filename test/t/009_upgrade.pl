@@ -126,11 +126,13 @@ is($node->safe_psql('postgres', qq{SELECT status FROM dex.workflow_run WHERE id 
 $node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
 	'1.4', 'dex is updated to the default version, 1.4');
+my $run_f = $node->safe_psql('postgres', qq{SELECT dex.restart_run('$run_e')});
 is($node->safe_psql('postgres', qq{SELECT r.workflow_name || ' ' || r.origin || ' ' || (r.origin_run_id = '$run_e')
-	FROM dex.workflow_run r WHERE r.id = dex.restart_run('$run_e')}),
+	FROM dex.workflow_run r WHERE r.id = '$run_f'}),
 	'to-terminate RESTART true', 'under 1.4 a run of 1.3 can be restarted');
-is($node->safe_psql('postgres', q{SELECT status FROM dex.workflow_run
-	WHERE id = dex.create_run('later', 'wf', start_at => now() + interval '1 hour')}),
+my $run_g = $node->safe_psql('postgres',
+	q{SELECT dex.create_run('later', 'wf', start_at => now() + interval '1 hour')});
+is($node->safe_psql('postgres', qq{SELECT status FROM dex.workflow_run WHERE id = '$run_g'}),
 	'DELAYED', 'under 1.4 a run can be delayed');
 
 # the updated schema is the fresh schema
