@@ -21,6 +21,7 @@ from .registry import workflow_definition
 # RUNNING, SUSPENDED, BLOCKED.
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT")
 WAIT_MODES = ("any", "all")
+WAIT_FOR_RUNS_MAX = 1000        # the most runs one CALL dex.wait_for_runs takes
 
 
 @dataclass
@@ -291,8 +292,8 @@ class Client:
         An unknown run id raises psycopg.errors.UndefinedObject.
 
         As :meth:`wait`: ``CALL dex.wait_for_runs`` (dex 1.4), woken as each run ends, on an
-        autocommit connection that is not pooled; otherwise dex.get_run is polled with
-        backoff."""
+        autocommit connection that is not pooled, for up to 1000 runs; otherwise dex.get_run
+        is polled with backoff."""
         if mode not in WAIT_MODES:
             raise ValueError(f"mode must be 'any' or 'all', not {mode!r}")
         ids = [str(r) for r in run_ids]
@@ -303,7 +304,7 @@ class Client:
         def enough(ended: List[str]) -> bool:
             return bool(ended) if mode == "any" else set(ended) >= set(ids)
 
-        if self._waits_in_server("wait_for_runs"):
+        if len(ids) <= WAIT_FOR_RUNS_MAX and self._waits_in_server("wait_for_runs"):
             while True:
                 left = 60.0 if deadline is None else min(60.0, max(0.0, deadline - time.monotonic()))
                 row = self._exec("CALL dex.wait_for_runs(%s::uuid[], make_interval(secs => %s), %s)",
