@@ -68,9 +68,6 @@ KEY_FIELD = {
 
 NON_DETERMINISM = "dex.NonDeterminism"
 
-# The events that end a run (or its history): the workflow's last command records one.
-RUN_END_EVENTS = ("runCompleted", "runFailed", "runCancelled", "runContinuedAsNew")
-
 PARENT_CLOSE_POLICIES = ("TERMINATE", "REQUEST_CANCEL", "ABANDON")
 
 
@@ -632,7 +629,6 @@ class _Replayer:
         self.ctx = WorkflowContext(self)
         self.argument: Any = None
         self.run_info: dict = {}
-        self._last_recorded: Optional[_Segment] = None   # the last completed task of _step's
         self.main: Optional[Task] = None
         self.tasks: List[Task] = []
         self.now = _dt.datetime.now(_dt.timezone.utc)
@@ -869,7 +865,6 @@ class _Replayer:
         try:
             if not segments or segments[-1].completed:
                 raise errors.NonDeterminismError("the task has no new workflow task to run")
-            self._last_recorded = segments[-2] if len(segments) > 1 else None
             for seg in segments:
                 self._play(seg)
             out = self.out
@@ -917,19 +912,10 @@ class _Replayer:
                     f"non-determinism: the history has {_describe(k, e.get(k) or {}, e['id'])}, "
                     f"recorded by workflow task {seg.index}, but on replay the workflow "
                     f"did not issue it (it issued nothing more in that task)")
-            if self.main is not None and self.main.done() and not self._end_cut_by_reset(seg):
+            if self.main is not None and self.main.done():
                 raise self.nondeterminism(
                     f"non-determinism: on replay the workflow ended in workflow task "
                     f"{seg.index}, but the history goes on")
-
-    def _end_cut_by_reset(self, seg: _Segment) -> bool:
-        """Whether the workflow may end in recorded task ``seg``: the run is a reset
-        (dex.reset_run) of a run that ended in that task, and the reset left the end out of the
-        copied history ("the old run's end is not the new run's: its code decides again").
-        Then the end is sent again, by the new workflow task that follows."""
-        return ((self.run_info.get("origin") or {}).get("kind") == "RESET"
-                and seg is self._last_recorded
-                and not any(event_kind(e) in RUN_END_EVENTS for e in seg.recorded))
 
     def close(self) -> None:
         """End the workflow's coroutines (their ``finally`` blocks run, without commands)."""

@@ -245,39 +245,3 @@ def test_a_cancelled_workflow_compensates_then_ends_the_run():
     new = [started(2), {"activityTaskCompleted": {"activityTaskCreatedEventId": 2,
                                                   "result": {"json": "null"}}}]
     assert run(compensate, history, new) == [{"cancelRun": {}}]
-
-
-def two_steps_history(origin=None):
-    """two_steps to its end, as dex.reset_run copies it when reset to its last workflow task:
-    the runCompleted that task recorded is left out."""
-    history = first_task(5)
-    if origin is not None:
-        history[1]["runCreated"]["origin"] = origin
-    return history + [
-        completed(), {"id": 1, "activityTaskCreated": {"name": "a", "queue": "acts"}},
-        started(1), {"activityTaskCompleted": {"activityTaskCreatedEventId": 1,
-                                               "result": {"json": "6"}}},
-        completed(), {"id": 2, "activityTaskCreated": {"name": "b", "queue": "acts"}},
-        started(2), {"activityTaskCompleted": {"activityTaskCreatedEventId": 2,
-                                               "result": {"json": "7"}}},
-        completed()]
-
-
-def test_a_reset_run_ends_again_in_its_new_task():
-    history = two_steps_history({"runId": "01a1", "kind": "RESET", "eventId": 12})
-    assert run(two_steps, history, [started(3)]) == [{"completeRun": {"result": {"json": "7"}}}]
-
-
-def test_ending_in_a_recorded_task_is_non_determinism_unless_a_reset_cut_the_end():
-    for history in (two_steps_history(),
-                     two_steps_history({"runId": "01a1", "kind": "RESTART"}),
-                     # the end was recorded: the history may not go on
-                     two_steps_history({"runId": "01a1", "kind": "RESET", "eventId": 12})
-                     + [{"runCompleted": {"result": {"json": "7"}}}],
-                     # the workflow ends in a task that is not the last one recorded
-                     two_steps_history({"runId": "01a1", "kind": "RESET", "eventId": 12})
-                     + [started(3), completed()]):
-        (cmd,) = run(two_steps, history, [started(4)])
-        failure = cmd["failRun"]["failure"]
-        assert failure["type"] == "dex.NonDeterminism"
-        assert "ended in workflow task 3, but the history goes on" in failure["message"]
