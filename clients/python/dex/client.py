@@ -410,11 +410,14 @@ class Client:
         return str(self._call("restart_run", run_id))
 
     def reset(self, run_id: str, event_id: int, reason: Optional[str] = None) -> str:
-        """Start a new run whose history is the run's up to its last workflow task completed at
-        or before ``event_id`` (a sequence number of dex.run_history: :meth:`history_rows`,
-        or the ``seq`` column of :meth:`format_history`): activities completed by then are not
-        run again, those pending then are scheduled again.  A run still active is terminated
-        first.  The new run's id (``origin`` "RESET"; dex 1.4)."""
+        """Start a new run that goes back to a workflow task of the run and lets the code
+        deployed since decide again what that task decided: the last workflow task completed at
+        or before ``event_id`` (a sequence number of dex.run_history: :meth:`history_rows`, or
+        the ``seq`` column of :meth:`format_history`; name the ``workflowTaskCompleted`` of the
+        last good step).  The history before that task is kept, what the task was shown is
+        shown again, its commands and all after them are dropped: activities completed before
+        it are not run again, those pending are queued again.  A run still active is
+        terminated first.  The new run's id (``origin`` "RESET"; dex 1.4)."""
         return str(self._call("reset_run", run_id, int(event_id), reason))
 
     def attempts(self, run_id: str) -> List[Attempt]:
