@@ -352,6 +352,38 @@ def test_reset_delivers_the_events_received_after_the_point_again(client14, queu
     assert [dex.decode(e["externalEventReceived"]["payload"]) for e in received] == ["first"]
 
 
+bug = {"on": True}
+
+
+@dex.workflow("lc-buggy")
+async def buggy(ctx):
+    a = await ctx.activity(step, "a")
+    if bug["on"]:
+        raise ValueError("bug in step 2")
+    b = await ctx.activity(step, "b")
+    return [a, b]
+
+
+def test_reset_after_a_fix_decides_the_failed_task_again(client14, queues, start_worker):
+    client = client14
+    start_worker()
+    bug["on"] = True
+    old = client.start(buggy, queue=queues[0])
+    with pytest.raises(dex.RunFailedError):
+        client.result(old, timeout=15)
+    wtc, done = completed_tasks(client, old)
+    bug["on"] = False          # the fix is deployed
+    try:
+        new = client.reset(old, wtc[-1], "bug fixed")
+        assert client.result(new, timeout=15) == ["a done", "b done"]
+    finally:
+        bug["on"] = True
+    assert calls[new, "a"] == 0 and calls[new, "b"] == 1
+    kinds = event_kinds(client.history(new))
+    assert "runFailed" not in kinds and kinds[-1] == "runCompleted"
+    assert client.get(old).status == "FAILED"
+
+
 def test_reset_refuses_event_ids_before_any_workflow_task(client14, queues, start_worker):
     client = client14
     start_worker()
@@ -612,3 +644,30 @@ def test_parent_close_policy(client14, queues, start_worker, policy, status):
     assert client.wait(child_id, timeout=10).status == status
     if status == "CANCELLED":
         assert "sideEffectExecuted" in event_kinds(client.history(child_id))
+
+
+@dex.workflow("lc-parent-waits")
+async def parent_waits(ctx, policy):
+    kid = ctx.child(child_cancellable, parent_close_policy=policy)
+    await ctx.sleep(0.1)
+    ctx.set_custom_status(kid.run_id or "")
+    await ctx.wait_event("never")
+
+
+@pytest.mark.parametrize("policy,status", [(None, "TERMINATED"), ("REQUEST_CANCEL", "CANCELLED"),
+                                           ("ABANDON", "RUNNING")])
+def test_a_parent_that_times_out_applies_its_close_policy(client14, queues, start_worker,
+                                                           policy, status):
+    client = client14
+    start_worker()
+    parent_id = client.start(parent_waits, policy, queue=queues[0], execution_timeout=2)
+    with pytest.raises(dex.RunTimedOutError):
+        client.result(parent_id, timeout=15)
+    (created,) = [e["childRunCreated"] for e in client.history(parent_id) if "childRunCreated" in e]
+    child_id = created["runId"]
+    if status == "RUNNING":
+        time.sleep(0.5)
+        assert client.get(child_id).status == "RUNNING"
+        client.terminate(child_id)
+    else:
+        assert client.wait(child_id, timeout=10).status == status
