@@ -189,7 +189,16 @@ $node->safe_psql('from_1_1', q{CREATE EXTENSION dex VERSION '1.1'; SELECT dex.cr
 	SELECT dex.create_run('w', 'wf', instance_id => 'i', concurrency_key => 'k'); ALTER EXTENSION dex UPDATE});
 $node->safe_psql('postgres', 'CREATE DATABASE from_1_3');
 $node->safe_psql('from_1_3', q{CREATE EXTENSION dex VERSION '1.3'; SELECT dex.create_queue('wf', 'workflow');
-	SELECT dex.create_run('w', 'wf'); ALTER EXTENSION dex UPDATE});
+	SELECT dex.create_run('w', 'wf');
+	SELECT dex.complete_task(run_id, 0, lock_version, '[{"id": 1, "startChildRun": {"workflowName": "kid"}}]')
+	  FROM dex.poll_tasks('wf', 'w');
+	ALTER EXTENSION dex UPDATE});
+# a child started under 1.3 is asked to cancel when its parent ends, as under 1.3
+is($node->safe_psql('from_1_3', q{SELECT parent_close_policy FROM dex.workflow_run WHERE workflow_name = 'kid'}),
+	'REQUEST_CANCEL', 'a child of 1.3 keeps the parent close policy it had');
+$node->safe_psql('from_1_3', q{SELECT dex.terminate_run(id) FROM dex.workflow_run WHERE workflow_name = 'w'});
+is($node->safe_psql('from_1_3', q{SELECT status FROM dex.workflow_run WHERE workflow_name = 'kid'}),
+	'CANCELLED', 'and when its parent ends it is cancelled (not yet executing: at once), not terminated');
 for my $db ('postgres', 'from_1_1', 'from_1_3')
 {
 	my @u = split /\n/, $node->safe_psql($db, $catalog);
