@@ -6,6 +6,7 @@ import collections
 import datetime as dt
 import threading
 import time
+import uuid
 
 import psycopg
 import pytest
@@ -14,6 +15,19 @@ import dex
 from conftest import event_kinds
 
 NO_SUCH_RUN = "01234567-89ab-7def-8123-456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def queues(conninfo):
+    """A workflow queue and an activity queue for the whole module, not one pair a test: each
+    queue is a partition of the task tables, which a test database keeps for good, and every
+    partition makes statements on those tables (heartbeats among them) slower to plan."""
+    tag = uuid.uuid4().hex[:8]
+    wf, act = f"wf-lc-{tag}", f"act-lc-{tag}"
+    with dex.Client(conninfo) as c:
+        c.create_queue(wf, "workflow")
+        c.create_queue(act, "activity")
+    return wf, act
 
 
 @pytest.fixture
@@ -138,7 +152,7 @@ def test_execution_timeout_ends_the_run_timed_out(client14, queues, start_worker
     with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
         client.send_event(run_id, "go", 1)
     assert client.get(run_id).status == "TIMED_OUT"
-    assert client.purge_runs(status="TIMED_OUT", queue=queues[0]) == 1
+    client.purge(run_id)
     with pytest.raises(psycopg.errors.UndefinedObject):
         client.get(run_id)
 
@@ -175,9 +189,10 @@ def test_the_execution_timeout_counts_from_the_delayed_start(client14, queues, s
 def test_the_timeout_of_a_suspended_run(client14, queues, start_worker):
     client = client14
     start_worker()
-    run_id = client.start(waits, queue=queues[0], execution_timeout=1)
+    run_id = client.start(waits, queue=queues[0], execution_timeout=3)
     wait_for_kind(client, run_id, "externalEventWaitStarted")
     client.suspend(run_id)
+    assert client.get(run_id).status == "SUSPENDED"
     with pytest.raises(dex.RunTimedOutError):
         client.result(run_id, timeout=10)
 
@@ -461,7 +476,7 @@ async def long_wf(ctx):
 
 def test_attempts_voided_by_termination(client14, queues, start_worker):
     client = client14
-    w = start_worker(activity_lease=0.6)
+    w = start_worker(activity_lease=3)
     run_id = client.start(long_wf, queue=queues[0])
     wait_until("the activity's start", lambda: calls[run_id, "long started"] == 1)
     client.terminate(run_id, "enough")
@@ -490,9 +505,9 @@ def test_attempts_whose_lease_expired(client14, conninfo, queues, start_worker):
     run_id = client.start(once_wf, queues[1], queue=queues[0])
     wait_for_kind(client, run_id, "activityTaskCreated")
     # a worker that leases the activity for 0.3 s and dies
-    wait_until("the activity task", lambda: client.conn.execute(
-        "SELECT count(*) FROM dex.poll_tasks(%s, 'dead-worker', 1, '0.3 s')",
-        (queues[1],)).fetchone()[0] == 1)
+    wait_until("the activity task", lambda: [r[0] for r in client.conn.execute(
+        "SELECT run_id::text FROM dex.poll_tasks(%s, 'dead-worker', 1, '0.3 s')",
+        (queues[1],)).fetchall()] == [run_id])
     start_worker(workflow_queues=[])
     assert client.result(run_id, timeout=20) == 2
     acts = [(a.attempt, a.outcome, a.worker_id) for a in client.attempts(run_id)
@@ -536,17 +551,24 @@ def test_wait_for_runs(client14, conninfo, queues, start_worker, pooled):
         assert client.wait_for_runs([late], timeout=20) == [late]
 
 
-def test_wait_for_more_runs_than_one_call_takes(client14, queues, start_worker):
+def test_wait_for_more_runs_than_one_call_takes(client14, queues, start_worker, monkeypatch):
     client = client14
     start_worker()
     done = client.start(echo, 0, queue=queues[0])
     client.result(done, timeout=10)
-    # no worker on this queue: they wait
-    idle = f"{queues[0]}-idle"
-    client.create_queue(idle, "workflow")
-    ids = client.start_many(waits, [None] * dex.client.WAIT_FOR_RUNS_MAX, queue=idle)
-    assert client.wait_for_runs(ids + [done], timeout=0.2) == [done]
+    ids = [client.start(waits, i, queue=queues[0]) for i in range(3)]
+    statements = []
+    exec_ = client._exec
+    monkeypatch.setattr(client, "_exec", lambda sql, *a, **k: statements.append(sql) or
+                        exec_(sql, *a, **k))
+    monkeypatch.setattr(dex.client, "WAIT_FOR_RUNS_MAX", 3)
+    assert client.wait_for_runs(ids + [done], timeout=0.2) == [done]      # polled
     assert client.wait_for_runs(ids + [done], timeout=0.2, mode="all") == [done]
+    assert not any("wait_for_runs" in sql for sql in statements)
+    assert client.wait_for_runs(ids, timeout=0.1) == []                   # 3: one CALL
+    assert "CALL dex.wait_for_runs" in statements[-1]
+    for i in ids:
+        client.send_event(i, "go", None)
 
 
 def test_wait_for_runs_in_a_transaction_block_polls(client14, queues, start_worker):
