@@ -57,6 +57,27 @@ COMMENT ON TABLE dex.task_attempt IS
     'Task attempts that failed, lost their lease or were voided (completed ones are in the history); read with dex.run_attempts.';
 REVOKE ALL ON dex.run_timer, dex.task_attempt FROM PUBLIC;
 
+-- suspend_run and resume_run take a reason
+DROP FUNCTION dex.suspend_run(uuid);
+DROP FUNCTION dex.resume_run(uuid);
+CREATE FUNCTION dex.suspend_run(run_id uuid, reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_suspend_run';
+COMMENT ON FUNCTION dex.suspend_run(uuid, text) IS
+    'Suspend a running run: nothing of it is handed out and no command of it takes effect until dex.resume_run; runSuspended records the reason and the session user.';
+
+CREATE FUNCTION dex.resume_run(run_id uuid, reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_resume_run';
+COMMENT ON FUNCTION dex.resume_run(uuid, text) IS
+    'Resume a suspended run (the workflow sees runSuspended and runResumed, with their reasons and session users, in its next task), or retry a run BLOCKED by failing workflow tasks.';
+
 -- create_run and create_runs take start_at and execution_timeout
 DROP FUNCTION dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text, text);
 DROP FUNCTION dex.create_runs(text, text, jsonb[], integer, integer, jsonb);
@@ -173,12 +194,14 @@ SELECT id, workflow_name, workflow_version, queue, status, instance_id, priority
 REVOKE ALL ON FUNCTION
     dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text, text, timestamptz, interval),
     dex.create_runs(text, text, jsonb[], integer, integer, jsonb, timestamptz, interval),
-    dex.restart_run(uuid), dex.reset_run(uuid, integer, text), dex.run_attempts(uuid) FROM PUBLIC;
+    dex.restart_run(uuid), dex.reset_run(uuid, integer, text), dex.run_attempts(uuid),
+    dex.suspend_run(uuid, text), dex.resume_run(uuid, text) FROM PUBLIC;
 REVOKE ALL ON PROCEDURE dex.wait_for_runs(uuid[], interval, text, uuid[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text, text, timestamptz, interval),
     dex.create_runs(text, text, jsonb[], integer, integer, jsonb, timestamptz, interval),
-    dex.restart_run(uuid), dex.reset_run(uuid, integer, text), dex.run_attempts(uuid)
+    dex.restart_run(uuid), dex.reset_run(uuid, integer, text), dex.run_attempts(uuid),
+    dex.suspend_run(uuid, text), dex.resume_run(uuid, text)
     TO dex_client;
 GRANT EXECUTE ON FUNCTION dex.restart_run(uuid), dex.reset_run(uuid, integer, text), dex.run_attempts(uuid)
     TO dex_admin;

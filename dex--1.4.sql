@@ -464,23 +464,23 @@ AS 'MODULE_PATHNAME', 'dex_purge_runs';
 COMMENT ON FUNCTION dex.purge_runs(text, text, timestamptz, integer) IS
     'Delete up to limit (at most 10,000) runs that ended before ended_before, of that status and queue (NULL: any), oldest first, now; returns how many. Call it again until it returns 0.';
 
-CREATE FUNCTION dex.suspend_run(run_id uuid)
+CREATE FUNCTION dex.suspend_run(run_id uuid, reason text DEFAULT NULL)
 RETURNS void
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_suspend_run';
-COMMENT ON FUNCTION dex.suspend_run(uuid) IS
-    'Suspend a running run: it gets no workflow task until dex.resume_run.';
+COMMENT ON FUNCTION dex.suspend_run(uuid, text) IS
+    'Suspend a running run: nothing of it is handed out and no command of it takes effect until dex.resume_run; runSuspended records the reason and the session user.';
 
-CREATE FUNCTION dex.resume_run(run_id uuid)
+CREATE FUNCTION dex.resume_run(run_id uuid, reason text DEFAULT NULL)
 RETURNS void
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_resume_run';
-COMMENT ON FUNCTION dex.resume_run(uuid) IS
-    'Resume a suspended run (the workflow sees runSuspended and runResumed in its next task), or retry a run BLOCKED by failing workflow tasks.';
+COMMENT ON FUNCTION dex.resume_run(uuid, text) IS
+    'Resume a suspended run (the workflow sees runSuspended and runResumed, with their reasons and session users, in its next task), or retry a run BLOCKED by failing workflow tasks.';
 
 CREATE FUNCTION dex.restart_run(run_id uuid)
 RETURNS uuid
@@ -1071,7 +1071,7 @@ GRANT EXECUTE ON FUNCTION
     dex.run_history(uuid),
     dex.send_external_event(uuid, text, jsonb),
     dex.send_external_event_to_instance(text, text, jsonb, text),
-    dex.cancel_run(uuid, text), dex.suspend_run(uuid), dex.resume_run(uuid),
+    dex.cancel_run(uuid, text), dex.suspend_run(uuid, text), dex.resume_run(uuid, text),
     dex.terminate_run(uuid, text), dex.restart_run(uuid), dex.reset_run(uuid, integer, text),
     dex.run_attempts(uuid)
     TO dex_client;

@@ -14,7 +14,8 @@ SELECT lock_version AS av FROM dex.poll_tasks('ctl-act', 'w') \gset
 SELECT dex.cancel_run(:'run', 'customer asked');
 SELECT dex.cancel_run(:'run', 'asked twice');   -- a second request changes nothing
 SELECT status FROM dex.get_run(:'run');
-SELECT lock_version AS v, jsonb_path_query_array(task, '$.newEvents[*].runCancelRequested') AS requests
+SELECT lock_version AS v,
+       replace(jsonb_path_query_array(task, '$.newEvents[*].runCancelRequested')::text, session_user, '<user>') AS requests
   FROM dex.poll_tasks('ctl-wf', 'w') \gset
 \echo :requests
 -- the workflow cleans up: it records what it did and schedules a compensation; the run goes on
@@ -30,7 +31,8 @@ SELECT lock_version AS v, jsonb_path_query_array(task, '$.newEvents[*].activityT
 SELECT dex.complete_task(:'run', 0, :v, '[{"cancelRun": {}}]');
 SELECT status, completed_at IS NOT NULL AS ended FROM dex.get_run(:'run');
 SELECT count(*) AS activity_tasks FROM dex.activity_task WHERE run_id = :'run';
-SELECT sequence, event - 'timestamp' #- '{activityTaskCompleted,startedAt}' AS event FROM dex.run_history(:'run') WHERE sequence > 6;
+SELECT sequence, replace((event - 'timestamp' #- '{activityTaskCompleted,startedAt}')::text, session_user, '<user>') AS event
+  FROM dex.run_history(:'run') WHERE sequence > 6;
 -- the running activity is told: its heartbeat and completion are refused with WD002
 \set VERBOSITY sqlstate
 SELECT dex.heartbeat_task(:'run', 1, :av);
@@ -50,7 +52,7 @@ SELECT dex.complete_task(:'run1b', 0, :v, '[{"completeRun": {}}]');
 SELECT dex.create_run('c', 'ctl-wf', instance_id => 'ctl-2') AS run2 \gset
 SELECT dex.cancel_run(:'run2');
 SELECT status FROM dex.get_run(:'run2');
-SELECT sequence, event->'runCancelled' AS cancelled, event ? 'runCreated' AS created
+SELECT sequence, replace((event->'runCancelled')::text, session_user, '<user>') AS cancelled, event ? 'runCreated' AS created
   FROM dex.run_history(:'run2');
 SELECT count(*) AS tasks FROM dex.poll_tasks('ctl-wf', 'w');
 -- its instance id is free again

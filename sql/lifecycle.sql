@@ -15,6 +15,20 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE || ': ' || regexp_replace(SQLERRM, '[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}', '<id>', 'g');
 END $$;
+-- wait (up to 30 s) until the query is true: a statement per look, each with a new snapshot
+CREATE FUNCTION pg_temp.wait_for(query text) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    ok boolean;
+BEGIN
+    FOR i IN 1..600 LOOP
+        EXECUTE query INTO ok;
+        IF ok THEN
+            RETURN true;
+        END IF;
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+    RETURN false;
+END $$;
 -- the kinds of a run's history, in order
 CREATE FUNCTION pg_temp.kinds(run uuid) RETURNS text LANGUAGE sql AS $$
     SELECT string_agg((SELECT k FROM jsonb_object_keys(h.event - 'id' - 'timestamp') k), ','
@@ -195,8 +209,9 @@ SELECT dex.complete_task(:'p2', 0, :v, '[
 SELECT id AS bounded FROM dex.workflow_run WHERE parent_id = :'p2' AND workflow_name = 'bounded' \gset
 CALL dex.wait_for_run(:'bounded', '30 s') \gset
 SELECT :'status' AS bounded_status;
--- the parent is told the child timed out
-CALL dex.wait_for_tasks('life-wf', '30 s');
+-- the parent is told the child timed out (by the scheduler, right after the child's end)
+SELECT pg_temp.wait_for(format('SELECT EXISTS (SELECT 1 FROM dex.workflow_task WHERE run_id = %L)', :'p2'))
+       AS parent_has_a_task;
 SELECT jsonb_path_query_array(task, '$.newEvents[*].childRunFailed.failure.type') AS told, lock_version AS v
   FROM dex.poll_tasks('life-wf', 'w', 10) WHERE run_id = :'p2' \gset
 \echo :told
@@ -247,3 +262,21 @@ BEGIN;
 CALL dex.wait_for_runs(ARRAY[:'open1']::uuid[], '1 s');
 ROLLBACK;
 \set VERBOSITY default
+
+--
+-- 8. Operators' actions are recorded in the run's history: what, why, and who
+--
+SELECT dex.create_run('ops', 'life-wf') AS ops \gset
+SELECT lock_version AS v FROM dex.poll_tasks('life-wf', 'w', 10) WHERE run_id = :'ops' \gset
+SELECT dex.complete_task(:'ops', 0, :v, '[{"id": 1, "startTimer": {"name": "t", "delay": "3600s"}}]');
+SELECT dex.suspend_run(:'ops', 'incident 42');
+SELECT dex.resume_run(:'ops', 'incident 42 over');
+SELECT dex.cancel_run(:'ops', 'order withdrawn');
+SELECT lock_version AS v,
+       replace(jsonb_path_query_array(task, '$.newEvents[*] ? (exists(@.runSuspended) || exists(@.runResumed) || exists(@.runCancelRequested))')::text,
+               session_user, '<user>') AS recorded
+  FROM dex.poll_tasks('life-wf', 'w', 10) WHERE run_id = :'ops' \gset
+SELECT regexp_replace(:'recorded', '"timestamp": "[^"]*", ', '', 'g') AS recorded;
+SELECT dex.complete_task(:'ops', 0, :v, '[{"cancelRun": {}}]');
+-- a reason is held to the payload limit; NULL is none
+SELECT pg_temp.outcome(format('SELECT dex.suspend_run(%L, repeat(''x'', 2000000))', :'ops'));

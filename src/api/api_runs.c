@@ -682,21 +682,28 @@ purge_runs(PG_FUNCTION_ARGS)
 	PG_RETURN_INT64((int64) n);
 }
 
-/* A change of a run's status that takes only the run id */
+/*
+ * A change of a run's status that takes the run id and (1.4) a reason,
+ * recorded with the session user in the event the change adds
+ */
 static Datum
-change_run(FunctionCallInfo fcinfo, void (*change) (pg_uuid_t *run_id))
+change_run(FunctionCallInfo fcinfo, void (*change) (pg_uuid_t *run_id, const char *reason))
 {
+	char	   *reason = "";
+
 	dex_arg_not_null(fcinfo, 0, "run id");
+	if (PG_NARGS() > 1)
+		reason = reason_arg(fcinfo, 1, "reason");
 	SPI_connect();
 	dex_wait_for_rebuild();
-	change(PG_GETARG_UUID_P(0));
+	change(PG_GETARG_UUID_P(0), reason);
 	SPI_finish();
 	PG_RETURN_VOID();
 }
 
 /*
- * dex.suspend_run(run_id): a running run gets no workflow task until it is
- * resumed; a task already handed out still completes.
+ * dex.suspend_run(run_id, reason): nothing of a running run is handed out,
+ * and no command of it takes effect, until it is resumed (lifecycle.c).
  */
 static Datum
 suspend_run(PG_FUNCTION_ARGS)
@@ -704,7 +711,7 @@ suspend_run(PG_FUNCTION_ARGS)
 	return change_run(fcinfo, dex_suspend_run_internal);
 }
 
-/* dex.resume_run(run_id): a suspended run runs again */
+/* dex.resume_run(run_id, reason): a suspended run runs again, a blocked one is retried */
 static Datum
 resume_run(PG_FUNCTION_ARGS)
 {

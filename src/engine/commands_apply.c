@@ -398,7 +398,7 @@ apply_cancel_run(DexAppliedTask *c, const Dex__V1__Command *cmd)
 	for (size_t i = 0; i < c->n_events; i++)
 		if (c->events[i]->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CANCEL_REQUESTED)
 			reason = c->events[i]->run_cancel_requested->reason;
-	record_event(c, cmd->id, dex_event_run_cancelled(c->now, reason));
+	record_event(c, cmd->id, dex_event_run_cancelled(c->now, reason, NULL));
 	c->new_status = "CANCELLED";
 }
 

@@ -214,8 +214,8 @@ extern void dex_activity_rows_insert(DexActivityRows *rows);
 extern void dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active);
 extern void dex_terminate_run_internal(pg_uuid_t *run_id, const char *reason);
 extern void dex_time_out_run_internal(pg_uuid_t *run_id, TimestampTz deadline);
-extern void dex_suspend_run_internal(pg_uuid_t *run_id);
-extern void dex_resume_run_internal(pg_uuid_t *run_id);
+extern void dex_suspend_run_internal(pg_uuid_t *run_id, const char *reason);
+extern void dex_resume_run_internal(pg_uuid_t *run_id, const char *reason);
 extern void dex_end_runs(Datum run_ids);
 
 /* run_timers.c: delayed starts and deadlines (1.4) */

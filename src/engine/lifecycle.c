@@ -137,6 +137,13 @@ lock_run(pg_uuid_t *run_id, bool *cancel_requested, bool for_caller)
 	return status;
 }
 
+/* Who an operator's change is recorded as done by */
+static char *
+session_user_name(void)
+{
+	return GetUserNameFromId(GetSessionUserId(), false);
+}
+
 static void
 illegal_transition(pg_uuid_t *run_id, const char *action, const char *status)
 {
@@ -193,6 +200,7 @@ dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
 	char	   *status;
 	bool		cancel_requested;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	char	   *by = if_active ? pstrdup("dex") : session_user_name();
 
 	/* if_active: a parent's end cancels its children, the engine's doing */
 	status = lock_run(run_id, &cancel_requested, !if_active);
@@ -210,12 +218,12 @@ dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
 			Datum		values[1] = {UUIDPGetDatum(run_id)};
 
 			dex_spi_exec(&note_cancel_plan, values, NULL, 0);
-			dex_insert_inbox(run_id, dex_event_run_cancel_requested(now, pstrdup(reason)), now);
+			dex_insert_inbox(run_id, dex_event_run_cancel_requested(now, pstrdup(reason), by), now);
 		}
 	}
 	else
 		end_run_now(run_id, status, "CANCELLED",
-					dex_event_run_cancelled(now, pstrdup(reason)), NULL);
+					dex_event_run_cancelled(now, pstrdup(reason), by), NULL);
 }
 
 /*
@@ -229,7 +237,7 @@ dex_terminate_run_internal(pg_uuid_t *run_id, const char *reason)
 {
 	char	   *status = lock_run(run_id, NULL, true);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	char	   *by = GetUserNameFromId(GetSessionUserId(), false);
+	char	   *by = session_user_name();
 
 	if (dex_status_is_terminal(status))
 		illegal_transition(run_id, "terminate", status);
@@ -307,7 +315,7 @@ change_status(pg_uuid_t *run_id, const char *action, const char *from, const cha
  * results, events, timers that fall due) waits in its inbox.
  */
 void
-dex_suspend_run_internal(pg_uuid_t *run_id)
+dex_suspend_run_internal(pg_uuid_t *run_id, const char *reason)
 {
 	Datum		values[1] = {UUIDPGetDatum(run_id)};
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
@@ -316,7 +324,7 @@ dex_suspend_run_internal(pg_uuid_t *run_id)
 	dex_spi_exec(&withdraw_task_plans[dex_schema_1_4()], values, NULL, 0);
 	dex_spi_exec(&hold_activities_plan, values, NULL, 0);
 	/* delivered with the next task, after the run is resumed */
-	dex_insert_inbox(run_id, dex_event_run_suspended(now), now);
+	dex_insert_inbox(run_id, dex_event_run_suspended(now, pstrdup(reason), session_user_name()), now);
 }
 
 /*
@@ -336,7 +344,7 @@ static DexPlan unblock_plan = {
  * Resume a suspended run, or retry a blocked one (see dex.resume_run).
  */
 void
-dex_resume_run_internal(pg_uuid_t *run_id)
+dex_resume_run_internal(pg_uuid_t *run_id, const char *reason)
 {
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	Datum		values[1] = {UUIDPGetDatum(run_id)};
@@ -367,7 +375,7 @@ dex_resume_run_internal(pg_uuid_t *run_id)
 		}
 	}
 	/* the new workflow task shows what arrived while the run was suspended */
-	dex_insert_inbox(run_id, dex_event_run_resumed(now), now);
+	dex_insert_inbox(run_id, dex_event_run_resumed(now, pstrdup(reason), session_user_name()), now);
 }
 
 /*

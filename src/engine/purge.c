@@ -18,6 +18,7 @@
 #include "postgres.h"
 
 #include "catalog/pg_type.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -79,6 +80,10 @@ dex_purge_run_internal(pg_uuid_t *run_id)
 				 errdetail("Its status is %s; only a run that has ended can be purged.", status),
 				 errhint("Cancel or terminate it first.")));
 	(void) dex_delete_runs(dex_uuid_array(&run_id, 1));
+	/* the record of who deleted it: the run and all it owned are gone */
+	ereport(LOG,
+			(errmsg("dex: workflow run %s was purged by %s", dex_uuid_to_cstring(run_id),
+					GetUserNameFromId(GetSessionUserId(), false))));
 }
 
 /*
@@ -106,6 +111,7 @@ dex_purge_runs_internal(const char *status, int32 queue_id, TimestampTz ended_be
 	Datum		values[4];
 	char		nulls[4] = {status ? ' ' : 'n', queue_id ? ' ' : 'n', ' ', ' '};
 	DexRows		picked;
+	uint64		n;
 	ArrayBuildState *ids = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 
 	values[0] = status ? CStringGetTextDatum(status) : (Datum) 0;
@@ -121,5 +127,9 @@ dex_purge_runs_internal(const char *status, int32 queue_id, TimestampTz ended_be
 	}
 	if (ids->nelems == 0)
 		return 0;
-	return dex_delete_runs(dex_array_result(ids));
+	n = dex_delete_runs(dex_array_result(ids));
+	ereport(LOG,
+			(errmsg("dex: %llu workflow runs were purged by %s", (unsigned long long) n,
+					GetUserNameFromId(GetSessionUserId(), false))));
+	return n;
 }

@@ -125,22 +125,24 @@ dex_event_run_failed(TimestampTz ts, Dex__V1__Failure *failure)
 }
 
 Dex__V1__WorkflowEvent *
-dex_event_run_cancel_requested(TimestampTz ts, char *reason)
+dex_event_run_cancel_requested(TimestampTz ts, char *reason, char *by)
 {
 	Dex__V1__WorkflowEvent *ev;
 
 	NEW_EVENT(ev, ts, run_cancel_requested, RUN_CANCEL_REQUESTED);
 	ev->run_cancel_requested->reason = reason;
+	ev->run_cancel_requested->by = by;
 	return ev;
 }
 
 Dex__V1__WorkflowEvent *
-dex_event_run_cancelled(TimestampTz ts, char *reason)
+dex_event_run_cancelled(TimestampTz ts, char *reason, char *by)
 {
 	Dex__V1__WorkflowEvent *ev;
 
 	NEW_EVENT(ev, ts, run_cancelled, RUN_CANCELLED);
 	ev->run_cancelled->reason = reason;
+	ev->run_cancelled->by = by;
 	return ev;
 }
 
@@ -166,20 +168,24 @@ dex_event_run_timed_out(TimestampTz ts, TimestampTz deadline)
 }
 
 Dex__V1__WorkflowEvent *
-dex_event_run_suspended(TimestampTz ts)
+dex_event_run_suspended(TimestampTz ts, char *reason, char *by)
 {
 	Dex__V1__WorkflowEvent *ev;
 
 	NEW_EVENT(ev, ts, run_suspended, RUN_SUSPENDED);
+	ev->run_suspended->reason = reason;
+	ev->run_suspended->by = by;
 	return ev;
 }
 
 Dex__V1__WorkflowEvent *
-dex_event_run_resumed(TimestampTz ts)
+dex_event_run_resumed(TimestampTz ts, char *reason, char *by)
 {
 	Dex__V1__WorkflowEvent *ev;
 
 	NEW_EVENT(ev, ts, run_resumed, RUN_RESUMED);
+	ev->run_resumed->reason = reason;
+	ev->run_resumed->by = by;
 	return ev;
 }
 

@@ -37,12 +37,12 @@ extern Dex__V1__WorkflowEvent *dex_event_run_created(TimestampTz ts, Dex__V1__Ru
 extern Dex__V1__WorkflowEvent *dex_event_run_started(TimestampTz ts);
 extern Dex__V1__WorkflowEvent *dex_event_run_completed(TimestampTz ts, Dex__V1__Payload *result);
 extern Dex__V1__WorkflowEvent *dex_event_run_failed(TimestampTz ts, Dex__V1__Failure *failure);
-extern Dex__V1__WorkflowEvent *dex_event_run_cancel_requested(TimestampTz ts, char *reason);
-extern Dex__V1__WorkflowEvent *dex_event_run_cancelled(TimestampTz ts, char *reason);
+extern Dex__V1__WorkflowEvent *dex_event_run_cancel_requested(TimestampTz ts, char *reason, char *by);
+extern Dex__V1__WorkflowEvent *dex_event_run_cancelled(TimestampTz ts, char *reason, char *by);
 extern Dex__V1__WorkflowEvent *dex_event_run_terminated(TimestampTz ts, char *reason, char *by);
 extern Dex__V1__WorkflowEvent *dex_event_run_timed_out(TimestampTz ts, TimestampTz deadline);
-extern Dex__V1__WorkflowEvent *dex_event_run_suspended(TimestampTz ts);
-extern Dex__V1__WorkflowEvent *dex_event_run_resumed(TimestampTz ts);
+extern Dex__V1__WorkflowEvent *dex_event_run_suspended(TimestampTz ts, char *reason, char *by);
+extern Dex__V1__WorkflowEvent *dex_event_run_resumed(TimestampTz ts, char *reason, char *by);
 extern Dex__V1__WorkflowEvent *dex_event_run_continued_as_new(TimestampTz ts,
 															   Dex__V1__Payload *argument,
 															   int32 generation);
