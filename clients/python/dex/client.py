@@ -430,12 +430,17 @@ class Client:
         known = Attempt.__dataclass_fields__
         return [Attempt(**{k: v for k, v in r.items() if k in known}) for r in rows]
 
-    def suspend(self, run_id: str) -> Any:
-        """Suspend the run: no workflow task until it is resumed."""
-        return self._call("suspend_run", run_id)
+    def suspend(self, run_id: str, reason: Optional[str] = None) -> Any:
+        """Suspend the run: no workflow task until it is resumed.  ``runSuspended`` records
+        the reason (dex 1.4) and the session user."""
+        return self._call("suspend_run", run_id, reason) if reason is not None else \
+            self._call("suspend_run", run_id)
 
-    def resume(self, run_id: str) -> Any:
-        return self._call("resume_run", run_id)
+    def resume(self, run_id: str, reason: Optional[str] = None) -> Any:
+        """Resume a suspended run, or retry a BLOCKED one; ``runResumed`` records the reason
+        (dex 1.4) and the session user."""
+        return self._call("resume_run", run_id, reason) if reason is not None else \
+            self._call("resume_run", run_id)
 
     def send_event(self, run_id: str, event_id: str, payload: Any = None) -> bool:
         """Send an external event; False if the run already had one with that id."""

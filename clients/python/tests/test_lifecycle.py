@@ -197,6 +197,26 @@ def test_the_timeout_of_a_suspended_run(client14, queues, start_worker):
         client.result(run_id, timeout=10)
 
 
+def test_suspend_and_resume_record_why_and_who(client14, queues, start_worker):
+    client = client14
+    if not client.conn.execute("SELECT to_regprocedure('dex.suspend_run(uuid, text)') IS NOT NULL"
+                               ).fetchone()[0]:
+        pytest.skip("this dex 1.4 was installed before suspend_run took a reason")
+    start_worker()
+    run_id = client.start(waits, queue=queues[0])
+    wait_for_kind(client, run_id, "externalEventWaitStarted")
+    client.suspend(run_id, "maintenance window")
+    client.resume(run_id, "window over")
+    client.send_event(run_id, "go", 1)
+    assert client.result(run_id, timeout=10) == 1
+    (user,) = client.conn.execute("SELECT session_user").fetchone()
+    history = client.history(run_id)
+    (suspended,) = [e["runSuspended"] for e in history if "runSuspended" in e]
+    (resumed,) = [e["runResumed"] for e in history if "runResumed" in e]
+    assert suspended == {"reason": "maintenance window", "by": user}
+    assert resumed == {"reason": "window over", "by": user}
+
+
 # -- restart ----------------------------------------------------------------------
 
 def test_restart(client14, queues, start_worker):
