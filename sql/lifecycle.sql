@@ -85,6 +85,15 @@ SELECT dex.create_run('later', 'life-wf', start_at => '2100-01-01 00:00:00+00',
                       execution_timeout => '1 day') AS d4 \gset
 SELECT kind, due_at FROM dex.run_timer WHERE run_id = :'d4' ORDER BY kind;
 SELECT dex.cancel_run(:'d4');
+-- the deadline spans a continue-as-new chain: the run id, and its timer, stay
+SELECT dex.create_run('chain', 'life-wf', execution_timeout => '1 hour') AS chain \gset
+SELECT due_at AS chain_due FROM dex.run_timer WHERE run_id = :'chain' \gset
+SELECT lock_version AS v FROM dex.poll_tasks('life-wf', 'w', 10) WHERE run_id = :'chain' \gset
+SELECT dex.complete_task(:'chain', 0, :v, '[{"continueAsNew": {"argument": {"json": "2"}}}]');
+SELECT generation, (SELECT due_at FROM dex.run_timer WHERE run_id = :'chain' AND kind = 'DEADLINE') = :'chain_due'
+       AS same_deadline
+  FROM dex.workflow_run WHERE id = :'chain';
+SELECT dex.terminate_run(:'chain');
 -- bad input changes nothing
 SELECT pg_temp.outcome($$SELECT dex.create_run('x', 'life-wf', start_at => 'infinity')$$);
 SELECT pg_temp.outcome($$SELECT dex.create_run('x', 'life-wf', execution_timeout => '0 s')$$);

@@ -59,10 +59,17 @@ SELECT dex.send_external_event_to_instance('qa-b-1', 'poke');
 SELECT dex.cancel_run(:'run_b');
 SELECT dex.suspend_run(:'run_b');
 SELECT dex.resume_run(:'run_b');
+SELECT dex.terminate_run(:'run_b');
+SELECT dex.restart_run(:'run_b');
+SELECT dex.reset_run(:'run_b', 1);
+SELECT * FROM dex.run_attempts(:'run_b');
+CALL dex.wait_for_run(:'run_b', '0 s');
+CALL dex.wait_for_runs(ARRAY[:'run_b']::uuid[], '0 s');
 \set VERBOSITY default
 SELECT dex.send_external_event_to_instance('qa-b-1', 'poke');
 RESET ROLE;
 SELECT status, history_length FROM dex.get_run(:'run_b');
+SELECT count(*) AS runs_of_b FROM dex.workflow_run r JOIN dex.queue q ON q.id = r.queue_id WHERE q.name = 'qa-b-wf';
 SELECT count(*) AS events_of_b FROM dex.external_event WHERE run_id = :'run_b';
 
 -- a reader's own function in a WHERE clause sees only the reader's rows

@@ -35,9 +35,6 @@ $node->safe_psql('postgres', q{
 	  FROM dex.poll_tasks('wf', 'tap-worker');
 });
 
-# forget that the tasks are valid, as a crash would
-$node->safe_psql('postgres', q{DELETE FROM dex.lease WHERE name = 'tasks_valid'});
-
 # an activity worker completes the activity in a transaction it keeps open
 my $worker = $node->background_psql('postgres');
 $worker->query_safe(q{
@@ -45,6 +42,11 @@ $worker->query_safe(q{
 	SELECT dex.complete_task(run_id, task_id, lock_version, '"done"')
 	  FROM dex.poll_tasks('act', 'tap-worker');
 });
+
+# then forget that the tasks are valid, as a crash would (in this order: a
+# scheduler pass between the two would rebuild before the worker's
+# transaction began, and the restarted scheduler would find nothing to do)
+$node->safe_psql('postgres', q{DELETE FROM dex.lease WHERE name = 'tasks_valid'});
 
 # the restarted scheduler must wait for it before rebuilding
 my $old_pid = $node->safe_psql('postgres', $scheduler_pid);
