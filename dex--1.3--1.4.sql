@@ -125,7 +125,7 @@ SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_restart_run';
 COMMENT ON FUNCTION dex.restart_run(uuid) IS
-    'Start a new run with the workflow, version, argument, queue, priority, labels and concurrency key of a run (and its instance id once that run has ended); returns the new run''s id. The new run records where it came from (origin_run_id, origin RESTART).';
+    'Start a new run with the workflow, version, argument, queue, priority, labels and concurrency key of a run (and its instance id once that run has ended; no start_at or execution timeout); returns the new run''s id. The new run records where it came from (origin_run_id, origin RESTART).';
 
 CREATE FUNCTION dex.reset_run(run_id uuid, event_id integer, reason text DEFAULT NULL)
 RETURNS uuid
@@ -134,7 +134,7 @@ SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_reset_run';
 COMMENT ON FUNCTION dex.reset_run(uuid, integer, text) IS
-    'Start a new run whose history is the run''s up to its last workflow task completed at or before event_id: activities completed by then are not run again, those pending then are scheduled again, timers keep their fire time, and external events received after that point are delivered again. An active run is terminated first. Returns the new run''s id (origin RESET).';
+    'Start a new run that goes back to the run''s last workflow task completed at or before event_id (a sequence of dex.run_history) and decides it again with the code deployed now: the history before that task is kept, what the task was shown is shown again, activities completed before it are not run again, those pending are queued again, timers keep their fire time, and external events received after it are delivered again. An active run is terminated first. Returns the new run''s id (origin RESET).';
 
 CREATE FUNCTION dex.run_attempts(run_id uuid)
 RETURNS TABLE (task text, event_id integer, name text, attempt integer, worker_id text,
