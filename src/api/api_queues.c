@@ -354,7 +354,8 @@ dex_alter_queue(PG_FUNCTION_ARGS)
 	dex_spi_exec(&alter_queue_plan, values, nulls, 0);
 	if (SPI_processed == 0)
 		dex_queue_does_not_exist(name, NULL);
-	dex_queue_work_added((int32) dex_spi_getint64(0, 1));
+	/* unpaused, or with more room: every waiter may find work */
+	dex_queue_tasks_added((int32) dex_spi_getint64(0, 1), -1);
 	dex_queue_cache_reset();
 	SPI_finish();
 	PG_RETURN_VOID();

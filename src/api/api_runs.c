@@ -401,7 +401,7 @@ create_runs(PG_FUNCTION_ARGS)
 		values[7] = BoolGetDatum(sched.delayed);
 		dex_spi_exec(&insert_runs_plan, values, nulls, 0);
 		if (SPI_processed > 0)
-			dex_queue_work_added(queue.id);
+			dex_queue_tasks_added(queue.id, (int64) SPI_processed);
 		dex_stat_add(queue.id, DEX_STAT_TASKS_CREATED, (int64) SPI_processed);
 		add_run_timers(values[0], &sched);
 	}

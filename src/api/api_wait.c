@@ -56,11 +56,11 @@ static DexPlan pollable_activity_plan = {
 };
 
 /*
- * The queue, the wake-up generation to wait from, and whether the queue may
- * have pollable tasks now.
+ * The queue, and whether it may have pollable tasks now.  The backend enters
+ * the queue's waiters first: work committed after this wakes it.
  */
 static void
-look_at_queue(const char *queue_name, DexQueue *queue, uint64 *generation, bool *ready)
+look_at_queue(const char *queue_name, DexQueue *queue, bool *ready)
 {
 	int			guc_level = dex_push_planner_settings();
 	Datum		values[1];
@@ -68,8 +68,7 @@ look_at_queue(const char *queue_name, DexQueue *queue, uint64 *generation, bool 
 	*queue = dex_existing_queue(queue_name, NULL);
 	dex_check_queue_use(queue);
 
-	/* read the generation first: work committed after this wakes us */
-	*generation = dex_queue_generation(queue->id);
+	dex_queue_wait_begin(queue->id);
 	values[0] = Int32GetDatum(queue->id);
 	*ready = false;
 	if (dex_queue_room(queue, false) > 0)
@@ -109,7 +108,6 @@ typedef struct QueueLook
 {
 	const char *queue_name;
 	DexQueue   *queue;
-	uint64	   *generation;
 	bool	   *ready;
 } QueueLook;
 
@@ -118,15 +116,14 @@ look_at_queue_args(void *arg)
 {
 	QueueLook  *q = arg;
 
-	look_at_queue(q->queue_name, q->queue, q->generation, q->ready);
+	look_at_queue(q->queue_name, q->queue, q->ready);
 }
 
 /* look_at_queue with the procedure owner's rights */
 static void
-look_for_tasks(Oid proc_oid, const char *queue_name, DexQueue *queue, uint64 *generation,
-			   bool *ready)
+look_for_tasks(Oid proc_oid, const char *queue_name, DexQueue *queue, bool *ready)
 {
-	QueueLook	q = {queue_name, queue, generation, ready};
+	QueueLook	q = {queue_name, queue, ready};
 
 	as_owner(proc_oid, look_at_queue_args, &q);
 }
@@ -163,7 +160,6 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 	char	   *queue_name;
 	int64		timeout_usecs;
 	DexQueue	queue;
-	uint64		generation;
 	bool		ready;
 	Datum		values[1];
 	TupleDesc	tupdesc;
@@ -175,16 +171,27 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 	timeout_usecs = wait_timeout(fcinfo, 1);
 
 	SPI_connect_ext(SPI_OPT_NONATOMIC);
-	look_for_tasks(fcinfo->flinfo->fn_oid, queue_name, &queue, &generation, &ready);
-
-	if (!ready && timeout_usecs > 0)
+	PG_TRY();
 	{
-		/* no snapshot, no xmin from here on */
-		SPI_commit();
-		dex_report_wait(psprintf("waiting for tasks on queue \"%s\"", queue_name));
-		ready = dex_queue_wait(queue.id, generation, (long) ((timeout_usecs + 999) / 1000));
-		dex_report_wait(NULL);
+		look_for_tasks(fcinfo->flinfo->fn_oid, queue_name, &queue, &ready);
+		if (!ready && timeout_usecs > 0)
+		{
+			/* no snapshot, no xmin from here on */
+			SPI_commit();
+			dex_report_wait(psprintf("waiting for tasks on queue \"%s\"", queue_name));
+			ready = dex_queue_wait((long) ((timeout_usecs + 999) / 1000));
+			dex_report_wait(NULL);
+		}
 	}
+	PG_CATCH();
+	{
+		/* an entry left behind would take wake-ups meant for other waiters */
+		(void) dex_queue_wait_end();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	/* a wake-up that came as the wait timed out counts */
+	ready = dex_queue_wait_end() || ready;
 	SPI_finish();
 
 	tupdesc = CreateTemplateTupleDesc(1);

@@ -13,18 +13,32 @@
  * for rows it cannot see yet.  Aborted transactions wake nobody.  The
  * launcher's latch is set likewise when CREATE EXTENSION dex commits.
  *
- * Workers waiting for tasks (dex.wait_for_tasks) sleep on a condition
- * variable of their queue's wait slot.  A transaction that makes tasks
- * pollable on a queue notes the queue; when it commits, the slot's generation
- * is bumped and its sleepers are woken.  A waiter reads the generation before
- * it looks for work and sleeps only while the generation is unchanged, so a
- * commit between its look and its sleep is never missed.  Queues share slots
- * by hash; a shared slot only costs a spurious wake-up.
+ * Workers waiting for tasks (dex.wait_for_tasks) are listed in the queue
+ * waiters' table, an entry per backend: its database, queue and latch, and
+ * whether a commit has woken it.  A transaction that makes k tasks pollable
+ * on a queue notes the queue and k; when it commits, it wakes at most k of
+ * the queue's waiters that no other commit woke yet (all of them when it
+ * cannot count its tasks, as when a queue is unpaused), so one new task
+ * costs one wake-up and one poll, not one per waiting worker.  A waiter
+ * enters the table before it looks for work and returns "ready" only when
+ * woken (or when its look found work), so a commit between its look and
+ * its sleep is never missed: the commit's wake-up, after the commit, finds
+ * the entry made before the look.  A woken worker that finds its task taken
+ * by a worker that was not waiting leaves nothing behind: each task was
+ * answered by one wake-up or one poll.
+ *
+ * Sessions waiting for runs (dex.wait_for_run(s)) sleep on a condition
+ * variable of their run's wait slot: a commit that ends runs bumps the
+ * slot's generation and wakes its sleepers, and a waiter sleeps only while
+ * the generation it read before looking is unchanged.  Runs share slots by
+ * hash; a shared slot only costs a spurious wake-up.
  *
  * Locking: the database entries and latch pointers are written and read
  * under the spinlock; next_wake is a 64-bit atomic written by the scheduler
  * and read without a lock (a stale read only costs one spurious wake-up or,
- * for a time already passed, none is needed).  Slot generations are atomics;
+ * for a time already passed, none is needed).  The queue waiters' table is
+ * read and written under its own spinlock (a scan of a few hundred entries,
+ * latches set after it is released).  Slot generations are atomics;
  * condition variables have their own locking.
  *
  *-------------------------------------------------------------------------
@@ -73,13 +87,26 @@ typedef struct DexDatabaseState
 	pg_atomic_uint64 scheduler_next_wake;	/* TimestampTz */
 } DexDatabaseState;
 
+/* A backend waiting for tasks (dex.wait_for_tasks), under waiters_mutex */
+typedef struct DexQueueWaiter
+{
+	bool		waiting;
+	bool		woken;			/* a commit made a task pollable for it */
+	Oid			dbid;
+	int32		queue_id;
+	Latch	   *latch;
+} DexQueueWaiter;
+
 typedef struct DexSharedState
 {
 	slock_t		mutex;			/* protects the database entries but next_wake */
 	Latch	   *launcher_latch;
 	uint64		launcher_events;	/* CREATE EXTENSION dex, CREATE DATABASE commits */
 	DexDatabaseState databases[DEX_MAX_DATABASES];
-	DexWaitSlot wait_slots[DEX_WAIT_SLOTS];
+	/* the queue waiters' table: an entry per backend (MyBackendId - 1) */
+	slock_t		waiters_mutex;
+	pg_atomic_uint32 queue_waiters; /* entries waiting: none, no scan */
+	int			n_waiter_entries;
 	/*
 	 * dex.wait_for_run: slots of their own, so that ending runs never wakes a
 	 * worker's long poll, and how many sessions wait, so that a commit that
@@ -87,18 +114,30 @@ typedef struct DexSharedState
 	 */
 	pg_atomic_uint32 run_waiters;
 	DexWaitSlot run_slots[DEX_WAIT_SLOTS];
+	DexQueueWaiter waiters[FLEXIBLE_ARRAY_MEMBER];
 } DexSharedState;
+
+#define DEX_SHARED_SIZE(entries) \
+	(offsetof(DexSharedState, waiters) + sizeof(DexQueueWaiter) * (entries))
 
 static DexSharedState *dex_shared = NULL;
 
 /* earliest due time of the work this transaction created */
 static TimestampTz pending_wake = DT_NOEND;
 
-/* wait slots of the queues this transaction made work pollable on */
+/* the queues this transaction made tasks pollable on, and how many */
 #define MAX_PENDING_SLOTS 16
-static int	pending_slots[MAX_PENDING_SLOTS];
-static int	n_pending_slots = 0;
-static bool pending_all_slots = false;
+typedef struct PendingQueue
+{
+	int32		queue_id;
+	int64		tasks;			/* -1: not counted, wake every waiter */
+} PendingQueue;
+static PendingQueue pending_queues[MAX_PENDING_SLOTS];
+static int	n_pending_queues = 0;
+static bool pending_all_queues = false;	/* too many: wake every waiter */
+
+/* this backend's entry in the queue waiters' table, while it waits */
+static DexQueueWaiter *my_waiter = NULL;
 
 /* run slots of the runs this transaction ended (dex.wait_for_run) */
 static int	pending_run_slots[MAX_PENDING_SLOTS];
@@ -110,7 +149,7 @@ static bool warned_not_preloaded = false;
 void
 dex_shmem_request(void)
 {
-	RequestAddinShmemSpace(MAXALIGN(sizeof(DexSharedState)));
+	RequestAddinShmemSpace(MAXALIGN(DEX_SHARED_SIZE(MaxBackends)));
 	dex_stats_shmem_request();
 }
 
@@ -120,10 +159,14 @@ dex_shmem_startup(void)
 	bool		found;
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	dex_shared = ShmemInitStruct("dex", sizeof(DexSharedState), &found);
+	dex_shared = ShmemInitStruct("dex", DEX_SHARED_SIZE(MaxBackends), &found);
 	if (!found)
 	{
 		SpinLockInit(&dex_shared->mutex);
+		SpinLockInit(&dex_shared->waiters_mutex);
+		pg_atomic_init_u32(&dex_shared->queue_waiters, 0);
+		dex_shared->n_waiter_entries = MaxBackends;
+		memset(dex_shared->waiters, 0, sizeof(DexQueueWaiter) * MaxBackends);
 		dex_shared->launcher_latch = NULL;
 		dex_shared->launcher_events = 0;
 		for (int i = 0; i < DEX_MAX_DATABASES; i++)
@@ -140,8 +183,6 @@ dex_shmem_startup(void)
 		}
 		for (int i = 0; i < DEX_WAIT_SLOTS; i++)
 		{
-			pg_atomic_init_u64(&dex_shared->wait_slots[i].generation, 0);
-			ConditionVariableInit(&dex_shared->wait_slots[i].cv);
 			pg_atomic_init_u64(&dex_shared->run_slots[i].generation, 0);
 			ConditionVariableInit(&dex_shared->run_slots[i].cv);
 		}
@@ -403,20 +444,54 @@ wake_slot(DexWaitSlot *s)
 	ConditionVariableBroadcast(&s->cv);
 }
 
+/*
+ * After the commit of a transaction that made tasks pollable: wake, for each
+ * of its queues, as many of the queue's waiters not woken yet as it made
+ * tasks (every one when not counted).  A waiter enters the table before it
+ * looks for work, so one that did not see this commit is in it by now.
+ */
 static void
-wake_pending_slots(void)
+wake_pending_queues(void)
 {
-	if (dex_shared != NULL)
+	Latch	   *latches[64];
+	int			n_latches = 0;
+	bool		more = true;
+
+	pg_memory_barrier();
+	if (dex_shared == NULL || pg_atomic_read_u32(&dex_shared->queue_waiters) == 0)
+		more = false;
+	while (more)
 	{
-		if (pending_all_slots)
-			for (int i = 0; i < DEX_WAIT_SLOTS; i++)
-				wake_slot(&dex_shared->wait_slots[i]);
-		else
-			for (int i = 0; i < n_pending_slots; i++)
-				wake_slot(&dex_shared->wait_slots[pending_slots[i]]);
+		/* at most 64 latches per pass over the table, set outside the lock */
+		more = false;
+		SpinLockAcquire(&dex_shared->waiters_mutex);
+		for (int i = 0; i < dex_shared->n_waiter_entries && !more; i++)
+		{
+			DexQueueWaiter *w = &dex_shared->waiters[i];
+
+			if (!w->waiting || w->woken || w->dbid != MyDatabaseId)
+				continue;
+			for (int q = 0; q < n_pending_queues || pending_all_queues; q++)
+			{
+				PendingQueue *p = pending_all_queues ? NULL : &pending_queues[q];
+
+				if (p != NULL && (p->queue_id != w->queue_id || p->tasks == 0))
+					continue;
+				w->woken = true;
+				latches[n_latches++] = w->latch;
+				if (p != NULL && p->tasks > 0)
+					p->tasks--;
+				more = n_latches == lengthof(latches);
+				break;
+			}
+		}
+		SpinLockRelease(&dex_shared->waiters_mutex);
+		for (int i = 0; i < n_latches; i++)
+			SetLatch(latches[i]);
+		n_latches = 0;
 	}
-	n_pending_slots = 0;
-	pending_all_slots = false;
+	n_pending_queues = 0;
+	pending_all_queues = false;
 }
 
 /*
@@ -448,8 +523,8 @@ dex_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			if (n_pending_slots > 0 || pending_all_slots)
-				wake_pending_slots();
+			if (n_pending_queues > 0 || pending_all_queues)
+				wake_pending_queues();
 			if (n_pending_run_slots > 0 || pending_all_run_slots)
 				wake_pending_run_slots();
 			if (pending_wake != DT_NOEND && dex_shared != NULL)
@@ -469,8 +544,8 @@ dex_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 			pending_wake = DT_NOEND;
 			pending_launcher_wake = false;
-			n_pending_slots = 0;
-			pending_all_slots = false;
+			n_pending_queues = 0;
+			pending_all_queues = false;
 			n_pending_run_slots = 0;
 			pending_all_run_slots = false;
 			break;
@@ -516,26 +591,41 @@ add_pending_slot(int slot, int *pending, int *n_pending, bool *pending_all)
 		pending[(*n_pending)++] = slot;
 }
 
-static int
-queue_slot(int32 queue_id)
+/*
+ * This transaction made "tasks" tasks pollable on the queue (-1: it cannot
+ * tell how many): wake as many of its waiting workers when it commits.
+ */
+void
+dex_queue_tasks_added(int32 queue_id, int64 tasks)
 {
-	uint32		h = hash_combine(murmurhash32((uint32) MyDatabaseId),
-								 murmurhash32((uint32) queue_id));
+	if (pending_all_queues)
+		return;
+	for (int i = 0; i < n_pending_queues; i++)
+	{
+		PendingQueue *p = &pending_queues[i];
 
-	return (int) (h % DEX_WAIT_SLOTS);
+		if (p->queue_id != queue_id)
+			continue;
+		p->tasks = (p->tasks < 0 || tasks < 0) ? -1 : p->tasks + tasks;
+		return;
+	}
+	if (n_pending_queues == MAX_PENDING_SLOTS)
+	{
+		pending_all_queues = true;
+		return;
+	}
+	pending_queues[n_pending_queues].queue_id = queue_id;
+	pending_queues[n_pending_queues++].tasks = tasks;
 }
 
-/*
- * This transaction made tasks pollable on the queue: wake its waiting
- * workers when it commits.
- */
+/* One task made pollable on the queue */
 void
 dex_queue_work_added(int32 queue_id)
 {
-	add_pending_slot(queue_slot(queue_id), pending_slots, &n_pending_slots, &pending_all_slots);
+	dex_queue_tasks_added(queue_id, 1);
 }
 
-/* Note every queue id in column "col" of the current SPI result. */
+/* A task made pollable on the queue of each row, in column "col" of the current SPI result */
 void
 dex_queue_work_added_spi(int col)
 {
@@ -564,16 +654,6 @@ slot_generation(DexWaitSlot *slot)
 	return gen;
 }
 
-/*
- * For dex.wait_for_tasks: the generation of the queue's wait slot, to be read
- * before looking for work.
- */
-uint64
-dex_queue_generation(int32 queue_id)
-{
-	require_shared_memory("tasks");
-	return slot_generation(&dex_shared->wait_slots[queue_slot(queue_id)]);
-}
 
 /*
  * A run's wait slot (in run_slots): its end wakes the waiters of the slot,
@@ -719,11 +799,102 @@ dex_runs_wait(const pg_uuid_t *run_ids, const uint64 *generations, int n, long t
 	return woken;
 }
 
-/* Sleep until work is added to the queue after "generation" was read (see slot_wait) */
+/*
+ * Leave the queue waiters' table (also at exit: a FATAL ends a wait).
+ * Returns whether a commit woke the entry, up to the moment it was left: a
+ * wake-up that came just as the wait timed out still counts.
+ */
 bool
-dex_queue_wait(int32 queue_id, uint64 generation, long timeout_ms)
+dex_queue_wait_end(void)
 {
-	return slot_wait(&dex_shared->wait_slots[queue_slot(queue_id)], generation, timeout_ms);
+	bool		woken;
+
+	if (my_waiter == NULL)
+		return false;
+	SpinLockAcquire(&dex_shared->waiters_mutex);
+	woken = my_waiter->woken;
+	my_waiter->waiting = false;
+	my_waiter->woken = false;
+	SpinLockRelease(&dex_shared->waiters_mutex);
+	pg_atomic_fetch_sub_u32(&dex_shared->queue_waiters, 1);
+	my_waiter = NULL;
+	return woken;
+}
+
+static void
+queue_wait_at_exit(int code, Datum arg)
+{
+	(void) dex_queue_wait_end();
+}
+
+/*
+ * Enter the queue waiters' table for the queue, before looking for work:
+ * a commit that makes a task pollable from here on may wake this backend.
+ */
+void
+dex_queue_wait_begin(int32 queue_id)
+{
+	static bool exit_callback = false;
+
+	require_shared_memory("tasks");
+	if (MyBackendId == InvalidBackendId || MyBackendId > dex_shared->n_waiter_entries)
+		elog(ERROR, "dex: backend id %d has no entry in the queue waiters' table", MyBackendId);
+	if (!exit_callback)
+	{
+		before_shmem_exit(queue_wait_at_exit, (Datum) 0);
+		exit_callback = true;
+	}
+	(void) dex_queue_wait_end();
+	my_waiter = &dex_shared->waiters[MyBackendId - 1];
+	pg_atomic_fetch_add_u32(&dex_shared->queue_waiters, 1);
+	SpinLockAcquire(&dex_shared->waiters_mutex);
+	my_waiter->dbid = MyDatabaseId;
+	my_waiter->queue_id = queue_id;
+	my_waiter->latch = MyLatch;
+	my_waiter->woken = false;
+	my_waiter->waiting = true;
+	SpinLockRelease(&dex_shared->waiters_mutex);
+}
+
+/* Whether a commit woke this backend's entry */
+static bool
+queue_waiter_woken(void)
+{
+	bool		woken;
+
+	SpinLockAcquire(&dex_shared->waiters_mutex);
+	woken = my_waiter->woken;
+	SpinLockRelease(&dex_shared->waiters_mutex);
+	return woken;
+}
+
+/*
+ * Sleep, in the table since dex_queue_wait_begin, until a commit wakes this
+ * backend or timeout_ms passes; whether it was woken.  Interrupts are
+ * served while sleeping, and a client that went away ends the session
+ * within CLIENT_CHECK_MS.  The caller leaves the table (dex_queue_wait_end).
+ */
+bool
+dex_queue_wait(long timeout_ms)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+
+	Assert(my_waiter != NULL);
+	for (;;)
+	{
+		long		remaining;
+
+		if (queue_waiter_woken())
+			return true;
+		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (remaining <= 0)
+			return false;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(remaining, CLIENT_CHECK_MS), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		check_client_connection();
+	}
 }
 
 /* Sleep until a run of the run's slot ends after "generation" was read (see slot_wait) */

@@ -123,8 +123,9 @@ static DexPlan drop_activity_plan = {
  * without any write; their queues' waiting workers are told.
  */
 static DexPlan expired_workflow_leases_plan = {
-	"SELECT DISTINCT queue_id FROM dex.workflow_task "
-	"WHERE locked_by IS NOT NULL AND locked_until > $1 AND locked_until <= now()",
+	"SELECT queue_id, count(*) FROM dex.workflow_task "
+	"WHERE locked_by IS NOT NULL AND locked_until > $1 AND locked_until <= now() "
+	"GROUP BY queue_id",
 	1, {TIMESTAMPTZOID}
 };
 
@@ -298,9 +299,11 @@ scheduler_pass(bool *installed)
 
 	{
 		Datum		horizon[1] = {TimestampTzGetDatum(lease_horizon)};
+		DexRows		expired = dex_spi_rows(&expired_workflow_leases_plan, horizon, NULL, 0);
 
-		dex_spi_exec(&expired_workflow_leases_plan, horizon, NULL, 0);
-		dex_queue_work_added_spi(1);
+		for (uint64 i = 0; i < expired.n; i++)
+			dex_queue_tasks_added((int32) dex_rows_getint64(expired, i, 1),
+								  dex_rows_getint64(expired, i, 2));
 		lease_horizon = GetCurrentTransactionStartTimestamp();
 	}
 

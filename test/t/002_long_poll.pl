@@ -144,5 +144,38 @@ $run_waiter->finish;
 is($run_out, "COMPLETED|42|\n", 'it returns the status and the result as soon as the run ends');
 cmp_ok(time() - $ended_at, '<', 10, 'woken by the end of the run, not by its 60 s timeout');
 
+# 8. a commit that makes k tasks pollable wakes k of the queue's waiting
+# workers, not all of them: the others sleep on, and no task is left with a
+# worker asleep
+$node->safe_psql('postgres', q{SELECT dex.create_queue('wk', 'workflow')});
+my @waiters = map { [ start_waiter('wk', '60s') ] } 1 .. 4;
+sub sleeping_on_wk
+{
+	return $node->safe_psql('postgres', q{
+		SELECT count(*) FROM pg_stat_activity
+		 WHERE query LIKE 'CALL dex.wait_for_tasks(''wk''%' AND wait_event_type = 'Extension'});
+}
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 4 FROM pg_stat_activity
+	 WHERE query LIKE 'CALL dex.wait_for_tasks(''wk''%' AND wait_event_type = 'Extension'}),
+	'four workers wait on one queue');
+$node->safe_psql('postgres', q{SELECT dex.create_run('one', 'wk')});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 3 FROM pg_stat_activity
+	 WHERE query LIKE 'CALL dex.wait_for_tasks(''wk''%' AND wait_event_type = 'Extension'}),
+	'one new task wakes one of them');
+sleep 1;
+is(sleeping_on_wk(), '3', 'and the three others sleep on');
+$node->safe_psql('postgres', q{SELECT count(*) FROM dex.create_runs('three', 'wk', '{1, 2, 3}')});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 0 FROM pg_stat_activity
+	 WHERE query LIKE 'CALL dex.wait_for_tasks(''wk''%' AND wait_event_type = 'Extension'}),
+	'three new tasks in one commit wake the three');
+for my $w (@waiters)
+{
+	$w->[0]->finish;
+}
+is(join('', sort map { ${ $_->[1] } } @waiters), "t\nt\nt\nt\n", 'every woken worker returned ready = true');
+
 $node->stop;
 done_testing();
