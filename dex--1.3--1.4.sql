@@ -19,7 +19,13 @@ ALTER TABLE dex.workflow_run ADD CONSTRAINT workflow_run_status_check
 ALTER TABLE dex.workflow_run
     ADD COLUMN parent_close_policy text CHECK (parent_close_policy IN ('REQUEST_CANCEL', 'ABANDON')),
     ADD COLUMN origin_run_id uuid,
-    ADD COLUMN origin text CHECK (origin IN ('RESTART', 'RESET'));
+    ADD COLUMN origin text CHECK (origin IN ('RESTART', 'RESET')),
+    ADD COLUMN history_bytes bigint NOT NULL DEFAULT 0;
+-- the runs that go on count their history's size from here (dex.max_history_size)
+UPDATE dex.workflow_run r
+   SET history_bytes = (SELECT coalesce(sum(octet_length(h.events)), 0)
+                          FROM dex.workflow_history h WHERE h.run_id = r.id)
+ WHERE r.status IN ('CREATED', 'RUNNING', 'SUSPENDED', 'BLOCKED') AND r.history_length > 0;
 -- children started before 1.4 keep what their parent's end did to them then
 UPDATE dex.workflow_run SET parent_close_policy = 'REQUEST_CANCEL'
  WHERE parent_id IS NOT NULL AND status IN ('CREATED', 'RUNNING', 'SUSPENDED', 'BLOCKED');

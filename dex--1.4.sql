@@ -53,7 +53,8 @@ CREATE TABLE dex.workflow_run (
     -- what a child does when its parent ends: NULL terminate, else these
     parent_close_policy text CHECK (parent_close_policy IN ('REQUEST_CANCEL', 'ABANDON')),
     origin_run_id       uuid,           -- the run this one restarts or resets
-    origin              text CHECK (origin IN ('RESTART', 'RESET'))
+    origin              text CHECK (origin IN ('RESTART', 'RESET')),
+    history_bytes       bigint NOT NULL DEFAULT 0   -- encoded size of the history (dex.max_history_size)
 ) WITH (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.02);
 COMMENT ON TABLE dex.workflow_run IS
     'Workflow runs: the projection of each run''s event history.';

@@ -289,3 +289,59 @@ SELECT regexp_replace(:'recorded', '"timestamp": "[^"]*", ', '', 'g') AS recorde
 SELECT dex.complete_task(:'ops', 0, :v, '[{"cancelRun": {}}]');
 -- a reason is held to the payload limit; NULL is none
 SELECT pg_temp.outcome(format('SELECT dex.suspend_run(%L, repeat(''x'', 2000000))', :'ops'));
+
+--
+-- 9. A run's history is bounded: a warning past 80% of a limit, a failure past it;
+-- continue-as-new starts the history over
+--
+SET dex.max_history_events = 20;
+SELECT dex.create_run('long', 'life-wf') AS long \gset
+-- each task: workflowTaskStarted, the timer that fired, workflowTaskCompleted, a new timer
+CREATE PROCEDURE pg_temp.step(run uuid, commands jsonb) LANGUAGE plpgsql AS $$
+DECLARE
+    t record;
+BEGIN
+    FOR i IN 1..600 LOOP
+        SELECT * INTO t FROM dex.poll_tasks('life-wf', 'w', 10) p WHERE p.run_id = run;
+        IF FOUND THEN
+            PERFORM dex.complete_task(t.run_id, 0, t.lock_version, commands);
+            RETURN;
+        END IF;
+        COMMIT;
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+    RAISE EXCEPTION 'no task for run %', run;
+END $$;
+CALL pg_temp.step(:'long', '[{"id": 1, "startTimer": {"delay": "0s"}}]');
+CALL pg_temp.step(:'long', '[{"id": 2, "startTimer": {"delay": "0s"}}]');
+CALL pg_temp.step(:'long', '[{"id": 3, "startTimer": {"delay": "0s"}}]');
+SELECT history_length FROM dex.get_run(:'long');
+\set VERBOSITY sqlstate
+-- 17 events: past 80% of 20, a warning (54000)
+CALL pg_temp.step(:'long', '[{"id": 4, "startTimer": {"delay": "0s"}}]');
+\set VERBOSITY default
+SELECT history_length, status FROM dex.get_run(:'long');
+-- past 20: the run fails, and what the task started goes with it
+CALL pg_temp.step(:'long', '[{"id": 5, "startTimer": {"delay": "0s"}}]');
+SELECT status, history_length, failure->>'type' AS type,
+       (SELECT count(*) FROM dex.workflow_inbox WHERE run_id = :'long') AS timers_left
+  FROM dex.get_run(:'long');
+-- continue-as-new starts the history over, and is not held to the limit
+SELECT dex.create_run('long', 'life-wf') AS long2 \gset
+CALL pg_temp.step(:'long2', '[{"id": 1, "startTimer": {"delay": "0s"}}]');
+CALL pg_temp.step(:'long2', '[{"id": 2, "startTimer": {"delay": "0s"}}]');
+CALL pg_temp.step(:'long2', '[{"id": 3, "startTimer": {"delay": "0s"}}]');
+\set VERBOSITY sqlstate
+CALL pg_temp.step(:'long2', '[{"continueAsNew": {}}]');
+\set VERBOSITY default
+SELECT status, history_length FROM dex.get_run(:'long2');
+CALL pg_temp.step(:'long2', '[{"completeRun": {}}]');
+SELECT status FROM dex.get_run(:'long2');
+RESET dex.max_history_events;
+-- the size in bytes is bounded the same way; workers cannot lift the limits
+SET dex.max_history_size = 300;
+SELECT dex.create_run('wide', 'life-wf', jsonb_build_object('pad', repeat('x', 400))) AS big \gset
+CALL pg_temp.step(:'big', '[]');
+SELECT status, failure->>'type' AS type FROM dex.get_run(:'big');
+RESET dex.max_history_size;
+SELECT context FROM pg_settings WHERE name IN ('dex.max_history_events', 'dex.max_history_size');

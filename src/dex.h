@@ -43,6 +43,8 @@ extern double dex_retry_multiplier;
 extern double dex_retry_randomization;
 extern int	dex_retry_max_delay_ms;
 extern int	dex_max_workflow_task_failures;
+extern int	dex_max_history_events;
+extern int	dex_max_history_size;
 extern int	dex_max_payload_size;
 extern int	dex_retention_period_s;
 extern int	dex_retention_batch_size;

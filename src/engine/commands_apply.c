@@ -496,6 +496,64 @@ check_determinism(DexAppliedTask *c, Dex__V1__WorkflowTaskCompletion *completion
 	return true;
 }
 
+/* The encoded size of the task's batch of events */
+static int64
+batch_bytes(DexAppliedTask *c)
+{
+	Dex__V1__EventBatch batch;
+
+	dex__v1__event_batch__init(&batch);
+	batch.events = c->events;
+	batch.n_events = c->n_events;
+	return (int64) protobuf_c_message_get_packed_size((ProtobufCMessage *) &batch);
+}
+
+/*
+ * A run's history is bounded (dex.max_history_events, dex.max_history_size):
+ * a task that takes it past 80% of a limit warns (the worker and the server
+ * log), and one that would take it past a limit fails the run instead of
+ * letting it go on: runFailed, type dex.HistoryLimitExceeded (its commands'
+ * work is withdrawn with the run's).  A task that ends the run, or continues
+ * it as new (which starts its history over), is not held to them.
+ */
+static void
+check_history_limits(DexAppliedTask *c)
+{
+	int64		events_before = c->continued ? 0 : c->run->history_length;
+	int64		bytes_before = c->continued ? 0 : c->run->history_bytes;
+	int64		events = events_before + (int64) c->n_events;
+	int64		bytes;
+	int64		max_events = dex_max_history_events;
+	int64		max_bytes = dex_max_history_size;
+
+	c->history_bytes = bytes_before + batch_bytes(c);
+	bytes = c->history_bytes;
+	if (c->new_status != NULL || c->continued)
+		return;
+	if ((max_events > 0 && events > max_events) || (max_bytes > 0 && bytes > max_bytes))
+	{
+		c->failure = dex_new_failure(psprintf("the run's history would hold %lld events and %lld bytes, past the limit of "
+											  "%lld events and %lld bytes (dex.max_history_events, dex.max_history_size): "
+											  "continue-as-new starts a history over",
+											  (long long) events, (long long) bytes,
+											  (long long) max_events, (long long) max_bytes),
+									 "dex.HistoryLimitExceeded", true);
+		record_event(c, 0, dex_event_run_failed(c->now, c->failure));
+		c->new_status = "FAILED";
+		c->history_bytes += 64;	/* about the runFailed event */
+		return;
+	}
+	if ((max_events > 0 && events * 5 > max_events * 4 && events_before * 5 <= max_events * 4) ||
+		(max_bytes > 0 && bytes * 5 > max_bytes * 4 && bytes_before * 5 <= max_bytes * 4))
+		ereport(WARNING,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("the history of workflow run %s holds %lld events and %lld bytes, past 80%% of its limit",
+						dex_uuid_to_cstring(c->run_id), (long long) events, (long long) bytes),
+				 errdetail("At %lld events or %lld bytes (dex.max_history_events, dex.max_history_size) the run fails.",
+						   (long long) max_events, (long long) max_bytes),
+				 errhint("Have the workflow continue as new, which starts its history over.")));
+}
+
 /*
  * The run starts over after continueAsNew: its history is replaced by one
  * event, and its next task shows RunCreated with the new argument.
@@ -527,8 +585,8 @@ dex_apply_workflow_task(DexAppliedTask *c, DexWorkflowCompletion *item, DexRun *
 	c->custom_status = run->custom_status;
 	c->last_event_id = run->last_event_id;
 	c->events = dex_build_new_events(run, item->worker_id, item->started_at,
-									 n_commands + 1, &c->n_events);
-	c->max_events = c->n_events + n_commands + 1;
+									 n_commands + 2, &c->n_events);
+	c->max_events = c->n_events + n_commands + 2;
 
 	record_event(c, 0, dex_event_workflow_task_completed(c->now));
 	if (!check_determinism(c, item->completion))
@@ -537,4 +595,5 @@ dex_apply_workflow_task(DexAppliedTask *c, DexWorkflowCompletion *item, DexRun *
 		apply_command(c, item->completion->commands[i]);
 	if (c->continued)
 		start_over(c);
+	check_history_limits(c);
 }

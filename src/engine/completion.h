@@ -42,6 +42,7 @@ typedef struct DexBatchRows
 	ArrayBuildState *r_started_at;
 	ArrayBuildState *r_completed_at;
 	ArrayBuildState *r_old_history_length;
+	ArrayBuildState *r_history_bytes;
 	int			n_runs;
 	/* dex.activity_task inserts */
 	DexActivityRows activities;
@@ -80,6 +81,7 @@ typedef struct DexAppliedTask
 	Dex__V1__Failure *failure;
 	char	   *custom_status;
 	int32		last_event_id;
+	int64		history_bytes;	/* the run's history's encoded size, this task's batch included */
 	DexBatchRows *rows;
 } DexAppliedTask;
 

@@ -85,6 +85,7 @@ typedef struct DexRun
 	bool		has_origin;		/* restarted or reset from origin_run_id */
 	pg_uuid_t	origin_run_id;
 	char	   *origin;			/* "RESTART" or "RESET" */
+	int64		history_bytes;	/* encoded size of its history (1.4) */
 	bytea	   *history;		/* dex_load_histories: one encoded EventBatch */
 	int			n_inbox;		/* dex_load_inbox: encoded WorkflowEvents */
 	bytea	  **inbox;

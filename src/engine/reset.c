@@ -138,7 +138,8 @@ static DexPlan write_history_plan = {
 	"WITH h AS (INSERT INTO dex.workflow_history (run_id, sequence, events) "
 	"           SELECT $1, s, e FROM unnest($3::integer[], $2::bytea[]) AS u(s, e)) "
 	"UPDATE dex.workflow_run SET history_length = $4, last_event_id = $5, custom_status = $6, "
-	"       cancel_requested = $7, started_at = CASE WHEN $4 > 0 THEN now() END, updated_at = now() "
+	"       cancel_requested = $7, started_at = CASE WHEN $4 > 0 THEN now() END, updated_at = now(), "
+	"       history_bytes = (SELECT coalesce(sum(octet_length(e)), 0) FROM unnest($2::bytea[]) e) "
 	"WHERE id = $1",
 	7, {UUIDOID, BYTEAARRAYOID, INT4ARRAYOID, INT4OID, INT4OID, TEXTOID, BOOLOID}
 };

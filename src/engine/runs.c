@@ -31,8 +31,8 @@
 	"created_at, instance_id, priority, labels, concurrency_key, custom_status, parent_id, queue_id, " \
 	"generation, parent_event_id, cancel_requested, " since_1_4 " " \
 	"FROM dex.workflow_run WHERE id = ANY ($1)"
-#define BEFORE_1_4 "0, NULL::uuid, NULL::text"
-#define SINCE_1_4 "task_failures, origin_run_id, origin"
+#define BEFORE_1_4 "0, NULL::uuid, NULL::text, 0::bigint"
+#define SINCE_1_4 "task_failures, origin_run_id, origin, history_bytes"
 
 static DexPlan load_runs_plans[2] = {
 	{LOAD_RUNS_SQL(BEFORE_1_4), 1, {UUIDARRAYOID}},
@@ -106,6 +106,7 @@ dex_load_runs(Datum ids, bool lock)
 		if (!isnull)
 			run->origin_run_id = *DatumGetUUIDP(d);
 		run->origin = dex_spi_gettext_copy(i, 21);
+		run->history_bytes = dex_spi_getint64(i, 22);
 		run->history = NULL;
 		run->n_inbox = 0;
 		run->inbox = NULL;

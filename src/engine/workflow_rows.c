@@ -42,6 +42,7 @@ dex_batch_rows_init(DexBatchRows *rows)
 	rows->r_started_at = initArrayResult(TIMESTAMPTZOID, cxt, false);
 	rows->r_completed_at = initArrayResult(TIMESTAMPTZOID, cxt, false);
 	rows->r_old_history_length = initArrayResult(INT4OID, cxt, false);
+	rows->r_history_bytes = initArrayResult(INT8OID, cxt, false);
 	rows->n_runs = 0;
 	dex_activity_rows_init(&rows->activities);
 	dex_inbox_batch_init(&rows->inbox);
@@ -106,6 +107,7 @@ dex_batch_rows_add_task(DexBatchRows *rows, DexWorkflowCompletion *item, const D
 	dex_array_add(rows->r_started_at, TimestampTzGetDatum(item->started_at), false);
 	dex_array_add(rows->r_completed_at, TimestampTzGetDatum(c->now), !ended);
 	dex_array_add(rows->r_old_history_length, Int32GetDatum(run->history_length), false);
+	dex_array_add(rows->r_history_bytes, Int64GetDatum(c->history_bytes), false);
 	rows->n_runs++;
 
 	if (c->continued)
@@ -142,21 +144,27 @@ static DexPlan insert_history_plan = {
  * the history did not grow, as a guard.  It keeps a suspension that
  * dex.suspend_run made while the task ran.
  */
-static DexPlan update_runs_plan = {
-	"UPDATE dex.workflow_run r SET "
-	"status = CASE WHEN r.status = 'SUSPENDED' AND u.status = 'RUNNING' THEN r.status ELSE u.status END, "
-	"history_length = u.history_length, "
-	"last_event_id = u.last_event_id, custom_status = u.custom_status, result = u.result, "
-	"failure = u.failure, updated_at = now(), started_at = coalesce(r.started_at, u.started_at), "
-	"task_failures = 0, last_task_failure = NULL, "
-	"completed_at = u.completed_at "
-	"FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::integer[], $5::text[], $6::bytea[], "
-	"            $7::bytea[], $8::timestamptz[], $9::timestamptz[], $10::integer[]) "
-	"     AS u(id, status, history_length, last_event_id, custom_status, result, failure, "
-	"          started_at, completed_at, old_history_length) "
-	"WHERE r.id = u.id AND r.history_length = u.old_history_length",
-	10, {UUIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID,
-		 BYTEAARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID}
+#define UPDATE_RUNS_SQL(since_1_4) \
+	"UPDATE dex.workflow_run r SET " \
+	"status = CASE WHEN r.status = 'SUSPENDED' AND u.status = 'RUNNING' THEN r.status ELSE u.status END, " \
+	"history_length = u.history_length, " since_1_4 \
+	"last_event_id = u.last_event_id, custom_status = u.custom_status, result = u.result, " \
+	"failure = u.failure, updated_at = now(), started_at = coalesce(r.started_at, u.started_at), " \
+	"task_failures = 0, last_task_failure = NULL, " \
+	"completed_at = u.completed_at " \
+	"FROM unnest($1::uuid[], $2::text[], $3::integer[], $4::integer[], $5::text[], $6::bytea[], " \
+	"            $7::bytea[], $8::timestamptz[], $9::timestamptz[], $10::integer[], $11::bigint[]) " \
+	"     AS u(id, status, history_length, last_event_id, custom_status, result, failure, " \
+	"          started_at, completed_at, old_history_length, history_bytes) " \
+	"WHERE r.id = u.id AND r.history_length = u.old_history_length"
+/* [1]: 1.4 keeps the history's size too */
+static DexPlan update_runs_plans[2] = {
+	{UPDATE_RUNS_SQL(""), 11,
+		{UUIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID,
+	BYTEAARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, INT8ARRAYOID}},
+	{UPDATE_RUNS_SQL("history_bytes = u.history_bytes, "), 11,
+		{UUIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID,
+	BYTEAARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, INT8ARRAYOID}}
 };
 
 
@@ -171,7 +179,7 @@ static DexPlan cancel_timers_plan = {
 static void
 update_runs(DexBatchRows *rows)
 {
-	Datum		values[10];
+	Datum		values[11];
 
 	values[0] = dex_array_result(rows->r_id);
 	values[1] = dex_array_result(rows->r_status);
@@ -183,7 +191,8 @@ update_runs(DexBatchRows *rows)
 	values[7] = dex_array_result(rows->r_started_at);
 	values[8] = dex_array_result(rows->r_completed_at);
 	values[9] = dex_array_result(rows->r_old_history_length);
-	dex_spi_exec(&update_runs_plan, values, NULL, 0);
+	values[10] = dex_array_result(rows->r_history_bytes);
+	dex_spi_exec(&update_runs_plans[dex_schema_1_4()], values, NULL, 0);
 	if (SPI_processed != (uint64) rows->n_runs)
 		ereport(ERROR,
 				(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),

@@ -27,6 +27,8 @@ double		dex_retry_multiplier = 1.5;
 double		dex_retry_randomization = 0.3;
 int			dex_retry_max_delay_ms = 30 * 60 * 1000;
 int			dex_max_workflow_task_failures = 10;
+int			dex_max_history_events = 51200;
+int			dex_max_history_size = 50 * 1024 * 1024;
 int			dex_max_payload_size = 1024 * 1024;
 int			dex_retention_period_s = 7 * 24 * 3600;
 int			dex_retention_batch_size = 1000;
@@ -88,6 +90,20 @@ dex_define_settings(void)
 							&dex_max_workflow_task_failures,
 							10, 0, 1000000,
 							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.max_history_events",
+							"Most events a run's history may hold; a workflow task that would go past it fails the run.",
+							"0 is no limit. A run warns at 80%; continue-as-new starts its history over.",
+							&dex_max_history_events,
+							51200, 0, INT_MAX,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.max_history_size",
+							"Most bytes a run's history may hold (encoded); a workflow task that would go past it fails the run.",
+							"0 is no limit. A run warns at 80%; continue-as-new starts its history over.",
+							&dex_max_history_size,
+							50 * 1024 * 1024, 0, INT_MAX,
+							PGC_SUSET, GUC_UNIT_BYTE,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("dex.retry_max_delay",
 							"Default longest delay between two attempts of an activity.",
