@@ -152,6 +152,28 @@ AS 'MODULE_PATHNAME', 'dex_run_attempts';
 COMMENT ON FUNCTION dex.run_attempts(uuid) IS
     'Every attempt of the run''s workflow tasks (task ''workflow'', event_id 0) and activities (task ''activity'', event_id of its activityTaskCreated, name): worker, when leased and ended, outcome (COMPLETED, FAILED, LEASE_EXPIRED, VOIDED) and failure, in the order they ended. Completed attempts are those of the history of the current generation.';
 
+-- the poll and the long poll in one call; no SET clause, as dex.wait_for_tasks (dex_api_enter
+-- pins the search_path)
+CREATE PROCEDURE dex.poll_tasks_wait(queue text, worker_id text, max_tasks integer DEFAULT 1,
+                                     lease interval DEFAULT '5 min', timeout interval DEFAULT '60 s',
+                                     INOUT tasks jsonb DEFAULT NULL)
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'dex_poll_tasks_wait';
+COMMENT ON PROCEDURE dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb) IS
+    'The poll and the long poll in one call: leases up to max_tasks tasks of the queue and returns them as a JSON array of task messages (as dex.poll_tasks''s task column), waiting for some, holding no snapshot, until the timeout (then an empty array). Call outside a transaction block.';
+
+CREATE PROCEDURE dex.poll_tasks_wait_pb(queue text, worker_id text, max_tasks integer DEFAULT 1,
+                                        lease interval DEFAULT '5 min', timeout interval DEFAULT '60 s',
+                                        INOUT tasks bytea[] DEFAULT NULL)
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'dex_poll_tasks_wait_pb';
+COMMENT ON PROCEDURE dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[]) IS
+    'dex.poll_tasks_wait with the tasks as encoded dex.v1.WorkflowTask or dex.v1.ActivityTask messages.';
+REVOKE ALL ON PROCEDURE dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb),
+    dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[]) FROM PUBLIC;
+GRANT EXECUTE ON PROCEDURE dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb),
+    dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[]) TO dex_worker;
+
 -- No SET clause, as dex.wait_for_tasks: its statements qualify every object and operator.
 CREATE PROCEDURE dex.wait_for_runs(run_ids uuid[], timeout interval DEFAULT '60 s', mode text DEFAULT 'any',
                                    INOUT ended uuid[] DEFAULT NULL)

@@ -678,6 +678,22 @@ AS 'MODULE_PATHNAME', 'dex_wait_for_tasks';
 COMMENT ON PROCEDURE dex.wait_for_tasks(text, interval, boolean) IS
     'Long poll: ready = true as soon as the queue may have pollable tasks, false after the timeout; holds no snapshot while it waits. Call outside a transaction block.';
 
+CREATE PROCEDURE dex.poll_tasks_wait(queue text, worker_id text, max_tasks integer DEFAULT 1,
+                                     lease interval DEFAULT '5 min', timeout interval DEFAULT '60 s',
+                                     INOUT tasks jsonb DEFAULT NULL)
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'dex_poll_tasks_wait';
+COMMENT ON PROCEDURE dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb) IS
+    'The poll and the long poll in one call: leases up to max_tasks tasks of the queue and returns them as a JSON array of task messages (as dex.poll_tasks''s task column), waiting for some, holding no snapshot, until the timeout (then an empty array). Call outside a transaction block.';
+
+CREATE PROCEDURE dex.poll_tasks_wait_pb(queue text, worker_id text, max_tasks integer DEFAULT 1,
+                                        lease interval DEFAULT '5 min', timeout interval DEFAULT '60 s',
+                                        INOUT tasks bytea[] DEFAULT NULL)
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'dex_poll_tasks_wait_pb';
+COMMENT ON PROCEDURE dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[]) IS
+    'dex.poll_tasks_wait with the tasks as encoded dex.v1.WorkflowTask or dex.v1.ActivityTask messages.';
+
 -- No SET clause, as dex.wait_for_tasks: its statements qualify every object and operator.
 CREATE PROCEDURE dex.wait_for_run(run_id uuid, timeout interval DEFAULT '60 s',
                                   INOUT status text DEFAULT NULL, INOUT result jsonb DEFAULT NULL,
@@ -1089,7 +1105,9 @@ GRANT EXECUTE ON FUNCTION
     dex.heartbeat_task(uuid, integer, bigint, interval, jsonb),
     dex.heartbeat_tasks(uuid[], integer[], bigint[], interval)
     TO dex_worker;
-GRANT EXECUTE ON PROCEDURE dex.wait_for_tasks(text, interval, boolean) TO dex_worker;
+GRANT EXECUTE ON PROCEDURE dex.wait_for_tasks(text, interval, boolean),
+    dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb),
+    dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[]) TO dex_worker;
 GRANT EXECUTE ON FUNCTION
     dex.create_queue(text, text, integer), dex.alter_queue(text, integer, boolean),
     dex.grant_queue(text, regrole), dex.revoke_queue(text, regrole),

@@ -345,3 +345,30 @@ CALL pg_temp.step(:'big', '[]');
 SELECT status, failure->>'type' AS type FROM dex.get_run(:'big');
 RESET dex.max_history_size;
 SELECT context FROM pg_settings WHERE name IN ('dex.max_history_events', 'dex.max_history_size');
+
+--
+-- 10. The poll and the long poll in one call (issue 16): tasks at once when there are some,
+-- an empty array after the timeout, the checks of dex.poll_tasks
+--
+SELECT dex.create_queue('life-one', 'workflow');
+SELECT count(*) AS created FROM dex.create_runs('one-call', 'life-one', '{1, 2, 3}');
+CALL dex.poll_tasks_wait('life-one', 'w', 2, '1 min', '10 s') \gset
+SELECT jsonb_array_length(:'tasks') AS leased, (:'tasks'::jsonb)->0->>'workflowName' AS workflow,
+       (:'tasks'::jsonb)->0 ? 'lockVersion' AS has_lock_version;
+SELECT count(*) AS leased_now FROM dex.workflow_task t JOIN dex.queue q ON q.id = t.queue_id
+ WHERE q.name = 'life-one' AND t.locked_by = 'w';
+CALL dex.poll_tasks_wait_pb('life-one', 'w', 5, '1 min', '10 s') \gset
+SELECT cardinality(:'tasks'::bytea[]) AS the_last_one,
+       dex.to_json('dex.v1.WorkflowTask', (:'tasks'::bytea[])[1])->>'workflowName' AS workflow;
+SELECT clock_timestamp() AS before \gset
+CALL dex.poll_tasks_wait('life-one', 'w', 5, '1 min', '0.2 s');
+SELECT clock_timestamp() - :'before'::timestamptz >= interval '0.2 s' AS waited_the_timeout;
+\set VERBOSITY sqlstate
+CALL dex.poll_tasks_wait('life-one', 'w', 0, '1 min', '1 s');
+CALL dex.poll_tasks_wait('life-one', 'w', 1, '1 min', NULL);
+CALL dex.poll_tasks_wait('life-one', 'w', 1, '1 min', '2 days');
+CALL dex.poll_tasks_wait('no-such-queue', 'w', 1, '1 min', '1 s');
+BEGIN;
+CALL dex.poll_tasks_wait('life-one', 'w', 1, '1 min', '1 s');
+ROLLBACK;
+\set VERBOSITY default

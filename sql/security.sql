@@ -18,6 +18,10 @@ INSERT INTO security_unpinned_ok VALUES
     ('dex.wait_for_run(uuid,interval,text,jsonb,jsonb)',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
     ('dex.wait_for_runs(uuid[],interval,text,uuid[])',
+     'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
+    ('dex.poll_tasks_wait(text,text,integer,interval,interval,jsonb)',
+     'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
+    ('dex.poll_tasks_wait_pb(text,text,integer,interval,interval,bytea[])',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path');
 
 -- routines of dex that do not pin the path and are not exceptions: none
@@ -316,6 +320,10 @@ CALL dex.wait_for_run(:'r3', '1 s');
 -- the first workflow task: every kind of command
 CALL dex.wait_for_tasks('sec-wf', '0 s');
 CALL dex.wait_for_tasks('sec-wf', '0.1 s');
+-- the poll and the long poll in one call, on the activity queue, empty for now: after the
+-- timeout, no task
+CALL dex.poll_tasks_wait('sec-act', 'sec-w', 5, '1 min', '0.1 s');
+CALL dex.poll_tasks_wait_pb('sec-act', 'sec-w', 5, '1 min', '0 s');
 SELECT lock_version AS v FROM dex.poll_tasks('sec-wf', 'sec-w') \gset
 SELECT dex.complete_task(:'r1', 0, :v, '[
     {"id": 1, "scheduleActivity": {"name": "a1", "queue": "sec-act", "argument": {"json": "1"},

@@ -115,15 +115,12 @@ dex_queue_room(const DexQueue *queue, bool lock)
 	return queue->capacity - (int32) dex_spi_getint64(0, 1);
 }
 
-/* The arguments of a poll, checked */
-typedef struct PollArgs
-{
-	char	   *queue_name;
-	char	   *worker_id;
-	int32		max_tasks;
-	Interval   *lease;
-} PollArgs;
+typedef DexPollArgs PollArgs;
 
+/*
+ * The arguments 0 to 3 of a poll (dex.poll_tasks, dex.poll_tasks_wait):
+ * queue, worker id, max tasks, lease duration; checked
+ */
 static PollArgs
 read_poll_args(FunctionCallInfo fcinfo)
 {
@@ -143,6 +140,12 @@ read_poll_args(FunctionCallInfo fcinfo)
 				 errdetail("It was %d.", args.max_tasks)));
 	dex_check_lease_duration(args.lease);
 	return args;
+}
+
+DexPollArgs
+dex_read_poll_args(FunctionCallInfo fcinfo)
+{
+	return read_poll_args(fcinfo);
 }
 
 /*
@@ -432,6 +435,55 @@ put_tasks(ReturnSetInfo *rsinfo, const DexQueue *queue, const Leases *leases, HT
 			out[5] = activity_task_datum(t, queue->name, protobuf);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 	}
+}
+
+/*
+ * The poll of dex.poll_tasks_wait(_pb), in the caller's SPI connection:
+ * lease up to args' max tasks of the queue (looked up, its use checked),
+ * entering the queue's waiters first (before the lease looks: a commit
+ * after it wakes this backend); their task messages, JSON or protobuf, in
+ * *tasks, copied out of SPI's memory, and the queue's id.  Returns how many.
+ */
+int
+dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks, int32 *queue_id)
+{
+	DexQueue	queue;
+	Leases		leases;
+	HTAB	   *runs = NULL;
+	int			n = 0;
+
+	dex_wait_for_rebuild();
+	queue = dex_existing_queue(args->queue_name, NULL);
+	dex_check_queue_use(&queue);
+	*queue_id = queue.id;
+	dex_queue_wait_begin(queue.id);
+
+	leases = read_leases(queue.is_workflow, lease_tasks(&queue, args));
+	if (queue.is_workflow && leases.n > 0)
+		runs = load_workflow_runs(&leases);
+	*tasks = palloc(sizeof(Datum) * Max(leases.n, 1));
+	for (uint64 i = 0; i < leases.n; i++)
+	{
+		Leased	   *t = &leases.tasks[i];
+		Datum		d;
+
+		if (t->dropped)
+			continue;
+		if (queue.is_workflow)
+		{
+			DexRun	   *run = dex_find_run(runs, t->run_id);
+
+			if (run == NULL)
+				elog(ERROR, "workflow run %s of a workflow task does not exist",
+					 dex_uuid_to_cstring(t->run_id));
+			d = workflow_task_datum(t, run, queue.name, args->worker_id, protobuf);
+		}
+		else
+			d = activity_task_datum(t, queue.name, protobuf);
+		(*tasks)[n++] = SPI_datumTransfer(d, false, -1);
+	}
+	dex_stat_poll(queue.id, n);
+	return n;
 }
 
 /*

@@ -46,6 +46,17 @@ extern void dex_put_batch_row(ReturnSetInfo *rsinfo, Datum run_id, Datum task_id
 
 /* api_poll.c */
 extern int32 dex_queue_room(const DexQueue *queue, bool lock);
+/* the arguments of a poll */
+typedef struct DexPollArgs
+{
+	char	   *queue_name;
+	char	   *worker_id;
+	int32		max_tasks;
+	Interval   *lease;
+} DexPollArgs;
+extern DexPollArgs dex_read_poll_args(FunctionCallInfo fcinfo);
+extern int	dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks,
+								   int32 *queue_id);
 
 /*
  * The two SQL entry points of a call that takes or gives its messages as

@@ -516,3 +516,126 @@ dex_wait_for_runs(PG_FUNCTION_ARGS)
 	tupdesc = BlessTupleDesc(tupdesc);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, result, result_null)));
 }
+
+/* ----------------------------------------------------------------
+ * CALL dex.poll_tasks_wait(queue, worker_id, max_tasks, lease, timeout,
+ *							INOUT tasks jsonb)
+ * CALL dex.poll_tasks_wait_pb(..., INOUT tasks bytea[])
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dex_poll_tasks_wait);
+PG_FUNCTION_INFO_V1(dex_poll_tasks_wait_pb);
+
+typedef struct PollLook
+{
+	DexPollArgs args;
+	bool		protobuf;
+	Datum	   *tasks;			/* out */
+	int			n;				/* out */
+	int32		queue_id;		/* out */
+} PollLook;
+
+static void
+poll_look(void *arg)
+{
+	PollLook   *look = arg;
+	int			guc_level = dex_push_planner_settings();
+
+	look->n = dex_poll_task_messages(&look->args, look->protobuf, &look->tasks, &look->queue_id);
+	dex_pop_planner_settings(guc_level);
+}
+
+/*
+ * The long poll and the poll in one call: lease up to max_tasks tasks of the
+ * queue as dex.poll_tasks does and return them at once; if there are none,
+ * end the transaction, sleep until a commit makes tasks pollable (or the
+ * timeout passes), and lease again, until some are leased or the timeout
+ * passes (an empty array).  Holds no snapshot while it sleeps; the leases
+ * commit when the CALL ends.
+ */
+static Datum
+poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
+{
+	PollLook	look;
+	int64		timeout_usecs;
+	TimestampTz deadline;
+	TupleDesc	tupdesc;
+	Datum		result[1];
+	bool		result_null[1] = {false};
+
+	require_nonatomic_call(fcinfo, protobuf ? "poll_tasks_wait_pb" : "poll_tasks_wait");
+	look.args = dex_read_poll_args(fcinfo);
+	look.protobuf = protobuf;
+	dex_arg_not_null(fcinfo, 4, "timeout");
+	timeout_usecs = wait_timeout(fcinfo, 4);
+	deadline = GetCurrentTimestamp() + timeout_usecs;
+
+	SPI_connect_ext(SPI_OPT_NONATOMIC);
+	PG_TRY();
+	{
+		for (;;)
+		{
+			long		remaining;
+
+			as_owner(fcinfo->flinfo->fn_oid, poll_look, &look);
+			remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+			if (look.n > 0 || remaining <= 0)
+				break;
+			/* no snapshot, no xmin from here on */
+			SPI_commit();
+			dex_report_wait(psprintf("waiting for tasks on queue \"%s\"", look.args.queue_name));
+			(void) dex_queue_wait(remaining);
+			dex_report_wait(NULL);
+		}
+	}
+	PG_CATCH();
+	{
+		(void) dex_queue_wait_end();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	/* a commit that woke us after the last look made a task that another waiter is to take */
+	if (dex_queue_wait_end())
+		dex_queue_pass_wakeup_on(look.queue_id);
+
+	if (protobuf)
+		result[0] = PointerGetDatum(construct_array(look.tasks, look.n, BYTEAOID, -1, false, TYPALIGN_INT));
+	else
+	{
+		JsonbParseState *state = NULL;
+		JsonbValue *array;
+
+		pushJsonbValue(&state, WJB_BEGIN_ARRAY, NULL);
+		for (int i = 0; i < look.n; i++)
+		{
+			JsonbValue	v;
+			Jsonb	   *task = DatumGetJsonbP(look.tasks[i]);
+
+			v.type = jbvBinary;
+			v.val.binary.data = &task->root;
+			v.val.binary.len = VARSIZE(task) - VARHDRSZ;
+			pushJsonbValue(&state, WJB_ELEM, &v);
+		}
+		array = pushJsonbValue(&state, WJB_END_ARRAY, NULL);
+		result[0] = JsonbPGetDatum(JsonbValueToJsonb(array));
+	}
+	SPI_finish();
+
+	tupdesc = CreateTemplateTupleDesc(1);
+	TupleDescInitEntry(tupdesc, (AttrNumber) 1, "tasks", protobuf ? BYTEAARRAYOID : JSONBOID, -1, 0);
+	tupdesc = BlessTupleDesc(tupdesc);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, result, result_null)));
+}
+
+Datum
+dex_poll_tasks_wait(PG_FUNCTION_ARGS)
+{
+	return poll_tasks_wait(fcinfo, false);
+}
+
+Datum
+dex_poll_tasks_wait_pb(PG_FUNCTION_ARGS)
+{
+	return poll_tasks_wait(fcinfo, true);
+}

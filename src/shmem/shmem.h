@@ -38,6 +38,7 @@ extern void dex_queue_work_added_spi(int col);
 extern void dex_queue_wait_begin(int32 queue_id);
 extern bool dex_queue_wait(long timeout_ms);
 extern bool dex_queue_wait_end(void);
+extern void dex_queue_pass_wakeup_on(int32 queue_id);
 extern void dex_runs_ended(Datum run_ids);
 extern void dex_run_waiter(bool begin);
 extern uint64 dex_run_generation(const pg_uuid_t *run_id);

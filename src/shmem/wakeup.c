@@ -821,6 +821,32 @@ dex_queue_wait_end(void)
 	return woken;
 }
 
+/*
+ * dex.poll_tasks_wait leased tasks and returns, but a commit woke its entry
+ * meanwhile: that wake-up was for a task it may not have taken, so another
+ * waiter of the queue (not woken yet) gets it now.  The task is committed.
+ */
+void
+dex_queue_pass_wakeup_on(int32 queue_id)
+{
+	Latch	   *latch = NULL;
+
+	SpinLockAcquire(&dex_shared->waiters_mutex);
+	for (int i = 0; i < dex_shared->n_waiter_entries && latch == NULL; i++)
+	{
+		DexQueueWaiter *w = &dex_shared->waiters[i];
+
+		if (w->waiting && !w->woken && w->dbid == MyDatabaseId && w->queue_id == queue_id)
+		{
+			w->woken = true;
+			latch = w->latch;
+		}
+	}
+	SpinLockRelease(&dex_shared->waiters_mutex);
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
 static void
 queue_wait_at_exit(int code, Datum arg)
 {

@@ -177,5 +177,28 @@ for my $w (@waiters)
 }
 is(join('', sort map { ${ $_->[1] } } @waiters), "t\nt\nt\nt\n", 'every woken worker returned ready = true');
 
+# 9. dex.poll_tasks_wait: the poll and the long poll in one call sleeps holding
+# no snapshot and returns the task leased, in one round trip, when a run is
+# committed
+$node->safe_psql('postgres', q{SELECT dex.create_queue('pw', 'workflow')});
+my ($pw_out, $pw_err) = ('', '');
+my $pw = IPC::Run::start(
+	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'),
+	  '-c', "CALL dex.poll_tasks_wait('pw', 'one-call', 1, '1 min', '60 s')" ],
+	'>', \$pw_out, '2>', \$pw_err);
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE query LIKE 'CALL dex.poll_tasks_wait(%' AND wait_event_type = 'Extension'
+	   AND backend_xmin IS NULL AND backend_xid IS NULL}),
+	'dex.poll_tasks_wait sleeps holding no snapshot');
+$t0 = time;
+$node->safe_psql('postgres', q{SELECT dex.create_run('in-one-call', 'pw')});
+$pw->finish;
+like($pw_out, qr/"workflowName": "in-one-call"/, 'it returns the new run\'s task');
+cmp_ok(time - $t0, '<', 5, 'as soon as the run was committed');
+is($node->safe_psql('postgres', q{
+	SELECT t.locked_by FROM dex.workflow_task t JOIN dex.workflow_run r ON r.id = t.run_id
+	 WHERE r.workflow_name = 'in-one-call'}), 'one-call', 'leased to the worker that waited');
+
 $node->stop;
 done_testing();
