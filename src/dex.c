@@ -43,6 +43,7 @@
 
 #include "util/util.h"
 #include "shmem/shmem.h"
+#include "engine/engine.h"
 
 PG_MODULE_MAGIC;
 
@@ -175,6 +176,18 @@ dex_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTr
 			 IsA(stmt, CreatedbStmt))
 		dex_wake_launcher_at_commit();
 
+	else if (IsA(stmt, AlterExtensionStmt) &&
+			 strcmp(((AlterExtensionStmt *) stmt)->extname, "dex") == 0 &&
+			 OidIsValid(get_extension_oid("dex", true)))
+	{
+		/*
+		 * The update alters dex's tables: it first waits for the API calls
+		 * that write tasks and for the workers' passes in progress, and holds
+		 * off new ones until it commits (engine/locks.c), so that none of
+		 * them, holding one table, waits for another the update holds.
+		 */
+		dex_lock_for_rebuild();
+	}
 	else if (IsA(stmt, DropStmt) && drops_dex((DropStmt *) stmt))
 	{
 		refuse_drop_with_runs();

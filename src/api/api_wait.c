@@ -587,6 +587,13 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 			dex_report_wait(psprintf("waiting for tasks on queue \"%s\"", look.args.queue_name));
 			(void) dex_queue_wait(remaining);
 			dex_report_wait(NULL);
+
+			/*
+			 * The next lease in a transaction of its own, started now: the
+			 * one SPI_commit began before the sleep would date the lease
+			 * (now()) from then, and shorten it by the sleep.
+			 */
+			SPI_commit();
 		}
 	}
 	PG_CATCH();

@@ -122,11 +122,24 @@ leave_without_extension(bool leave)
 bool
 dex_worker_begin(void)
 {
+	bool		installed;
+
 	SetCurrentStatementStartTimestamp();
 	StartTransactionCommand();
 	SPI_connect();
+	installed = OidIsValid(get_extension_oid("dex", true));
+
+	/*
+	 * An ALTER EXTENSION dex UPDATE under way holds dex's rebuild lock
+	 * exclusively (dex.c): the pass waits for it before it takes its
+	 * snapshot or touches a table, so the two never deadlock on the tables
+	 * the update alters.  A rebuild takes the lock exclusively later in the
+	 * pass (rebuild.c).
+	 */
+	if (installed)
+		dex_wait_for_rebuild();
 	PushActiveSnapshot(GetTransactionSnapshot());
-	return OidIsValid(get_extension_oid("dex", true));
+	return installed;
 }
 
 void

@@ -191,6 +191,7 @@ ok($node->poll_query_until('postgres', q{
 	 WHERE query LIKE 'CALL dex.poll_tasks_wait(%' AND wait_event_type = 'Extension'
 	   AND backend_xmin IS NULL AND backend_xid IS NULL}),
 	'dex.poll_tasks_wait sleeps holding no snapshot');
+sleep 2;
 $t0 = time;
 $node->safe_psql('postgres', q{SELECT dex.create_run('in-one-call', 'pw')});
 $pw->finish;
@@ -199,6 +200,11 @@ cmp_ok(time - $t0, '<', 5, 'as soon as the run was committed');
 is($node->safe_psql('postgres', q{
 	SELECT t.locked_by FROM dex.workflow_task t JOIN dex.workflow_run r ON r.id = t.run_id
 	 WHERE r.workflow_name = 'in-one-call'}), 'one-call', 'leased to the worker that waited');
+is($node->safe_psql('postgres', q{
+	SELECT t.started_at >= r.created_at AND t.locked_until >= r.created_at + interval '59 s'
+	  FROM dex.workflow_task t JOIN dex.workflow_run r ON r.id = t.run_id
+	 WHERE r.workflow_name = 'in-one-call'}), 't',
+	'its lease starts when it was taken, after the wait, and lasts the whole minute');
 
 $node->stop;
 done_testing();
