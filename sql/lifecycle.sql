@@ -360,6 +360,7 @@ SELECT count(*) AS leased_now FROM dex.workflow_task t JOIN dex.queue q ON q.id 
 CALL dex.poll_tasks_wait_pb('life-one', 'w', 5, '1 min', '10 s') \gset
 SELECT cardinality(:'tasks'::bytea[]) AS the_last_one,
        dex.to_json('dex.v1.WorkflowTask', (:'tasks'::bytea[])[1])->>'workflowName' AS workflow;
+CALL dex.poll_tasks_wait_pb('life-one', 'w', 5, '1 min', '0 s');
 SELECT clock_timestamp() AS before \gset
 CALL dex.poll_tasks_wait('life-one', 'w', 5, '1 min', '0.2 s');
 SELECT clock_timestamp() - :'before'::timestamptz >= interval '0.2 s' AS waited_the_timeout;

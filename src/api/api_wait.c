@@ -558,6 +558,7 @@ static Datum
 poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 {
 	PollLook	look;
+	Datum	   *kept;
 	int64		timeout_usecs;
 	TimestampTz deadline;
 	TupleDesc	tupdesc;
@@ -566,6 +567,13 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 
 	require_nonatomic_call(fcinfo, protobuf ? "poll_tasks_wait_pb" : "poll_tasks_wait");
 	look.args = dex_read_poll_args(fcinfo);
+	/*
+	 * The arguments are used after the commits below: the lease is copied
+	 * here (a cast of a bound parameter is evaluated in memory that a commit
+	 * frees; the strings are copies already).
+	 */
+	look.args.lease = palloc(sizeof(Interval));
+	memcpy(look.args.lease, PG_GETARG_INTERVAL_P(3), sizeof(Interval));
 	look.protobuf = protobuf;
 	dex_arg_not_null(fcinfo, 4, "timeout");
 	timeout_usecs = wait_timeout(fcinfo, 4);
@@ -606,6 +614,15 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 	if (dex_queue_wait_end())
 		dex_queue_pass_wakeup_on(look.queue_id);
 
+	/*
+	 * The task messages live out of SPI's memory (SPI_datumTransfer), but
+	 * not the array of them: keep it, and build the result after SPI_finish.
+	 */
+	kept = SPI_palloc(sizeof(Datum) * Max(look.n, 1));
+	memcpy(kept, look.tasks, sizeof(Datum) * look.n);
+	SPI_finish();
+	look.tasks = kept;
+
 	if (protobuf)
 		result[0] = PointerGetDatum(construct_array(look.tasks, look.n, BYTEAOID, -1, false, TYPALIGN_INT));
 	else
@@ -627,7 +644,6 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 		array = pushJsonbValue(&state, WJB_END_ARRAY, NULL);
 		result[0] = JsonbPGetDatum(JsonbValueToJsonb(array));
 	}
-	SPI_finish();
 
 	tupdesc = CreateTemplateTupleDesc(1);
 	TupleDescInitEntry(tupdesc, (AttrNumber) 1, "tasks", protobuf ? BYTEAARRAYOID : JSONBOID, -1, 0);
