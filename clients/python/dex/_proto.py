@@ -446,6 +446,27 @@ def decode_workflow_task(data: bytes, skip: int = 0) -> Tuple[dict, int]:
     return task, skipped
 
 
+def _keys_message(name: str, numbers: Tuple[int, ...]) -> _Message:
+    m = _Message(name)
+    m.decoding = {tag: v for tag, v in MESSAGES[name].decoding.items() if tag >> 3 in numbers}
+    return m
+
+
+_TASK_KEYS = {"dex.v1.WorkflowTask": _keys_message("dex.v1.WorkflowTask", (3, 7)),
+              "dex.v1.ActivityTask": _keys_message("dex.v1.ActivityTask", (1, 2, 7))}
+
+
+def task_keys(message_type: str, data: bytes) -> Tuple[str, int, int]:
+    """The run id, task id (0 for a workflow task) and lock version of an encoded
+    dex.v1.WorkflowTask or dex.v1.ActivityTask; its other fields are skipped undecoded."""
+    data = bytes(data)
+    try:
+        d = _decode(data, 0, len(data), _TASK_KEYS[message_type])
+    except IndexError:
+        raise ProtobufError(f"truncated {message_type}") from None
+    return d.get("runId", ""), int(d.get("taskId", 0)), int(d.get("lockVersion", 0))
+
+
 # ---------------------------------------------------------------------------
 # Encoding: canonical JSON shape -> protobuf bytes
 # ---------------------------------------------------------------------------

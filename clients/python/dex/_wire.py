@@ -15,6 +15,7 @@ what a worker with the run's state cached does with a workflow task's history.
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any, List, Optional, Sequence, Tuple
 
 import psycopg
@@ -40,6 +41,27 @@ class Wire:
             f"SELECT run_id, task_id, lock_version, task FROM dex.poll_tasks{self.suffix}"
             "(%s, %s, %s, %s::interval)",
             (queue, worker_id, n, f"{lease} seconds"), binary=True).fetchall()
+
+    def poll_wait_signature(self) -> str:
+        """The procedure that polls and long-polls in one call (dex 1.4), for to_regprocedure."""
+        return (f"dex.poll_tasks_wait{self.suffix}(text,text,integer,interval,interval,"
+                f"{'bytea[]' if self.suffix else 'jsonb'})")
+
+    def poll_wait(self, conn: psycopg.Connection, queue: str, worker_id: str, n: int,
+                  lease: float, timeout: float, workflow: bool) -> List[Tuple]:
+        """``CALL dex.poll_tasks_wait(_pb)``: lease up to ``n`` tasks, waiting up to
+        ``timeout`` seconds for some; rows as :meth:`poll` returns them.  Never prepared:
+        it runs once a wake-up or timeout, so preparing would save nothing."""
+        row = conn.execute(
+            f"CALL dex.poll_tasks_wait{self.suffix}(%s, %s, %s, %s::interval, %s::interval, NULL)",
+            (queue, worker_id, n, f"{lease} seconds", f"{timeout} seconds"),
+            binary=True, prepare=False).fetchone()
+        tasks = (row[0] if row else None) or []
+        return [self.task_row(t, workflow) for t in tasks]
+
+    def task_row(self, raw: Any, workflow: bool) -> Tuple:
+        """(run_id, task_id, lock_version, task as sent) of a task message."""
+        raise NotImplementedError
 
     def workflow_task(self, raw: Any, skip: int = 0) -> Tuple[dict, int]:
         """A polled workflow task as a dict, and how many history events at its start were
@@ -79,6 +101,10 @@ class Wire:
 class JsonWire(Wire):
     name, suffix, array_type = JSON, "", "jsonb[]"
 
+    def task_row(self, raw: Any, workflow: bool) -> Tuple:
+        return (uuid.UUID(raw["runId"]), int(raw.get("taskId") or 0),
+                int(raw.get("lockVersion") or 0), raw)
+
     def workflow_task(self, raw: Any, skip: int = 0) -> Tuple[dict, int]:
         return raw, 0
 
@@ -97,6 +123,11 @@ class JsonWire(Wire):
 
 class ProtobufWire(Wire):
     name, suffix, array_type = PROTOBUF, "_pb", "bytea[]"
+
+    def task_row(self, raw: Any, workflow: bool) -> Tuple:
+        run_id, task_id, lock_version = _proto.task_keys(
+            "dex.v1.WorkflowTask" if workflow else "dex.v1.ActivityTask", raw)
+        return uuid.UUID(run_id), task_id, lock_version, raw
 
     def workflow_task(self, raw: Any, skip: int = 0) -> Tuple[dict, int]:
         return _proto.decode_workflow_task(raw, skip)

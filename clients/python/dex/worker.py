@@ -40,6 +40,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -268,6 +269,11 @@ class Worker:
         self._inflight: Dict[Tuple[Any, int], _Running] = {}
         self._results: "_queue.Queue[Optional[_Running]]" = _queue.Queue()
         self._waiting: set = set()               # connections inside wait_for_tasks
+        # per connection, whether an idle poller may take its tasks with one CALL
+        # dex.poll_tasks_wait(_pb) (None: not checked yet); False for pooled connections
+        self._poll_wait_ok: "weakref.WeakKeyDictionary[psycopg.Connection, Optional[bool]]" = \
+            weakref.WeakKeyDictionary()
+        self._use_poll_wait = True               # private: False forces the two-call path
         self._started = False
         # counters, for tests and curious people
         self.stats = {"workflow_tasks": 0, "activities_completed": 0, "activities_failed": 0,
@@ -372,6 +378,7 @@ class Worker:
                 with self._lock:        # the threads connect at the same time: say it once
                     first = self.pooled is None and pooled and not self.behind_pooler
                     self.behind_pooler = pooled
+                    self._poll_wait_ok[conn] = False if pooled else None
                 if first:
                     log.info("worker %s: the connection goes through a connection pooler; "
                              "prepared statements are off", self.worker_id)
@@ -402,6 +409,46 @@ class Worker:
         except psycopg.errors.QueryCanceled:
             if not self._stopping.is_set():
                 raise
+        finally:
+            with self._lock:
+                self._waiting.discard(conn)
+
+    def _can_poll_wait(self, conn: psycopg.Connection) -> bool:
+        """Whether the connection may poll and long-poll in one ``CALL
+        dex.poll_tasks_wait(_pb)``: the installed dex has it (1.4; checked once per
+        connection), and the connection is in autocommit and not pooled (behind a
+        transaction pool a long CALL would hold one of the pool's server connections; there
+        the two-call path stays, dex.poll_tasks + CALL dex.wait_for_tasks)."""
+        if not self._use_poll_wait:
+            return False
+        with self._lock:
+            ok = self._poll_wait_ok.get(conn, False)
+        if ok is None:
+            # and a direct connection, whatever ``pooled`` says (pooled=False skips the
+            # pooler check): the backend runs its statements (as _connect.behind_pooler)
+            row = conn.execute(
+                "SELECT to_regprocedure(%s) IS NOT NULL, pg_catalog.pg_backend_pid()",
+                (self._wire.poll_wait_signature(),), prepare=False).fetchone()
+            ok = bool(conn.autocommit and row[0] and row[1] == conn.info.backend_pid)
+            with self._lock:
+                self._poll_wait_ok[conn] = ok
+        return ok
+
+    def _poll_wait(self, conn: psycopg.Connection, queue: str, n: int, lease: float,
+                   workflow: bool) -> List[Tuple]:
+        """Lease up to ``n`` tasks, waiting for some (up to ``poll_timeout``) in the same
+        call; shutdown cancels the wait as it does ``_long_poll``'s (no task is leased then)."""
+        with self._lock:
+            self._waiting.add(conn)
+        try:
+            if self._stopping.is_set():
+                return []
+            return self._wire.poll_wait(conn, queue, self.worker_id, n, lease,
+                                        self.poll_timeout, workflow)
+        except psycopg.errors.QueryCanceled:
+            if not self._stopping.is_set():
+                raise
+            return []
         finally:
             with self._lock:
                 self._waiting.discard(conn)
@@ -439,16 +486,27 @@ class Worker:
 
     # -- workflow tasks ------------------------------------------------------
     def _workflow_loop(self, queue: str) -> None:
+        idle = False            # the last poll found nothing
+
         def body(conn: psycopg.Connection) -> None:
-            if not self._workflow_batch(conn, queue):
+            nonlocal idle
+            if idle and self._can_poll_wait(conn):
+                # the poll and the long poll in one call
+                idle = not self._workflow_batch(conn, queue, self._poll_wait(
+                    conn, queue, self.max_batch, self.workflow_lease, True))
+                return
+            idle = not self._workflow_batch(conn, queue)
+            if idle and not self._can_poll_wait(conn):
                 self._long_poll(conn, queue)
         self._polling(body, queue)
 
-    def _workflow_batch(self, conn: psycopg.Connection, queue: str) -> int:
-        """Poll a batch of workflow tasks, run them, complete them in one call; how many
-        tasks were polled."""
+    def _workflow_batch(self, conn: psycopg.Connection, queue: str,
+                        rows: Optional[List[Tuple]] = None) -> int:
+        """Poll a batch of workflow tasks (unless given), run them, complete them in one
+        call; how many tasks were polled."""
         wire = self._wire
-        rows = wire.poll(conn, queue, self.worker_id, self.max_batch, self.workflow_lease)
+        if rows is None:
+            rows = wire.poll(conn, queue, self.worker_id, self.max_batch, self.workflow_lease)
         done, results, states = [], [], []
         for row in rows:
             try:
@@ -575,17 +633,26 @@ class Worker:
 
     def _activity_loop(self, queue: str) -> None:
         wire = self._wire
+        idle = False            # the last poll found nothing
+        # the one-call wait holds its reserved slots while it waits: only when no other
+        # activity queue of this worker shares them
+        one_queue = len(self.activity_queues) == 1
 
         def body(conn: psycopg.Connection) -> None:
+            nonlocal idle
             n = self._reserve()
             if n == 0:
                 return
             try:
-                rows = wire.poll(conn, queue, self.worker_id, n, self.activity_lease)
+                if idle and one_queue and self._can_poll_wait(conn):
+                    rows = self._poll_wait(conn, queue, n, self.activity_lease, False)
+                else:
+                    rows = wire.poll(conn, queue, self.worker_id, n, self.activity_lease)
             except BaseException:
                 self._release(n)
                 raise
             self._release(n - len(rows))
+            idle = not rows
             for row in rows:
                 try:
                     task = wire.activity_task(row[3])
@@ -597,7 +664,7 @@ class Worker:
                 with self._lock:
                     self._inflight[r.key] = r
                 self._executor.submit(self._execute, r)
-            if not rows:
+            if not rows and not (one_queue and self._can_poll_wait(conn)):
                 self._long_poll(conn, queue)
         self._polling(body, queue)
 
