@@ -314,7 +314,7 @@ dex_wait_for_run(PG_FUNCTION_ARGS)
 			/* no snapshot, no xmin from here on */
 			SPI_commit();
 			dex_report_wait("waiting for a run to end");
-			(void) dex_run_wait(run_id, generation, remaining);
+			(void) dex_runs_wait(run_id, &generation, 1, remaining);
 			dex_report_wait(NULL);
 		}
 	}
@@ -427,6 +427,8 @@ dex_wait_for_runs(PG_FUNCTION_ARGS)
 	TimestampTz deadline;
 	uint64	   *generations;
 	bool	   *ended;
+	pg_uuid_t  *waiting;		/* the runs not ended at the last look */
+	uint64	   *waiting_gen;
 	ArrayBuildState *out;
 	TupleDesc	tupdesc;
 	Datum		result[1];
@@ -464,6 +466,8 @@ dex_wait_for_runs(PG_FUNCTION_ARGS)
 	}
 	generations = palloc(sizeof(uint64) * n);
 	ended = palloc(sizeof(bool) * n);
+	waiting = palloc(sizeof(pg_uuid_t) * n);
+	waiting_gen = palloc(sizeof(uint64) * n);
 	deadline = GetCurrentTimestamp() + timeout_usecs;
 
 	SPI_connect_ext(SPI_OPT_NONATOMIC);
@@ -475,8 +479,6 @@ dex_wait_for_runs(PG_FUNCTION_ARGS)
 			long		remaining;
 			int			n_ended = 0;
 			int			n_waiting = 0;
-			pg_uuid_t  *waiting = palloc(sizeof(pg_uuid_t) * n);
-			uint64	   *waiting_gen = palloc(sizeof(uint64) * n);
 
 			look_at_runs(fcinfo->flinfo->fn_oid, PointerGetDatum(arr), ids, n, generations, ended);
 			for (int i = 0; i < n; i++)

@@ -42,7 +42,6 @@ extern void dex_queue_pass_wakeup_on(int32 queue_id);
 extern void dex_runs_ended(Datum run_ids);
 extern void dex_run_waiter(bool begin);
 extern uint64 dex_run_generation(const pg_uuid_t *run_id);
-extern bool dex_run_wait(const pg_uuid_t *run_id, uint64 generation, long timeout_ms);
 extern bool dex_runs_wait(const pg_uuid_t *run_ids, const uint64 *generations, int n, long timeout_ms);
 
 /* stats.c: the counters of dex.stat_counters(), per (database, queue) */

@@ -727,48 +727,18 @@ check_client_connection(void)
 	}
 }
 
-/*
- * Sleep until the wait slot's generation moves on from "generation", or until
- * timeout_ms passes.  Returns whether it moved.  Interrupts (cancel,
- * terminate) are served while sleeping, and a client that went away ends the
- * session within CLIENT_CHECK_MS.
- */
-static bool
-slot_wait(DexWaitSlot *slot, uint64 generation, long timeout_ms)
-{
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	bool		woken = false;
-
-	ConditionVariablePrepareToSleep(&slot->cv);
-	for (;;)
-	{
-		long		remaining;
-
-		if (pg_atomic_read_u64(&slot->generation) != generation)
-		{
-			woken = true;
-			break;
-		}
-		remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-		if (remaining <= 0)
-			break;
-		(void) ConditionVariableTimedSleep(&slot->cv, Min(remaining, CLIENT_CHECK_MS),
-										   PG_WAIT_EXTENSION);
-		check_client_connection();
-	}
-	ConditionVariableCancelSleep();
-	return woken;
-}
-
 /* while waiting for several runs, how often the others' slots are looked at */
 #define RUNS_CHECK_MS 100
 
 /*
- * dex.wait_for_runs: sleep until the wait slot of one of the n runs moves on
- * from its generation, or timeout_ms passes; whether one moved.  It sleeps
- * on the first run's condition variable (a backend sleeps on one at a time)
- * and reads the others' generations every RUNS_CHECK_MS: an atomic read
- * each, no statement.
+ * dex.wait_for_run(s): sleep until the wait slot of one of the n runs moves
+ * on from its generation (read before the caller looked at the run, so an
+ * end committed since is never missed), or timeout_ms passes; whether one
+ * moved.  It sleeps on the first run's condition variable (a backend sleeps
+ * on one at a time) and reads the others' generations every RUNS_CHECK_MS:
+ * an atomic read each, no statement.  Interrupts are served while it
+ * sleeps, and a client that went away ends the session within
+ * CLIENT_CHECK_MS.
  */
 bool
 dex_runs_wait(const pg_uuid_t *run_ids, const uint64 *generations, int n, long timeout_ms)
@@ -923,12 +893,6 @@ dex_queue_wait(long timeout_ms)
 	}
 }
 
-/* Sleep until a run of the run's slot ends after "generation" was read (see slot_wait) */
-bool
-dex_run_wait(const pg_uuid_t *run_id, uint64 generation, long timeout_ms)
-{
-	return slot_wait(&dex_shared->run_slots[run_slot(run_id)], generation, timeout_ms);
-}
 
 /*
  * Without shared_preload_libraries there is no scheduler: say so once per
