@@ -377,7 +377,13 @@ def test_the_determinism_check_still_works_with_the_cache(client, queues, start_
     client.send_event(run_id, "go")
     wait_for_history(client, run_id, "externalEventWaitStarted", 2)
     assert w.stats["cache_hits"] == 2
-    # ... until the run is replayed: then the change is found
+    # ... until the run is replayed: then the change is found.  The worker caches the run's
+    # state after its completion commits, so the history shows it a moment before the cache
+    # does: clear the cache once the state is in it, or the clear comes first and is lost
+    deadline = time.monotonic() + 10
+    while len(w.cache) == 0 and time.monotonic() < deadline:   # the worker runs this run only
+        time.sleep(0.01)
+    assert len(w.cache) == 1
     w.cache.clear()
     client.send_event(run_id, "again")
     with pytest.raises(dex.RunFailedError) as err:
