@@ -5,19 +5,24 @@
  *
  * Connection: the usual libpq environment (PGHOST, PGPORT, PGDATABASE, PGUSER).
  * Settings (environment):
- *   BENCH_SCALE   multiplies every N and duration (default 1; 0.1 for a quick check)
- *   BENCH_K       workers per kind of queue (default 2, see run.sh for why)
- *   BENCH_BATCH   max tasks per poll (default 100)
- *   BENCH_W5_MAX  largest W5 backlog (default 1000000)
+ *   BENCH_SCALE      multiplies every N and duration (default 1; 0.1 for a quick check)
+ *   BENCH_K          workers per kind of queue (default 2, see run.sh for why)
+ *   BENCH_BATCH      max tasks per poll (default 100)
+ *   BENCH_W5_MAX     largest W5 backlog (default 1000000)
+ *   BENCH_LOW_K      W3 and W4 again with these workers per queue (default "1,4")
+ *   BENCH_POLL_WAIT  0: idle workers poll, CALL dex.wait_for_tasks and poll again,
+ *                    instead of CALL dex.poll_tasks_wait_pb (default 1, when dex has it)
  *
  * Workers are threads with a connection each.  They speak protobuf to dex
- * (dex.poll_tasks_pb / dex.complete_tasks_pb), encoded and decoded with the
- * protobuf-c code generated from proto/, with binary parameters and results.
- * A worker pipelines the completion of one batch with the poll of the next
- * (libpq pipeline mode, a sync after each so each is its own transaction).
+ * (dex.poll_tasks_pb / dex.poll_tasks_wait_pb / dex.complete_tasks_pb),
+ * encoded and decoded with the protobuf-c code generated from proto/, with
+ * binary parameters and results.  A worker pipelines the completion of one
+ * batch with the poll of the next (libpq pipeline mode, a sync after each so
+ * each is its own transaction).
  *
  * Output: progress and details on stdout, and per workload one line
- *   ROW|workload|items|seconds|items/s|xact/item|WAL bytes/item|ins/item|upd/item|del/item|notes
+ *   ROW|workload|items|seconds|items/s|xact/item|WAL bytes/item|CPU ms/item|ins/item|upd/item|
+ *   del/item|notes
  * that bench/run.sh turns into the final table.
  */
 #define _GNU_SOURCE
@@ -52,6 +57,17 @@
 #define UUIDOID 2950
 
 #define MAX_BATCH 1000
+
+/* settings (main reads them from the environment) */
+static int	bench_k;
+static int	bench_batch;
+static double bench_scale;
+static bool bench_poll_wait;	/* idle workers CALL dex.poll_tasks_wait_pb */
+
+/* what the installed dex has (main looks in pg_proc) */
+static bool have_poll_wait;		/* dex.poll_tasks_wait_pb (dex 1.4) */
+static bool have_worker_cache;	/* the polls' worker_cache argument */
+static bool have_run_history_pb;	/* dex.run_history_pb */
 
 /* ------------------------------------------------------------------ utilities */
 
@@ -516,9 +532,12 @@ typedef struct Worker
 	int			n;
 
 	/* counters */
-	long		polls;
+	long		polls;			/* dex.poll_tasks_pb calls */
 	long		empty_polls;
-	long		waits;
+	long		waits;			/* CALL dex.wait_for_tasks */
+	long		calls;			/* CALL dex.poll_tasks_wait_pb */
+	long		empty_calls;	/* ... that returned no task (timed out) */
+	long		completes;		/* complete_tasks_pb calls */
 	long		tasks;
 	long		lost;
 	long		poll_errors;	/* polls and completions that failed (the worker goes on) */
@@ -526,7 +545,7 @@ typedef struct Worker
 	char		last_error[256];
 	long		blind_tasks;	/* tasks of started runs that showed no new event */
 	long		wait_timeouts;	/* waits that returned ready = false */
-	int64_t		wait_max_us;	/* longest wait */
+	int64_t		wait_max_us;	/* longest wait (or poll_tasks_wait_pb call) */
 	int64_t		wait_max_at;	/* when it ended (mono_us) */
 } Worker;
 
@@ -535,6 +554,8 @@ static const char *POLL_SQL =
 static const char *COMPLETE_SQL =
 "SELECT run_id, task_id, completed FROM dex.complete_tasks_pb($1::uuid[], $2::int[], $3::bigint[], $4::bytea[])";
 static const char *WAIT_SQL = "CALL dex.wait_for_tasks($1, $2::interval)";
+static const char *POLL_WAIT_SQL =
+"CALL dex.poll_tasks_wait_pb($1, $2, $3::int, $4::interval, $5::interval, NULL)";
 
 static void
 worker_connect(Worker *w)
@@ -545,6 +566,8 @@ worker_connect(Worker *w)
 	prepare(w->conn, "poll", POLL_SQL);
 	prepare(w->conn, "complete", COMPLETE_SQL);
 	prepare(w->conn, "wait", WAIT_SQL);
+	if (have_poll_wait)
+		prepare(w->conn, "pollwait", POLL_WAIT_SQL);
 	w->cancel = PQgetCancel(w->conn);
 	/* flush this setup's statistics now, before any measurement starts */
 	r = exec_ok(w->conn, "SELECT pg_backend_pid(), pg_stat_force_next_flush()");
@@ -574,6 +597,23 @@ send_wait(Worker *w)
 
 	if (!PQsendQueryPrepared(w->conn, "wait", 2, p, NULL, NULL, 0))
 		die("send wait: %s", PQerrorMessage(w->conn));
+}
+
+/* the poll and the long poll in one call: its one row holds the task messages (bytea[]) */
+static void
+send_poll_wait(Worker *w, int max)
+{
+	char		maxbuf[16];
+	const char *p[5];
+
+	snprintf(maxbuf, sizeof(maxbuf), "%d", max);
+	p[0] = w->queue;
+	p[1] = w->id;
+	p[2] = maxbuf;
+	p[3] = "5 minutes";
+	p[4] = w->wl->wait_timeout;
+	if (!PQsendQueryPrepared(w->conn, "pollwait", 5, p, NULL, NULL, 1))
+		die("send poll_tasks_wait_pb: %s", PQerrorMessage(w->conn));
 }
 
 static void
@@ -756,24 +796,145 @@ activity_code(const Dex__V1__ActivityTask *t, Buf *enc)
 	enc->len = dex__v1__payload__pack(&out, (uint8_t *) enc->p);
 }
 
-/* Run the code of one polled task (binary result row) and add its completion to the batch */
-static void
-batch_add(Worker *w, PGresult *poll, int row, int64_t received_real)
+/*
+ * One leased task: its encoded message and, from a poll_tasks_pb row, its
+ * run id (16 bytes), task id and lock version; poll_tasks_wait_pb returns
+ * only the messages, which carry them too.
+ */
+typedef struct TaskIn
 {
-	const char *run_id = PQgetvalue(poll, row, 0);
-	uint32_t	task_id = get_u32(PQgetvalue(poll, row, 1));
-	uint64_t	lv = get_u64(PQgetvalue(poll, row, 2));
-	const uint8_t *task = (const uint8_t *) PQgetvalue(poll, row, 3);
-	size_t		task_len = (size_t) PQgetlength(poll, row, 3);
+	const uint8_t *msg;
+	size_t		len;
+	bool		ids_known;
+	const char *run_id;
+	uint32_t	task_id;
+	uint64_t	lv;
+} TaskIn;
+
+/* The tasks of a poll_tasks_pb result (binary rows): one TaskIn per row */
+static int
+tasks_of_poll(PGresult *poll, TaskIn *out)
+{
+	int			n = PQntuples(poll);
+
+	if (n > MAX_BATCH)
+		die("a poll returned %d tasks", n);
+	for (int i = 0; i < n; i++)
+	{
+		out[i].run_id = PQgetvalue(poll, i, 0);
+		out[i].task_id = get_u32(PQgetvalue(poll, i, 1));
+		out[i].lv = get_u64(PQgetvalue(poll, i, 2));
+		out[i].msg = (const uint8_t *) PQgetvalue(poll, i, 3);
+		out[i].len = (size_t) PQgetlength(poll, i, 3);
+		out[i].ids_known = true;
+	}
+	return n;
+}
+
+/*
+ * The tasks of a CALL dex.poll_tasks_wait_pb result: one row, its bytea[] in
+ * binary (array_send: ndim, has-nulls flag, element type, then per dimension
+ * its size and lower bound, then per element its length and bytes).
+ */
+static int
+tasks_of_call(PGresult *res, TaskIn *out)
+{
+	const char *p = PQgetvalue(res, 0, 0);
+	int			len = PQgetlength(res, 0, 0);
+	const char *end = p + len;
+	uint32_t	ndim,
+				n;
+
+	if (PQntuples(res) != 1 || PQgetisnull(res, 0, 0) || len < 12)
+		die("poll_tasks_wait_pb returned no array");
+	ndim = get_u32(p);
+	if (ndim == 0)
+		return 0;
+	if (ndim != 1 || len < 20)
+		die("poll_tasks_wait_pb returned an array of %u dimensions", ndim);
+	n = get_u32(p + 12);
+	if (n > MAX_BATCH)
+		die("poll_tasks_wait_pb returned %u tasks", n);
+	p += 20;
+	for (uint32_t i = 0; i < n; i++)
+	{
+		int32_t		elen;
+
+		if (p + 4 > end)
+			die("poll_tasks_wait_pb: truncated array");
+		elen = (int32_t) get_u32(p);
+		p += 4;
+		if (elen < 0 || p + elen > end)
+			die("poll_tasks_wait_pb: a null or truncated task");
+		out[i].msg = (const uint8_t *) p;
+		out[i].len = (size_t) elen;
+		out[i].ids_known = false;
+		p += elen;
+	}
+	return (int) n;
+}
+
+static int
+hex_value(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* a UUID's text form to its 16 bytes */
+static void
+parse_uuid(const char *s, unsigned char *out)
+{
+	int			n = 0;
+
+	for (const char *c = s; *c; c++)
+	{
+		int			v;
+
+		if (*c == '-')
+			continue;
+		v = hex_value(*c);
+		if (v < 0 || n >= 32)
+			die("bad run id \"%s\" in a task message", s);
+		if (n % 2 == 0)
+			out[n / 2] = (unsigned char) (v << 4);
+		else
+			out[n / 2] |= (unsigned char) v;
+		n++;
+	}
+	if (n != 32)
+		die("bad run id \"%s\" in a task message", s);
+}
+
+/* Run the code of one polled task and add its completion to the batch */
+static void
+batch_add(Worker *w, const TaskIn *in, int64_t received_real)
+{
+	unsigned char run_id[16];
+	uint32_t	task_id = in->task_id;
+	uint64_t	lv = in->lv;
 	Entry	   *e = &w->ent[w->n];
 	uint32_t	be;
 
+	if (in->ids_known)
+		memcpy(run_id, in->run_id, 16);
 	if (w->is_wf)
 	{
-		Dex__V1__WorkflowTask *t = dex__v1__workflow_task__unpack(NULL, task_len, task);
+		Dex__V1__WorkflowTask *t = dex__v1__workflow_task__unpack(NULL, in->len, in->msg);
 
 		if (!t)
 			die("cannot decode a WorkflowTask");
+		if (!in->ids_known)
+		{
+			parse_uuid(t->run_id, run_id);
+			task_id = 0;
+			lv = (uint64_t) t->lock_version;
+		}
 		/*
 		 * A task of a run that has started shows the event that made it
 		 * (activity completed, timer elapsed) after workflowTaskStarted.
@@ -785,10 +946,16 @@ batch_add(Worker *w, PGresult *poll, int row, int64_t received_real)
 	}
 	else
 	{
-		Dex__V1__ActivityTask *t = dex__v1__activity_task__unpack(NULL, task_len, task);
+		Dex__V1__ActivityTask *t = dex__v1__activity_task__unpack(NULL, in->len, in->msg);
 
 		if (!t)
 			die("cannot decode an ActivityTask");
+		if (!in->ids_known)
+		{
+			parse_uuid(t->run_id, run_id);
+			task_id = (uint32_t) t->task_id;
+			lv = (uint64_t) t->lock_version;
+		}
 		activity_code(t, &w->enc);
 		e->ends_run = false;
 		e->idx = -1;
@@ -844,6 +1011,7 @@ batch_done(Worker *w, PGresult *r)
 		fprintf(stderr, "%s: %s", w->id, w->last_error);
 		return;
 	}
+	w->completes++;
 	rows = PQntuples(r);
 	if (rows != w->n)
 		die("%s: complete_tasks_pb returned %d rows for %d tasks", w->id, rows, w->n);
@@ -869,9 +1037,12 @@ batch_done(Worker *w, PGresult *r)
 }
 
 /*
- * A worker: poll up to poll_max tasks; if none, wait with dex.wait_for_tasks
- * and poll again; else run them and complete them all in one call, pipelined
- * with the next poll.
+ * A worker: poll up to poll_max tasks, run them and complete them all in one
+ * call, pipelined with the next poll.  When a poll is not full, the worker
+ * is idle: as the Python SDK, it then leases and waits in one call, CALL
+ * dex.poll_tasks_wait_pb (bench_poll_wait); else (BENCH_POLL_WAIT=0, or a
+ * dex without it) an empty poll is followed by CALL dex.wait_for_tasks and a
+ * poll again.
  */
 static void *
 worker_main(void *arg)
@@ -880,6 +1051,10 @@ worker_main(void *arg)
 	Workload   *wl = w->wl;
 	PGconn	   *c = w->conn;
 	PGresult   *poll = NULL;
+	bool		poll_is_call = false;	/* poll holds a poll_tasks_wait_pb result */
+	bool		next_is_call = false;	/* idle: the next poll is a poll_tasks_wait_pb */
+	int64_t		sent = 0;		/* when the pending poll_tasks_wait_pb was sent */
+	TaskIn		in[MAX_BATCH];
 
 	while (!atomic_load(&wl->go) && !atomic_load(&wl->stop))
 		sleep_us(1000);
@@ -890,13 +1065,18 @@ worker_main(void *arg)
 	{
 		int64_t		received;
 		int			n;
+		bool		full;
 
 		if (poll == NULL)
 		{
-			send_poll(w, wl->poll_max);
+			sent = mono_us();
+			if (next_is_call)
+				send_poll_wait(w, wl->poll_max);
+			else
+				send_poll(w, wl->poll_max);
 			PQpipelineSync(c);
+			poll_is_call = next_is_call;
 			poll = pl_get(c);
-			w->polls++;
 		}
 		if (poll == NULL)
 		{
@@ -904,30 +1084,53 @@ worker_main(void *arg)
 				break;
 			die("%s: connection lost: %s", w->id, PQerrorMessage(c));
 		}
+		if (poll_is_call)
+		{
+			int64_t		t = mono_us();
+
+			w->calls++;
+			if (t - sent > w->wait_max_us)
+			{
+				w->wait_max_us = t - sent;
+				w->wait_max_at = t;
+			}
+		}
+		else
+			w->polls++;
 		if (PQresultStatus(poll) != PGRES_TUPLES_OK)
 		{
 			if (atomic_load(&wl->stop))
 				break;
 			/* as an SDK would: note it, and poll again */
 			w->poll_errors++;
-			snprintf(w->last_error, sizeof(w->last_error), "poll_tasks_pb: %s",
+			snprintf(w->last_error, sizeof(w->last_error), "%s: %s",
+					 poll_is_call ? "poll_tasks_wait_pb" : "poll_tasks_pb",
 					 PQresultErrorMessage(poll));
 			fprintf(stderr, "%s: %s", w->id, w->last_error);
 			PQclear(poll);
 			poll = NULL;
+			next_is_call = false;
 			continue;
 		}
 		received = real_us();
-		n = PQntuples(poll);
+		n = poll_is_call ? tasks_of_call(poll, in) : tasks_of_poll(poll, in);
 		if (n == 0)
 		{
 			PGresult   *r;
 
-			w->empty_polls++;
+			if (poll_is_call)
+				w->empty_calls++;
+			else
+				w->empty_polls++;
 			PQclear(poll);
 			poll = NULL;
 			if (atomic_load(&wl->stop))
 				break;
+			if (bench_poll_wait)
+			{
+				next_is_call = true;
+				continue;
+			}
 			{
 				int64_t		t0 = mono_us(),
 							t;
@@ -958,15 +1161,23 @@ worker_main(void *arg)
 			continue;
 		}
 
+		full = n >= wl->poll_max;
 		batch_reset(w);
 		for (int i = 0; i < n; i++)
-			batch_add(w, poll, i, received);
-		PQclear(poll);
+			batch_add(w, &in[i], received);
+		PQclear(poll);				/* in[] points into it: after batch_add */
 
+		/* a full batch: there may be more, poll again; else lease and wait in one call */
+		next_is_call = bench_poll_wait && !full;
 		send_complete(w);
 		PQpipelineSync(c);
-		send_poll(w, wl->poll_max);
+		sent = mono_us();
+		if (next_is_call)
+			send_poll_wait(w, wl->poll_max);
+		else
+			send_poll(w, wl->poll_max);
 		PQpipelineSync(c);
+		poll_is_call = next_is_call;
 		{
 			PGresult   *r = pl_get(c);
 
@@ -980,7 +1191,6 @@ worker_main(void *arg)
 			PQclear(r);
 		}
 		poll = pl_get(c);
-		w->polls++;
 	}
 	PQclear(poll);
 	return NULL;
@@ -1001,6 +1211,8 @@ typedef struct Run
 	int64_t		t_start;
 	long		errors;			/* failed polls and completions */
 	long		blind;			/* workflow tasks that showed no new event */
+	double		tasks_per_call; /* tasks per poll or poll_tasks_wait_pb that had some */
+	double		calls_per_run;	/* the workers' calls (polls, waits, completions) per run */
 	char		last_error[256];
 } Run;
 
@@ -1089,10 +1301,6 @@ measure_end(PGconn *m, Run *run, double items)
 	return d;
 }
 
-static int bench_k;
-static int bench_batch;
-static double bench_scale;
-
 static int
 scaled(int n, int min)
 {
@@ -1119,21 +1327,26 @@ setup_queues(PGconn *c, const char *wf, const char *act)
 	}
 }
 
+/*
+ * Set up a workload: tag names its workflow and, in lower case, its queues
+ * (tag-wf, tag-act); k_wf workflow and k_act activity workers, connected.
+ */
 static void
-run_init(Run *run, PGconn *m, const char *name, WfKind kind, int n_runs, int k_wf, int k_act)
+run_init(Run *run, PGconn *m, const char *tag, WfKind kind, int n_runs, int k_wf, int k_act,
+		 int poll_max)
 {
 	Workload   *wl = &run->wl;
 	char		lower[16];
 
 	memset(run, 0, sizeof(*run));
-	for (int i = 0; name[i] && i < 15; i++)
-		lower[i] = (char) tolower((unsigned char) name[i]), lower[i + 1] = 0;
-	wl->name = name;
+	for (int i = 0; tag[i] && i < 15; i++)
+		lower[i] = (char) tolower((unsigned char) tag[i]), lower[i + 1] = 0;
+	wl->name = tag;
 	wl->kind = kind;
 	snprintf(wl->wf_queue, sizeof(wl->wf_queue), "%s-wf", lower);
 	snprintf(wl->act_queue, sizeof(wl->act_queue), "%s-act", lower);
 	wl->n_runs = n_runs;
-	wl->poll_max = bench_batch;
+	wl->poll_max = poll_max;
 	wl->wait_timeout = "5min";	/* longer than W6: an idle worker sends nothing */
 	wl->created_us = xmalloc(sizeof(atomic_llong) * (size_t) (n_runs + 1));
 	run->mon = m;
@@ -1155,7 +1368,7 @@ run_init(Run *run, PGconn *m, const char *name, WfKind kind, int n_runs, int k_w
 	}
 	PQclear(mon(m, "SELECT pg_stat_statements_reset()"));
 	printf("%s: %d runs, %d workflow + %d activity workers, poll up to %d\n",
-		   name, n_runs, k_wf, k_act, wl->poll_max);
+		   tag, n_runs, k_wf, k_act, wl->poll_max);
 	fflush(stdout);
 }
 
@@ -1265,6 +1478,9 @@ print_worker_counters(Run *run)
 	long		polls = 0,
 				empty = 0,
 				waits = 0,
+				calls = 0,
+				empty_calls = 0,
+				completes = 0,
 				tasks = 0,
 				lost = 0,
 				timeouts = 0,
@@ -1282,6 +1498,9 @@ print_worker_counters(Run *run)
 		polls += w->polls;
 		empty += w->empty_polls;
 		waits += w->waits;
+		calls += w->calls;
+		empty_calls += w->empty_calls;
+		completes += w->completes;
 		tasks += w->tasks;
 		lost += w->lost;
 		timeouts += w->wait_timeouts;
@@ -1296,11 +1515,17 @@ print_worker_counters(Run *run)
 			wait_max_at = w->wait_max_at;
 		}
 	}
-	printf("  workers: %ld polls (%ld empty), %ld waits (%ld timed out; longest %.1f ms, ended "
-		   "%.2f s after the start), %ld tasks (%.1f per non-empty poll), %ld lost leases\n",
-		   polls, empty, waits, timeouts, wait_max / 1000.0,
-		   wait_max_at ? (wait_max_at - run->t_start) / 1e6 : 0.0, tasks,
-		   polls > empty ? (double) tasks / (double) (polls - empty) : 0.0, lost);
+	run->tasks_per_call = polls + calls > empty + empty_calls ?
+		(double) tasks / (double) (polls + calls - empty - empty_calls) : 0.0;
+	run->calls_per_run = (double) (polls + calls + waits + completes) /
+		(double) (run->wl.n_runs > 0 ? run->wl.n_runs : 1);
+	printf("  workers: %ld polls (%ld empty), %ld poll_tasks_wait_pb calls (%ld timed out), "
+		   "%ld waits (%ld timed out), longest wait or poll_tasks_wait_pb %.1f ms (ended %.2f s "
+		   "after the start), %ld completions; %ld tasks (%.2f per non-empty poll or call), "
+		   "%.2f calls per run, %ld lost leases\n",
+		   polls, empty, calls, empty_calls, waits, timeouts, wait_max / 1000.0,
+		   wait_max_at ? (wait_max_at - run->t_start) / 1e6 : 0.0, completes, tasks,
+		   run->tasks_per_call, run->calls_per_run, lost);
 	if (blind)
 		printf("  ANOMALY: %ld workflow tasks of started runs showed no new event but "
 			   "workflowTaskStarted\n", blind);
@@ -1391,27 +1616,32 @@ create_runs_batch(PGconn *c, const char *wf_name, const char *queue, long first,
 
 /* ------------------------------------------------------------------ W1, W2: throughput */
 
+/*
+ * Runs created up front (create_runs of 1,000), then k_wf workflow and k_act
+ * activity workers polling up to poll_max tasks: W1, W2, W8.
+ */
 static void
-workload_throughput(PGconn *m, const char *name, WfKind kind, int n_runs)
+workload_throughput(PGconn *m, const char *name, const char *tag, WfKind kind, int n_runs,
+					int k_wf, int k_act, int poll_max, int deadline_s)
 {
 	Run			run;
 	int64_t		t_created;
 	const int	create_batch = 1000;
 	char		check[256],
-				notes[512];
+				notes[768];
 	double		secs;
 	Delta		d;
 
-	run_init(&run, m, name, kind, n_runs, bench_k, kind == WF_ACTIVITY ? bench_k : 0);
+	run_init(&run, m, tag, kind, n_runs, k_wf, k_act, poll_max);
 	measure_begin(m, &run);
 	run.t_start = mono_us();
 	for (long i = 0; i < n_runs; i += create_batch)
-		create_runs_batch(run.client, name, run.wl.wf_queue, i,
+		create_runs_batch(run.client, tag, run.wl.wf_queue, i,
 						  (int) (n_runs - i < create_batch ? n_runs - i : create_batch));
 	t_created = mono_us();
 	run_start_workers(&run);
 	atomic_store(&run.wl.go, 1);
-	run_finish(&run, t_created + 60 * 1000000LL);
+	run_finish(&run, t_created + deadline_s * 1000000LL);
 	secs = (atomic_load(&run.wl.t_end) - run.t_start) / 1e6;
 	PQfinish(run.client);		/* a backend flushes its statistics when it exits */
 	d = measure_end(m, &run, n_runs);
@@ -1420,17 +1650,25 @@ workload_throughput(PGconn *m, const char *name, WfKind kind, int n_runs)
 	check_runs(m, run.wl.wf_queue,
 			   kind == WF_ACTIVITY ? "to_jsonb((argument #>> '{}')::bigint + 1)" : "argument",
 			   n_runs, check, sizeof(check));
-	snprintf(notes, sizeof(notes), "create %.0f runs/s, then process %.0f runs/s; %s",
+	snprintf(notes, sizeof(notes), "%d workflow + %d activity workers polling up to %d; "
+			 "create %.0f runs/s, then process %.0f runs/s; %.2f tasks per poll, %.2f worker "
+			 "calls per run; %s", k_wf, k_act, poll_max,
 			 n_runs / ((t_created - run.t_start) / 1e6),
-			 n_runs / ((atomic_load(&run.wl.t_end) - t_created) / 1e6), check);
+			 n_runs / ((atomic_load(&run.wl.t_end) - t_created) / 1e6), run.tasks_per_call,
+			 run.calls_per_run, check);
 	append_errors(&run, notes, sizeof(notes));
 	print_row(name, n_runs, secs, &d, notes);
 }
 
 /* ------------------------------------------------------------------ W3, W4: paced runs */
 
+/*
+ * Runs created one at a time at a steady rate, k workers per queue: W3 (timer
+ * workflows), W4 (one-activity workflows).
+ */
 static void
-workload_paced(PGconn *m, const char *name, WfKind kind, int n_runs, double rate)
+workload_paced(PGconn *m, const char *name, const char *tag, WfKind kind, int n_runs,
+			   double rate, int k)
 {
 	Run			run;
 	Workload   *wl;
@@ -1442,15 +1680,14 @@ workload_paced(PGconn *m, const char *name, WfKind kind, int n_runs, double rate
 	int64_t		t0,
 				interval = (int64_t) (1e6 / rate);
 
-	run_init(&run, m, name, kind, n_runs, bench_k, kind == WF_ACTIVITY ? bench_k : 0);
+	run_init(&run, m, tag, kind, n_runs, k, kind == WF_ACTIVITY ? k : 0, bench_batch);
 	wl = &run.wl;
 	if (kind == WF_TIMER)
 	{
 		wl->late_server_ms = xmalloc(sizeof(double) * (size_t) n_runs);
 		wl->late_client_ms = xmalloc(sizeof(double) * (size_t) n_runs);
 	}
-	else
-		wl->latency_ms = xmalloc(sizeof(double) * (size_t) n_runs);
+	wl->latency_ms = xmalloc(sizeof(double) * (size_t) n_runs);
 	prepare(run.client, "create", "SELECT dex.create_run($1, $2, $3::jsonb)");
 	measure_begin(m, &run);
 	run_start_workers(&run);
@@ -1460,7 +1697,7 @@ workload_paced(PGconn *m, const char *name, WfKind kind, int n_runs, double rate
 	for (long i = 0; i < n_runs; i++)
 	{
 		char		arg[32];
-		const char *p[3] = {name, wl->wf_queue, arg};
+		const char *p[3] = {tag, wl->wf_queue, arg};
 
 		sleep_us(t0 + i * interval - mono_us());
 		snprintf(arg, sizeof(arg), "%ld", i);
@@ -1479,26 +1716,33 @@ workload_paced(PGconn *m, const char *name, WfKind kind, int n_runs, double rate
 	check_runs(m, wl->wf_queue,
 			   kind == WF_ACTIVITY ? "to_jsonb((argument #>> '{}')::bigint + 1)" : "argument",
 			   n_runs, check, sizeof(check));
+	qsort(wl->latency_ms, (size_t) n_runs, sizeof(double), cmp_double);
 	if (kind == WF_TIMER)
 	{
+		/* a run's total lateness: its end to end time less the timer's 1 s */
+		for (int i = 0; i < n_runs; i++)
+			wl->latency_ms[i] -= 1000.0;
 		qsort(wl->late_server_ms, (size_t) n_runs, sizeof(double), cmp_double);
 		qsort(wl->late_client_ms, (size_t) n_runs, sizeof(double), cmp_double);
 		snprintf(notes, sizeof(notes),
-				 "timer lateness (task started - elapseAt) p50 %.1f / p99 %.1f / max %.1f ms; "
-				 "(received - elapseAt) p50 %.1f / p99 %.1f / max %.1f ms; %s",
+				 "%d worker%s per queue; timer lateness (task started - elapseAt) p50 %.1f / p99 "
+				 "%.1f / max %.1f ms; (received - elapseAt) p50 %.1f / p99 %.1f / max %.1f ms; "
+				 "run's total lateness (end to end - 1 s) p50 %.1f / p99 %.1f / max %.1f ms; "
+				 "%.2f tasks per poll, %.2f worker calls per run; %s", k, k == 1 ? "" : "s",
 				 pct(wl->late_server_ms, n_runs, 0.5), pct(wl->late_server_ms, n_runs, 0.99),
 				 wl->late_server_ms[n_runs - 1],
 				 pct(wl->late_client_ms, n_runs, 0.5), pct(wl->late_client_ms, n_runs, 0.99),
-				 wl->late_client_ms[n_runs - 1], check);
+				 wl->late_client_ms[n_runs - 1],
+				 pct(wl->latency_ms, n_runs, 0.5), pct(wl->latency_ms, n_runs, 0.99),
+				 wl->latency_ms[n_runs - 1], run.tasks_per_call, run.calls_per_run, check);
 	}
 	else
-	{
-		qsort(wl->latency_ms, (size_t) n_runs, sizeof(double), cmp_double);
 		snprintf(notes, sizeof(notes),
-				 "end-to-end latency p50 %.1f / p99 %.1f / max %.1f ms at %.0f runs/s; %s",
+				 "%d worker%s per queue; end-to-end latency p50 %.1f / p99 %.1f / max %.1f ms at "
+				 "%.0f runs/s; %.2f tasks per poll, %.2f worker calls per run; %s", k,
+				 k == 1 ? "" : "s",
 				 pct(wl->latency_ms, n_runs, 0.5), pct(wl->latency_ms, n_runs, 0.99),
-				 wl->latency_ms[n_runs - 1], rate, check);
-	}
+				 wl->latency_ms[n_runs - 1], rate, run.tasks_per_call, run.calls_per_run, check);
 	append_errors(&run, notes, sizeof(notes));
 	printf("  %s\n", notes);
 	print_row(name, n_runs, secs, &d, notes);
@@ -1523,7 +1767,7 @@ workload_backlog(PGconn *m)
 	double	   *t_comp = xmalloc(sizeof(double) * (size_t) samples);
 	double	   *t_both = xmalloc(sizeof(double) * (size_t) samples);
 
-	run_init(&run, m, "W5", WF_MINIMAL, samples, 1, 0);
+	run_init(&run, m, "W5", WF_MINIMAL, samples, 1, 0, 1);
 	w = &run.workers[0];
 	for (int lv = 0; lv < 3; lv++)
 	{
@@ -1590,6 +1834,7 @@ workload_backlog(PGconn *m)
 						b,
 						c;
 			PGresult   *poll;
+			TaskIn		in;
 
 			a = mono_us();
 			send_poll(w, 1);
@@ -1600,7 +1845,8 @@ workload_backlog(PGconn *m)
 				PQclear(r);
 			b = mono_us();
 			batch_reset(w);
-			batch_add(w, poll, 0, real_us());
+			tasks_of_poll(poll, &in);
+			batch_add(w, &in, real_us());
 			PQclear(poll);
 			send_complete(w);
 			r = PQgetResult(w->conn);
@@ -1782,10 +2028,10 @@ workload_idle(PGconn *m)
 		"AND query NOT LIKE '%%pg_backend_pid%%'), 0), "
 		"coalesce(sum(calls) FILTER (WHERE NOT toplevel), 0), "
 		"coalesce(sum(calls) FILTER (WHERE toplevel AND (query LIKE '%%poll_tasks_pb%%' OR "
-		"query LIKE '%%wait_for_tasks%%')), 0), extract(epoch FROM clock_timestamp()) "
+		"query LIKE '%%wait_for_tasks%%' OR query LIKE '%%poll_tasks_wait_pb%%')), 0), extract(epoch FROM clock_timestamp()) "
 		"FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())";
 
-	run_init(&run, m, "W6", WF_MINIMAL, 1, n_workers / 2, n_workers / 2);
+	run_init(&run, m, "W6", WF_MINIMAL, 1, n_workers / 2, n_workers / 2, bench_batch);
 	for (int i = 0; i < run.n_workers; i++)
 	{
 		size_t		l = strlen(pids);
@@ -1808,7 +2054,7 @@ workload_idle(PGconn *m)
 		PQclear(r);
 	}
 	for (int i = 0; i < run.n_workers; i++)
-		calls_driver0 += run.workers[i].polls + run.workers[i].waits;
+		calls_driver0 += run.workers[i].polls + run.workers[i].waits + run.workers[i].calls;
 	run.t_start = mono_us();
 
 	/* sample the waiting sessions' backend_xmin six times */
@@ -1840,7 +2086,7 @@ workload_idle(PGconn *m)
 	}
 	cpu1 = server_cpu_ticks(pm);
 	for (int i = 0; i < run.n_workers; i++)
-		calls_driver1 += run.workers[i].polls + run.workers[i].waits;
+		calls_driver1 += run.workers[i].polls + run.workers[i].waits + run.workers[i].calls;
 	secs = t1 - t0;
 	atomic_store(&run.wl.stop, 1);
 	run_finish(&run, mono_us());	/* cancels the waits: a rollback each */
@@ -1851,10 +2097,11 @@ workload_idle(PGconn *m)
 		double		cpu_pct = 100.0 * (double) (cpu1 - cpu0) / (double) sysconf(_SC_CLK_TCK) / secs;
 
 		snprintf(notes, sizeof(notes),
-				 "%d waiting workers: %.2f stmts/s from clients (poll + wait), %.2f other top-level "
-				 "stmts/s, %.2f nested stmts/s, driver counted %.2f calls/s; server CPU %.2f%% of "
-				 "one core; backend_xmin non-null in %d of %d samples (%s)",
-				 n_workers, (client1 - client0) / secs,
+				 "%d workers waiting in %s: %.2f stmts/s from clients (polls and waits), %.2f "
+				 "other top-level stmts/s, %.2f nested stmts/s, driver counted %.2f calls/s; server "
+				 "CPU %.2f%% of one core; backend_xmin non-null in %d of %d samples (%s)",
+				 n_workers, bench_poll_wait ? "poll_tasks_wait_pb" : "wait_for_tasks",
+				 (client1 - client0) / secs,
 				 (top1 - top0 - (client1 - client0)) / secs,
 				 (nested1 - nested0) / secs,
 				 (double) (calls_driver1 - calls_driver0) / secs, cpu_pct,
@@ -1867,6 +2114,43 @@ workload_idle(PGconn *m)
 }
 
 /* ------------------------------------------------------------------ main */
+
+/* whether the installed dex has a function or procedure of schema dex (with nargs, or any if < 0) */
+static bool
+dex_has(PGconn *m, const char *proname, int nargs)
+{
+	char		sql[512];
+
+	snprintf(sql, sizeof(sql),
+			 "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+			 "WHERE n.nspname = 'dex' AND p.proname = '%s' AND (%d < 0 OR p.pronargs = %d)",
+			 proname, nargs, nargs);
+	return mon_double(m, sql) > 0;
+}
+
+/* W3 or W4: with BENCH_K workers per queue, then with each count of BENCH_LOW_K */
+static void
+workload_low(PGconn *m, const char *w, WfKind kind, int n_runs, double rate)
+{
+	const char *list = getenv("BENCH_LOW_K");
+	char		buf[64];
+	char	   *save = NULL;
+
+	workload_paced(m, w, w, kind, n_runs, rate, bench_k);
+	snprintf(buf, sizeof(buf), "%s", list ? list : "1,4");
+	for (char *tok = strtok_r(buf, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save))
+	{
+		int			k = atoi(tok);
+		char		name[32],
+					tag[16];
+
+		if (k < 1 || k > 50)
+			die("bad BENCH_LOW_K: %s", list);
+		snprintf(name, sizeof(name), "%s k=%d", w, k);
+		snprintf(tag, sizeof(tag), "%sk%d", w, k);
+		workload_paced(m, name, tag, kind, n_runs, rate, k);
+	}
+}
 
 int
 main(int argc, char **argv)
@@ -1884,18 +2168,28 @@ main(int argc, char **argv)
 
 	m = connect_db("dexbench monitor");
 	bench_postmaster = postmaster_pid(m);
+	have_poll_wait = dex_has(m, "poll_tasks_wait_pb", -1);
+	have_worker_cache = dex_has(m, "poll_tasks_pb", 5);
+	have_run_history_pb = dex_has(m, "run_history_pb", 1);
+	bench_poll_wait = have_poll_wait && env_double("BENCH_POLL_WAIT", 1) != 0;
+	printf("dexbench: idle workers %s; dex.poll_tasks_pb %s worker_cache; dex.run_history_pb %s\n",
+		   bench_poll_wait ? "CALL dex.poll_tasks_wait_pb" :
+		   "poll, CALL dex.wait_for_tasks and poll again",
+		   have_worker_cache ? "has" : "has no", have_run_history_pb ? "exists" : "does not exist");
 	for (int i = 1; i < argc; i++)
 	{
 		const char *w = argv[i];
 
 		if (strcmp(w, "W1") == 0)
-			workload_throughput(m, "W1", WF_ACTIVITY, scaled(10000, 100));
+			workload_throughput(m, "W1", "W1", WF_ACTIVITY, scaled(10000, 100), bench_k, bench_k,
+								bench_batch, 60);
 		else if (strcmp(w, "W2") == 0)
-			workload_throughput(m, "W2", WF_MINIMAL, scaled(50000, 100));
+			workload_throughput(m, "W2", "W2", WF_MINIMAL, scaled(50000, 100), bench_k, 0,
+								bench_batch, 60);
 		else if (strcmp(w, "W3") == 0)
-			workload_paced(m, "W3", WF_TIMER, scaled(2000, 50), 100.0);
+			workload_low(m, "W3", WF_TIMER, scaled(2000, 50), 100.0);
 		else if (strcmp(w, "W4") == 0)
-			workload_paced(m, "W4", WF_ACTIVITY, scaled(1000, 50), 50.0);
+			workload_low(m, "W4", WF_ACTIVITY, scaled(1000, 50), 50.0);
 		else if (strcmp(w, "W5") == 0)
 			workload_backlog(m);
 		else if (strcmp(w, "W6") == 0)
