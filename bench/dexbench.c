@@ -2164,7 +2164,7 @@ main(int argc, char **argv)
 	if (bench_k < 1 || bench_batch < 1 || bench_batch > MAX_BATCH || bench_scale <= 0)
 		die("bad BENCH_K, BENCH_BATCH or BENCH_SCALE");
 	if (argc < 2)
-		die("usage: dexbench W1|W2|W3|W4|W5|W6 ...");
+		die("usage: dexbench W1|W2|W3|W4|W5|W6|W7|W8 ...");
 
 	m = connect_db("dexbench monitor");
 	bench_postmaster = postmaster_pid(m);
@@ -2194,6 +2194,11 @@ main(int argc, char **argv)
 			workload_backlog(m);
 		else if (strcmp(w, "W6") == 0)
 			workload_idle(m);
+		else if (strcmp(w, "W8") == 0)
+		{
+			/* 20 workers in all, each taking one task per call */
+			workload_throughput(m, "W8", "W8", WF_ACTIVITY, scaled(10000, 100), 10, 10, 1, 180);
+		}
 		else
 			die("unknown workload %s", w);
 	}
