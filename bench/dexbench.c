@@ -2113,6 +2113,618 @@ workload_idle(PGconn *m)
 	print_row("W6", secs, secs, &d, notes);
 }
 
+/* ------------------------------------------------------------------ W7: a long workflow */
+
+/*
+ * One run of n_steps sequential activities, driven by one connection that is
+ * both its workflow worker and its activity worker, one task per call and no
+ * pipelining, so that each workflow-task poll is timed alone.  Each workflow
+ * task must know how many activities have completed: with the worker's cache
+ * (worker_cache => true) the task leaves out the history this worker has
+ * seen, and the worker keeps its own counters per run (the "state"); with
+ * full histories it counts the events.
+ */
+
+#define W7_LEVELS 4				/* sampled at 10, 1,000, 10,000 events and at the run's end */
+#define W7_WINDOW 60			/* workflow tasks sampled at each */
+
+static const int w7_levels[W7_LEVELS - 1] = {10, 1000, 10000};
+
+/* The worker's cache of run states: W7 has one run, so it holds one */
+typedef struct LongState
+{
+	bool		valid;
+	char		run_id[40];
+	long		n_steps;		/* the run's argument: activities to run */
+	long		created;		/* activities scheduled */
+	long		completed;		/* activities completed */
+} LongState;
+
+/* one workflow task, as measured */
+typedef struct LongTask
+{
+	int			history_length;
+	int			bytes;
+	double		poll_ms;
+	bool		omitted;		/* the task left out the history (history_omitted > 0) */
+} LongTask;
+
+typedef struct LongRun
+{
+	PGconn	   *c;
+	const char *tag;
+	char		wf_queue[32];
+	char		act_queue[32];
+	bool		use_cache;
+	LongState	state;
+	/* counters */
+	long		wf_tasks;
+	long		repeated;		/* workflow tasks that had nothing to do */
+	long		cache_hits;
+	long		history_fetches;	/* dex.run_history_pb calls: cache misses */
+	long		state_mismatches;	/* an activity's result disagreed with the state */
+	long		poll_misses;	/* polls that found no task: it waited */
+	long		lost;
+	/* where the time goes, microseconds */
+	int64_t		wf_poll_us;		/* workflow-task polls */
+	int64_t		wf_code_us;		/* decoding them, counting, encoding the commands */
+	int64_t		wf_complete_us; /* completing them */
+	int64_t		act_us;			/* activity tasks: poll, run, complete */
+} LongRun;
+
+static int32_t
+task_history_omitted(const Dex__V1__WorkflowTask *t)
+{
+#if DEX_HAVE_HISTORY_OMITTED
+	return t->history_omitted;
+#else
+	(void) t;
+	return 0;
+#endif
+}
+
+/* Count what a list of events tells of the run into st */
+static void
+long_count(LongState *st, Dex__V1__WorkflowEvent **evs, size_t n, bool count_created, LongRun *lr)
+{
+	for (size_t i = 0; i < n; i++)
+	{
+		Dex__V1__WorkflowEvent *ev = evs[i];
+
+		switch (ev->subject_case)
+		{
+			case DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CREATED:
+				st->n_steps = payload_long(ev->run_created->argument);
+				break;
+			case DEX__V1__WORKFLOW_EVENT__SUBJECT_ACTIVITY_TASK_CREATED:
+				if (count_created)
+					st->created++;
+				break;
+			case DEX__V1__WORKFLOW_EVENT__SUBJECT_ACTIVITY_TASK_COMPLETED:
+				st->completed++;
+				/* activity k (from 0) returns k + 1: the number completed */
+				if (lr && payload_long(ev->activity_task_completed->result) != st->completed)
+					lr->state_mismatches++;
+				break;
+			default:
+				break;
+		}
+	}
+}
+
+/* The whole history of a run (dex.run_history_pb), counted into st from scratch */
+static void
+long_fetch_history(LongRun *lr, const char *run_id, LongState *st)
+{
+	const char *p[1] = {run_id};
+	PGresult   *r = PQexecPrepared(lr->c, "history", 1, p, NULL, NULL, 1);
+	Dex__V1__EventBatch *b;
+
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+		die("run_history_pb: %s", PQerrorMessage(lr->c));
+	b = dex__v1__event_batch__unpack(NULL, (size_t) PQgetlength(r, 0, 0),
+									 (const uint8_t *) PQgetvalue(r, 0, 0));
+	if (!b)
+		die("cannot decode an EventBatch");
+	memset(st, 0, sizeof(*st));
+	long_count(st, b->events, b->n_events, true, NULL);
+	dex__v1__event_batch__free_unpacked(b, NULL);
+	PQclear(r);
+	lr->history_fetches++;
+}
+
+/* Complete one task with complete_tasks_pb; whether it was completed (its lease held) */
+static bool
+long_complete(LongRun *lr, const unsigned char *run_id, uint32_t task_id, uint64_t lv,
+			  const Buf *enc)
+{
+	ArrBuf		a[4];
+	const char *p[4];
+	int			len[4];
+	int			fmt[4] = {1, 1, 1, 1};
+	uint32_t	be = htonl(task_id);
+	PGresult   *r;
+	bool		ok;
+
+	memset(a, 0, sizeof(a));
+	arr_begin(&a[0], UUIDOID);
+	arr_elem(&a[0], run_id, 16);
+	arr_begin(&a[1], INT4OID);
+	arr_elem(&a[1], &be, 4);
+	arr_begin(&a[2], INT8OID);
+	buf_u32(&a[2].b, 8);
+	buf_u64(&a[2].b, lv);
+	a[2].n++;
+	arr_begin(&a[3], BYTEAOID);
+	arr_elem(&a[3], enc->p, (uint32_t) enc->len);
+	for (int i = 0; i < 4; i++)
+	{
+		arr_end(&a[i]);
+		p[i] = a[i].b.p;
+		len[i] = (int) a[i].b.len;
+	}
+	r = PQexecPrepared(lr->c, "complete", 4, p, len, fmt, 1);
+	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+		die("W7 complete_tasks_pb: %s", PQerrorMessage(lr->c));
+	ok = PQgetvalue(r, 0, 2)[0] != 0;
+	PQclear(r);
+	for (int i = 0; i < 4; i++)
+		free(a[i].b.p);
+	if (!ok)
+		lr->lost++;
+	return ok;
+}
+
+/*
+ * Lease the queue's next task (one), timed.  The previous completion made it,
+ * so the poll finds it; if not, that is counted, and the poll repeated.
+ * Returns the result: one row, the task message in column 0 (binary).
+ */
+static PGresult *
+long_poll(LongRun *lr, const char *queue, bool cache, double *ms)
+{
+	const char *p[3] = {queue, "w7-worker", cache ? "true" : "false"};
+	int64_t		deadline = mono_us() + 30 * 1000000LL;
+
+	for (;;)
+	{
+		int64_t		t0 = mono_us();
+		PGresult   *r = PQexecPrepared(lr->c, cache ? "pollc" : "poll", cache ? 3 : 2, p, NULL,
+									   NULL, 1);
+
+		*ms = (mono_us() - t0) / 1000.0;
+		if (PQresultStatus(r) != PGRES_TUPLES_OK)
+			die("W7 poll_tasks_pb: %s", PQerrorMessage(lr->c));
+		if (PQntuples(r) == 1)
+			return r;
+		PQclear(r);
+		lr->poll_misses++;
+		if (mono_us() > deadline)
+			die("W7: no task on %s for 30 s", queue);
+		sleep_us(1000);
+	}
+}
+
+/*
+ * One workflow task: lease it (asking for an incremental history if
+ * ask_cache), find how many activities have completed (the cached state, or
+ * the events), and schedule the next activity or, when all have completed
+ * (or stop_now), complete the run.  Returns whether the run completed.
+ */
+static bool
+long_workflow_task(LongRun *lr, bool ask_cache, bool stop_now, LongTask *mt)
+{
+	double		ms;
+	PGresult   *r = long_poll(lr, lr->wf_queue, ask_cache, &ms);
+	size_t		len = (size_t) PQgetlength(r, 0, 0);
+	Dex__V1__WorkflowTask *t;
+	LongState	st;
+	unsigned char run_id[16];
+	long		mismatches = lr->state_mismatches;
+	bool		ends = false,
+				schedules = false,
+				ok;
+	Dex__V1__WorkflowTaskCompletion comp = DEX__V1__WORKFLOW_TASK_COMPLETION__INIT;
+	Dex__V1__Command cmd = DEX__V1__COMMAND__INIT;
+	Dex__V1__Command *cmds[1] = {&cmd};
+	Dex__V1__ScheduleActivity sa = DEX__V1__SCHEDULE_ACTIVITY__INIT;
+	Dex__V1__CompleteRun cr = DEX__V1__COMPLETE_RUN__INIT;
+	Dex__V1__Payload payload = DEX__V1__PAYLOAD__INIT;
+	char		num[32];
+	Buf			enc = {0};
+	int64_t		t0 = mono_us(),
+				t1;
+
+	lr->wf_poll_us += (int64_t) (ms * 1000);
+	t = dex__v1__workflow_task__unpack(NULL, len, (const uint8_t *) PQgetvalue(r, 0, 0));
+	if (!t)
+		die("cannot decode a WorkflowTask");
+	lr->wf_tasks++;
+	mt->history_length = t->history_length;
+	mt->bytes = (int) len;
+	mt->poll_ms = ms;
+	mt->omitted = task_history_omitted(t) > 0;
+
+	/* the run's state before the new events */
+	if (mt->omitted)
+	{
+		if (lr->state.valid && strcmp(lr->state.run_id, t->run_id) == 0)
+		{
+			st = lr->state;
+			lr->cache_hits++;
+		}
+		else if (have_run_history_pb)
+			long_fetch_history(lr, t->run_id, &st);
+		else
+			die("W7: a task left out the history, and dex has no run_history_pb");
+	}
+	else
+	{
+		memset(&st, 0, sizeof(st));
+		long_count(&st, t->history, t->n_history, true, NULL);
+	}
+	/* the new events; the state counted the activities its worker scheduled */
+	long_count(&st, t->new_events, t->n_new_events, !mt->omitted, lr);
+	if (lr->state_mismatches != mismatches && mt->omitted && have_run_history_pb)
+	{
+		/* the state was wrong: count again from the whole history */
+		long_fetch_history(lr, t->run_id, &st);
+		long_count(&st, t->new_events, t->n_new_events, true, NULL);
+	}
+
+	comp.commands = cmds;
+	comp.n_commands = 1;
+	if (st.completed >= st.n_steps || stop_now)
+	{
+		ends = true;
+		cmd.id = 0;
+		cmd.kind_case = DEX__V1__COMMAND__KIND_COMPLETE_RUN;
+		cmd.complete_run = &cr;
+		snprintf(num, sizeof(num), "%ld", st.completed);
+		payload.content_case = DEX__V1__PAYLOAD__CONTENT_JSON;
+		payload.json = num;
+		cr.result = &payload;
+	}
+	else if (st.created > st.completed)
+	{
+		comp.n_commands = 0;	/* an activity is running: nothing to do */
+		lr->repeated++;
+	}
+	else
+	{
+		schedules = true;
+		cmd.id = (int32_t) st.created + 1;
+		cmd.kind_case = DEX__V1__COMMAND__KIND_SCHEDULE_ACTIVITY;
+		cmd.schedule_activity = &sa;
+		sa.name = "inc";
+		sa.queue = lr->act_queue;
+		snprintf(num, sizeof(num), "%ld", st.completed);
+		payload.content_case = DEX__V1__PAYLOAD__CONTENT_JSON;
+		payload.json = num;
+		sa.argument = &payload;
+	}
+	buf_reserve(&enc, dex__v1__workflow_task_completion__get_packed_size(&comp));
+	enc.len = dex__v1__workflow_task_completion__pack(&comp, (uint8_t *) enc.p);
+
+	parse_uuid(t->run_id, run_id);
+	t1 = mono_us();
+	lr->wf_code_us += t1 - t0;
+	ok = long_complete(lr, run_id, 0, (uint64_t) t->lock_version, &enc);
+	lr->wf_complete_us += mono_us() - t1;
+	if (ok)
+	{
+		/* the state after this task: what the next task of this worker leaves out */
+		if (schedules)
+			st.created++;
+		st.valid = true;
+		snprintf(st.run_id, sizeof(st.run_id), "%s", t->run_id);
+		lr->state = st;
+	}
+	else
+		lr->state.valid = false;
+	free(enc.p);
+	t1 = mono_us();
+	dex__v1__workflow_task__free_unpacked(t, NULL);
+	PQclear(r);
+	lr->wf_code_us += mono_us() - t1;
+	return ends && ok;
+}
+
+/* One activity task: lease it, run "inc" (its argument + 1), complete it */
+static void
+long_activity_task(LongRun *lr)
+{
+	double		ms;
+	int64_t		t0 = mono_us();
+	PGresult   *r = long_poll(lr, lr->act_queue, false, &ms);
+	Dex__V1__ActivityTask *t;
+	unsigned char run_id[16];
+	Buf			enc = {0};
+
+	t = dex__v1__activity_task__unpack(NULL, (size_t) PQgetlength(r, 0, 0),
+									   (const uint8_t *) PQgetvalue(r, 0, 0));
+	if (!t)
+		die("cannot decode an ActivityTask");
+	activity_code(t, &enc);
+	parse_uuid(t->run_id, run_id);
+	(void) long_complete(lr, run_id, (uint32_t) t->task_id, (uint64_t) t->lock_version, &enc);
+	free(enc.p);
+	dex__v1__activity_task__free_unpacked(t, NULL);
+	PQclear(r);
+	lr->act_us += mono_us() - t0;
+}
+
+/* the median time (ms) and size of dex.run_history_pb of the run, three calls */
+static void
+long_time_history(LongRun *lr, const char *run_id, double *ms, double *bytes)
+{
+	double		t[3];
+
+	for (int i = 0; i < 3; i++)
+	{
+		const char *p[1] = {run_id};
+		int64_t		t0 = mono_us();
+		PGresult   *r = PQexecPrepared(lr->c, "history", 1, p, NULL, NULL, 1);
+
+		t[i] = (mono_us() - t0) / 1000.0;
+		if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+			die("run_history_pb: %s", PQerrorMessage(lr->c));
+		*bytes = PQgetlength(r, 0, 0);
+		PQclear(r);
+	}
+	qsort(t, 3, sizeof(double), cmp_double);
+	*ms = t[1];
+}
+
+/* "312 B", "31.2 kB", "1.27 MB" */
+static const char *
+fmt_bytes(double b, char *out, size_t len)
+{
+	if (b < 1000)
+		snprintf(out, len, "%.0f B", b);
+	else if (b < 1e6)
+		snprintf(out, len, "%.1f kB", b / 1e3);
+	else
+		snprintf(out, len, "%.2f MB", b / 1e6);
+	return out;
+}
+
+/* p50 of the poll time and of the size of the tasks [from, to) with omitted == want */
+static int
+long_window_p50(const LongTask *tasks, int from, int to, bool want, double *ms, double *bytes)
+{
+	double	   *a = xmalloc(sizeof(double) * (size_t) (to - from + 1));
+	double	   *b = xmalloc(sizeof(double) * (size_t) (to - from + 1));
+	int			n = 0;
+
+	for (int i = from; i < to; i++)
+		if (tasks[i].omitted == want)
+		{
+			a[n] = tasks[i].poll_ms;
+			b[n] = tasks[i].bytes;
+			n++;
+		}
+	qsort(a, (size_t) n, sizeof(double), cmp_double);
+	qsort(b, (size_t) n, sizeof(double), cmp_double);
+	*ms = pct(a, n, 0.5);
+	*bytes = pct(b, n, 0.5);
+	free(a);
+	free(b);
+	return n;
+}
+
+/*
+ * W7: one run of n_steps activities.  The workflow-task polls are sampled in
+ * windows of W7_WINDOW tasks from history lengths of 10, 1,000 and 10,000
+ * events, and over the run's last W7_WINDOW tasks; in a cached run the first
+ * half of each window asks for full histories (worker_cache => false), so
+ * that both are measured at the same lengths in the same run.
+ */
+static void
+workload_long(PGconn *m, const char *name, const char *tag, int n_steps, bool use_cache,
+			  const char *why)
+{
+	Run			run;
+	LongRun		lr;
+	int			max_tasks = n_steps + 1000;
+	LongTask   *tasks = xmalloc(sizeof(LongTask) * (size_t) max_tasks);
+	int			n_tasks = 0;
+	int			block = n_steps >= 10 ? n_steps / 10 : 1;
+	int64_t    *block_end = xmalloc(sizeof(int64_t) * (size_t) (n_steps / block + 2));
+	int			n_blocks = 0;
+	int			win_start[W7_LEVELS + 1],
+				win_end[W7_LEVELS + 1];
+	double		hist_ms[W7_LEVELS + 1],
+				hist_bytes[W7_LEVELS + 1];
+	int			level = 0,
+				win_pos = -1;
+	long		steps = 0;
+	int			last_hl = 0;
+	bool		done = false,
+				capped = false;
+	int64_t		cap_us = (int64_t) (fmax(30.0, 300.0 * bench_scale) * 1e6),
+				t_end;
+	char		run_id[40],
+				arg[32],
+				expected[64],
+				check[256],
+				notes[2048],
+				sql[256];
+	double		secs;
+	Delta		d;
+	PGresult   *r;
+
+	for (int i = 0; i <= W7_LEVELS; i++)
+		win_start[i] = win_end[i] = -1, hist_ms[i] = hist_bytes[i] = NAN;
+	use_cache = use_cache && have_worker_cache && DEX_HAVE_HISTORY_OMITTED;
+	run_init(&run, m, tag, WF_ACTIVITY, 1, 0, 0, 1);
+	memset(&lr, 0, sizeof(lr));
+	lr.c = run.client;
+	lr.tag = tag;
+	lr.use_cache = use_cache;
+	snprintf(lr.wf_queue, sizeof(lr.wf_queue), "%s", run.wl.wf_queue);
+	snprintf(lr.act_queue, sizeof(lr.act_queue), "%s", run.wl.act_queue);
+	setup_queues(lr.c, lr.wf_queue, lr.act_queue);
+	prepare(lr.c, "create", "SELECT dex.create_run($1, $2, $3::jsonb)");
+	prepare(lr.c, "poll", "SELECT task FROM dex.poll_tasks_pb($1, $2, 1, '5 minutes')");
+	if (have_worker_cache)
+		prepare(lr.c, "pollc", "SELECT task FROM dex.poll_tasks_pb($1, $2, 1, '5 minutes', "
+				"worker_cache => $3::boolean)");
+	prepare(lr.c, "complete", COMPLETE_SQL);
+	if (have_run_history_pb)
+		prepare(lr.c, "history", "SELECT dex.run_history_pb($1::uuid)");
+	exec_void(lr.c, "SELECT pg_stat_force_next_flush()");
+	printf("%s: one run of %d activities, %s histories%s%s\n", name, n_steps,
+		   use_cache ? "incremental (worker_cache => true)" : "full", why ? ": " : "", why ? why : "");
+
+	measure_begin(m, &run);
+	run.t_start = mono_us();
+	{
+		const char *p[3] = {tag, lr.wf_queue, arg};
+
+		snprintf(arg, sizeof(arg), "%d", n_steps);
+		r = PQexecPrepared(lr.c, "create", 3, p, NULL, NULL, 0);
+		if (PQresultStatus(r) != PGRES_TUPLES_OK)
+			die("create_run: %s", PQerrorMessage(lr.c));
+		snprintf(run_id, sizeof(run_id), "%s", PQgetvalue(r, 0, 0));
+		PQclear(r);
+	}
+	block_end[n_blocks++] = run.t_start;
+
+	while (!done)
+	{
+		bool		ask;
+
+		/*
+		 * The sampling windows: from 10, 1,000, 10,000 events, then the
+		 * run's last tasks (unless the previous window reaches into them).
+		 */
+		if (win_pos < 0 && level < W7_LEVELS &&
+			((level < W7_LEVELS - 1 && last_hl >= w7_levels[level]) ||
+			 steps == n_steps - W7_WINDOW))
+		{
+			if (steps == n_steps - W7_WINDOW)
+				level = W7_LEVELS - 1;
+			win_pos = 0;
+			win_start[level] = n_tasks;
+			if (have_run_history_pb)
+				long_time_history(&lr, run_id, &hist_ms[level], &hist_bytes[level]);
+		}
+		ask = use_cache && !(win_pos >= 0 && win_pos < W7_WINDOW / 2);
+		if (!capped && mono_us() - run.t_start > cap_us)
+			capped = true;
+		if (n_tasks >= max_tasks)
+			die("W7: more than %d workflow tasks", max_tasks);
+		done = long_workflow_task(&lr, ask, capped, &tasks[n_tasks]);
+		last_hl = tasks[n_tasks].history_length;
+		n_tasks++;
+		if (win_pos >= 0 && (++win_pos >= W7_WINDOW || done))
+		{
+			win_end[level] = n_tasks;
+			win_pos = -1;
+			level++;
+		}
+		if (done)
+			break;
+		if (lr.state.valid && lr.state.created > lr.state.completed)
+		{
+			long_activity_task(&lr);
+			steps++;
+			if (steps % block == 0)
+				block_end[n_blocks++] = mono_us();
+		}
+	}
+	t_end = mono_us();
+	secs = (t_end - run.t_start) / 1e6;
+	PQfinish(run.client);
+	d = measure_end(m, &run, (double) steps);
+	print_top_statements(m, 10);
+	printf("  worker: %ld workflow tasks (%ld with nothing to do), %ld activities, %ld cache hits, "
+		   "%ld run_history_pb fetches, %ld state mismatches, %ld polls found no task, %ld lost leases\n",
+		   lr.wf_tasks, lr.repeated, steps, lr.cache_hits, lr.history_fetches,
+		   lr.state_mismatches, lr.poll_misses, lr.lost);
+	printf("  worker's time: workflow-task polls %.1f s, their decoding and code %.1f s, their "
+		   "completions %.1f s; activity tasks %.1f s\n", lr.wf_poll_us / 1e6, lr.wf_code_us / 1e6,
+		   lr.wf_complete_us / 1e6, lr.act_us / 1e6);
+	snprintf(expected, sizeof(expected), "to_jsonb(%ld)", steps);
+	check_runs(m, lr.wf_queue, expected, 1, check, sizeof(check));
+	snprintf(sql, sizeof(sql), "SELECT history_length FROM dex.workflow_run WHERE id = '%s'", run_id);
+	printf("  the run's history: %.0f events\n", mon_double(m, sql));
+
+	/* the notes: one run, its polls at each history length, its time by tenths */
+	{
+		size_t		l;
+		char		b1[32],
+					b2[32],
+					b3[32];
+
+		snprintf(notes, sizeof(notes), "one run of %ld activities, %s%s%s; workflow-task poll p50 "
+				 "(task size) at", steps, use_cache ? "incremental histories" : "full histories",
+				 why ? ", " : "", why ? why : "");
+		printf("  %-22s %-28s %-28s %s\n", "history events", "incremental: n, poll p50, size",
+			   "full: n, poll p50, size", "run_history_pb: ms, size");
+		for (int i = 0; i < W7_LEVELS; i++)
+		{
+			double		c_ms,
+						c_b,
+						f_ms,
+						f_b;
+			int			nc,
+						nf;
+			char		range[32];
+
+			if (win_start[i] < 0 || win_end[i] <= win_start[i])
+				continue;
+			nc = long_window_p50(tasks, win_start[i], win_end[i], true, &c_ms, &c_b);
+			nf = long_window_p50(tasks, win_start[i], win_end[i], false, &f_ms, &f_b);
+			snprintf(range, sizeof(range), "%d-%d", tasks[win_start[i]].history_length,
+					 tasks[win_end[i] - 1].history_length);
+			printf("  %-22s %3d %8.3f ms %12s   %3d %8.3f ms %12s   %8.3f ms %s\n", range,
+				   nc, c_ms, nc ? fmt_bytes(c_b, b1, sizeof(b1)) : "-",
+				   nf, f_ms, nf ? fmt_bytes(f_b, b2, sizeof(b2)) : "-",
+				   hist_ms[i], isnan(hist_bytes[i]) ? "-" : fmt_bytes(hist_bytes[i], b3, sizeof(b3)));
+			l = strlen(notes);
+			snprintf(notes + l, sizeof(notes) - l, "%s %s events:", i ? ";" : "", range);
+			l = strlen(notes);
+			if (nc)
+				snprintf(notes + l, sizeof(notes) - l, " incremental %.2f ms (%s)", c_ms,
+						 fmt_bytes(c_b, b1, sizeof(b1)));
+			l = strlen(notes);
+			if (nf)
+				snprintf(notes + l, sizeof(notes) - l, "%s full %.2f ms (%s)", nc ? "," : "",
+						 f_ms, fmt_bytes(f_b, b2, sizeof(b2)));
+			l = strlen(notes);
+			if (!isnan(hist_ms[i]))
+				snprintf(notes + l, sizeof(notes) - l, ", run_history_pb %.2f ms", hist_ms[i]);
+		}
+		l = strlen(notes);
+		snprintf(notes + l, sizeof(notes) - l, "; total %.1f s (of it the worker decoding "
+				 "workflow tasks and running their code %.1f s), by tenths of the run (s per "
+				 "1,000 steps):", secs, lr.wf_code_us / 1e6);
+		for (int i = 1; i < n_blocks; i++)
+		{
+			l = strlen(notes);
+			snprintf(notes + l, sizeof(notes) - l, " %.2f",
+					 (block_end[i] - block_end[i - 1]) / 1e6 * 1000.0 / block);
+		}
+		l = strlen(notes);
+		if (lr.history_fetches || lr.state_mismatches || lr.poll_misses || lr.lost || lr.repeated)
+			snprintf(notes + l, sizeof(notes) - l, "; %ld run_history_pb fetches, %ld STATE "
+					 "MISMATCHES, %ld empty polls, %ld LOST LEASES, %ld idle tasks",
+					 lr.history_fetches, lr.state_mismatches, lr.poll_misses, lr.lost, lr.repeated);
+		l = strlen(notes);
+		if (capped)
+			snprintf(notes + l, sizeof(notes) - l, "; CAPPED after %.0f s at %ld of %d activities",
+					 cap_us / 1e6, steps, n_steps);
+		l = strlen(notes);
+		snprintf(notes + l, sizeof(notes) - l, "; %s", check);
+	}
+	printf("  %s\n", notes);
+	print_row(name, (double) steps, secs, &d, notes);
+	free(tasks);
+	free(block_end);
+}
+
 /* ------------------------------------------------------------------ main */
 
 /* whether the installed dex has a function or procedure of schema dex (with nargs, or any if < 0) */
@@ -2194,6 +2806,20 @@ main(int argc, char **argv)
 			workload_backlog(m);
 		else if (strcmp(w, "W6") == 0)
 			workload_idle(m);
+		else if (strcmp(w, "W7") == 0)
+		{
+			int			steps = scaled((int) env_double("BENCH_W7_STEPS", 10000), 100);
+
+			/*
+			 * Full histories cost a run the square of its length (~90 s for
+			 * 10,000 activities): 2,600 activities reach 10,000 events.
+			 */
+			if (have_worker_cache && DEX_HAVE_HISTORY_OMITTED)
+				workload_long(m, "W7", "W7", steps, true, NULL);
+			workload_long(m, "W7 full", "W7F", scaled(2600, 100), false,
+						  have_worker_cache && DEX_HAVE_HISTORY_OMITTED ? NULL :
+						  "the only W7 run: this dex has no worker_cache");
+		}
 		else if (strcmp(w, "W8") == 0)
 		{
 			/* 20 workers in all, each taking one task per call */
