@@ -6,7 +6,8 @@
 
 EXTENSION = dex
 DATA = dex--1.0.sql dex--1.1.sql dex--1.2.sql dex--1.3.sql dex--1.0--1.1.sql dex--1.1--1.2.sql \
-       dex--1.2--1.3.sql dex--1.4.sql dex--1.3--1.4.sql
+       dex--1.2--1.3.sql dex--1.4.sql dex--1.3--1.4.sql \
+       dex--1.5.sql dex--1.4--1.5.sql
 MODULE_big = dex
 
 PROTOS = common event command task
@@ -35,7 +36,7 @@ SHLIB_LINK = -lprotobuf-c
 # sql/setup.sql creates the extension there; the isolation specs then run in that same
 # database. The TAP tests start their own clusters. bash test/run-tests.sh runs the same
 # suites, and more, on a throwaway cluster.
-REGRESS = setup codec queues runs tasks errors batch events control suspend terminate blocked lifecycle listing children keys timeouts capacity monitoring bad_input roles queue_access instances security
+REGRESS = setup codec queues runs tasks errors batch events control suspend terminate blocked lifecycle history_cache listing children keys timeouts capacity monitoring bad_input roles queue_access instances security
 # the database pg_regress makes is UTF8 with the C locale, as in test/lib.sh's cluster, whatever
 # the server's defaults
 REGRESS_OPTS = --encoding=UTF8 --no-locale

@@ -19,9 +19,9 @@ INSERT INTO security_unpinned_ok VALUES
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
     ('dex.wait_for_runs(uuid[],interval,text,uuid[])',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
-    ('dex.poll_tasks_wait(text,text,integer,interval,interval,jsonb)',
+    ('dex.poll_tasks_wait(text,text,integer,interval,interval,jsonb,boolean)',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
-    ('dex.poll_tasks_wait_pb(text,text,integer,interval,interval,bytea[])',
+    ('dex.poll_tasks_wait_pb(text,text,integer,interval,interval,bytea[],boolean)',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path');
 
 -- routines of dex that do not pin the path and are not exceptions: none
@@ -427,6 +427,7 @@ SELECT workflow_name, status, custom_status, result, failure OPERATOR(pg_catalog
  ORDER BY workflow_name, status;
 SELECT workflow_name, status FROM dex.list_runs(parent_id => :'r1');
 SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 10 AS history FROM dex.run_history(:'r1');
+SELECT pg_catalog.octet_length(dex.run_history_pb(:'r1')) OPERATOR(pg_catalog.>) 100 AS history_pb;
 -- r1 restarted and r2 reset to its last task, each new run then terminated; r1's attempts
 SELECT dex.terminate_run(dex.restart_run(:'r1'), 'only a test');
 SELECT dex.terminate_run(dex.reset_run(:'r2', 1000, 'a test'), 'only a test');

@@ -49,6 +49,7 @@ extern int	dex_max_payload_size;
 extern int	dex_retention_period_s;
 extern int	dex_retention_batch_size;
 extern int	dex_maintenance_naptime_ms;
+extern int	dex_worker_cache_runs;
 extern bool dex_allow_drop_with_runs;
 
 /* whether dex was loaded by shared_preload_libraries (set by _PG_init) */

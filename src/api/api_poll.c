@@ -119,12 +119,16 @@ typedef DexPollArgs PollArgs;
 
 /*
  * The arguments 0 to 3 of a poll (dex.poll_tasks, dex.poll_tasks_wait):
- * queue, worker id, max tasks, lease duration; checked
+ * queue, worker id, max tasks, lease duration; checked; and worker_cache
+ * (1.5), argument worker_cache_arg if the function has it (NULL: false).
  */
 static PollArgs
-read_poll_args(FunctionCallInfo fcinfo)
+read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg)
 {
 	PollArgs	args;
+
+	args.worker_cache = PG_NARGS() > worker_cache_arg && !PG_ARGISNULL(worker_cache_arg) &&
+		PG_GETARG_BOOL(worker_cache_arg);
 
 	dex_args_not_null(fcinfo, 4, "queue, worker id, max tasks and lease duration");
 	args.queue_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
@@ -143,9 +147,9 @@ read_poll_args(FunctionCallInfo fcinfo)
 }
 
 DexPollArgs
-dex_read_poll_args(FunctionCallInfo fcinfo)
+dex_read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg)
 {
-	return read_poll_args(fcinfo);
+	return read_poll_args(fcinfo, worker_cache_arg);
 }
 
 /*
@@ -300,11 +304,37 @@ drop_tasks_of_ended_runs(HTAB *runs, Leased *leased, uint64 n)
 }
 
 /*
+ * Incremental histories: with worker_cache, a run whose last workflow task
+ * this worker completed, at the history length the run still has, needs no
+ * history (shmem/run_cache.c).  The ids of the runs whose history is to be
+ * loaded; NULL if none.
+ */
+static Datum
+runs_needing_history(HTAB *runs, pg_uuid_t **run_ids, int n, const PollArgs *args)
+{
+	uint32		worker = args->worker_cache ? dex_worker_hash(args->worker_id) : 0;
+	int			needed = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		DexRun	   *run = dex_find_run(runs, run_ids[i]);
+
+		if (run != NULL && worker != 0 && run->history_length > 0 &&
+			dex_run_holder(run_ids[i], run->history_length) == worker)
+			run->history_omitted = true;
+		else
+			run_ids[needed++] = run_ids[i];
+	}
+	return needed == 0 ? (Datum) 0 : dex_uuid_array(run_ids, needed);
+}
+
+/*
  * Everything the leased workflow tasks show, in three statements for the
- * whole batch: their runs, histories and inbox events.
+ * whole batch: their runs, histories (those the worker does not hold) and
+ * inbox events.
  */
 static HTAB *
-load_workflow_runs(Leases *leases)
+load_workflow_runs(Leases *leases, const PollArgs *args)
 {
 	pg_uuid_t **run_ids = palloc(sizeof(pg_uuid_t *) * Max(leases->n, 1));
 	Datum		ids;
@@ -314,7 +344,9 @@ load_workflow_runs(Leases *leases)
 		run_ids[i] = leases->tasks[i].run_id;
 	ids = dex_uuid_array(run_ids, (int) leases->n);
 	runs = dex_load_runs(ids, false);
-	dex_load_histories(runs, ids);
+	ids = runs_needing_history(runs, run_ids, (int) leases->n, args);
+	if (ids != (Datum) 0)
+		dex_load_histories(runs, ids);
 	dex_load_inbox(runs, dex_array_result(leases->inbox_runs),
 				   dex_array_result(leases->inbox_ids), false);
 	drop_tasks_of_ended_runs(runs, leases->tasks, leases->n);
@@ -343,6 +375,8 @@ workflow_task_datum(Leased *t, DexRun *run, const char *queue_name, const char *
 	task.locked_until = dex_pb_timestamp(t->locked_until);
 	task.status = dex_run_status_enum(run->status);
 	task.history_length = run->history_length;
+	if (run->history_omitted)
+		task.history_omitted = run->history_length;
 
 	if (!protobuf)
 	{
@@ -456,11 +490,11 @@ dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks, in
 	queue = dex_existing_queue(args->queue_name, NULL);
 	dex_check_queue_use(&queue);
 	*queue_id = queue.id;
-	dex_queue_wait_begin(queue.id);
+	dex_queue_wait_begin(queue.id, dex_worker_hash(args->worker_id));
 
 	leases = read_leases(queue.is_workflow, lease_tasks(&queue, args));
 	if (queue.is_workflow && leases.n > 0)
-		runs = load_workflow_runs(&leases);
+		runs = load_workflow_runs(&leases, args);
 	*tasks = palloc(sizeof(Datum) * Max(leases.n, 1));
 	for (uint64 i = 0; i < leases.n; i++)
 	{
@@ -494,7 +528,7 @@ static Datum
 poll_tasks(FunctionCallInfo fcinfo, bool protobuf)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	PollArgs	args = read_poll_args(fcinfo);
+	PollArgs	args = read_poll_args(fcinfo, 4);
 	DexQueue	queue;
 	Leases		leases;
 	HTAB	   *runs = NULL;
@@ -508,7 +542,7 @@ poll_tasks(FunctionCallInfo fcinfo, bool protobuf)
 
 	leases = read_leases(queue.is_workflow, lease_tasks(&queue, &args));
 	if (queue.is_workflow && leases.n > 0)
-		runs = load_workflow_runs(&leases);
+		runs = load_workflow_runs(&leases, &args);
 	put_tasks(rsinfo, &queue, &leases, runs, args.worker_id, protobuf);
 
 	dex_stat_poll(queue.id, tuplestore_tuple_count(rsinfo->setResult));

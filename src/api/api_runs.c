@@ -257,28 +257,37 @@ static DexPlan history_plan = {
 	1, {UUIDOID}
 };
 
+/*
+ * The run's history batches in SPI_tuptable (sequence, events), in order; an
+ * error if the run does not exist or its queue is not one the caller may use.
+ */
+static void
+read_history(pg_uuid_t *run_id)
+{
+	Datum		values[1] = {UUIDPGetDatum(run_id)};
+
+	dex_spi_exec(&run_exists_plan, values, NULL, 1);
+	if (SPI_processed == 0 || !dex_may_use_queue_id((int32) dex_spi_getint64(0, 1)))
+		dex_no_such_run(run_id);
+	dex_spi_exec(&history_plan, values, NULL, 0);
+}
+
 static Datum
 run_history(PG_FUNCTION_ARGS)
 {
 	pg_uuid_t  *run_id;
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	Datum		values[1];
 	MemoryContext per_query;
 	MemoryContext old;
 
 	/* not STRICT: a null run id is an error, as everywhere else */
 	dex_arg_not_null(fcinfo, 0, "run id");
 	run_id = PG_GETARG_UUID_P(0);
-	values[0] = UUIDPGetDatum(run_id);
 	InitMaterializedSRF(fcinfo, 0);
 	per_query = rsinfo->econtext->ecxt_per_query_memory;
 
 	SPI_connect();
-	dex_spi_exec(&run_exists_plan, values, NULL, 1);
-	if (SPI_processed == 0 || !dex_may_use_queue_id((int32) dex_spi_getint64(0, 1)))
-		dex_no_such_run(run_id);
-
-	dex_spi_exec(&history_plan, values, NULL, 0);
+	read_history(run_id);
 	for (uint64 row = 0; row < SPI_processed; row++)
 	{
 		int32		sequence = (int32) dex_spi_getint64(row, 1);
@@ -304,6 +313,26 @@ run_history(PG_FUNCTION_ARGS)
 	}
 	SPI_finish();
 	return (Datum) 0;
+}
+
+/*
+ * dex.run_history_pb(run_id) returns bytea: the whole history as one encoded
+ * dex.v1.EventBatch (its stored batches, concatenated): what a worker that
+ * no longer holds a run's state reads when a task left the history out.
+ */
+static Datum
+run_history_pb(PG_FUNCTION_ARGS)
+{
+	pg_uuid_t  *run_id;
+	bytea	   *out;
+
+	dex_arg_not_null(fcinfo, 0, "run id");
+	run_id = PG_GETARG_UUID_P(0);
+	SPI_connect();
+	read_history(run_id);
+	out = dex_spi_concat_bytea(0, SPI_processed, 2);
+	SPI_finish();
+	PG_RETURN_BYTEA_P(out);
 }
 
 /* ----------------------------------------------------------------
@@ -836,6 +865,7 @@ list_runs(PG_FUNCTION_ARGS)
 DEX_API_ENTRY_POINT(dex_create_run, create_run);
 DEX_API_ENTRY_POINT(dex_create_runs, create_runs);
 DEX_API_ENTRY_POINT(dex_run_history, run_history);
+DEX_API_ENTRY_POINT(dex_run_history_pb, run_history_pb);
 DEX_API_ENTRY_POINT(dex_send_external_event, send_external_event_to_run);
 DEX_API_ENTRY_POINT(dex_send_external_event_to_instance, send_external_event_to_instance);
 DEX_API_ENTRY_POINT(dex_cancel_run, cancel_run);

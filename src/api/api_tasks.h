@@ -53,8 +53,9 @@ typedef struct DexPollArgs
 	char	   *worker_id;
 	int32		max_tasks;
 	Interval   *lease;
+	bool		worker_cache;	/* the worker keeps run states: incremental histories */
 } DexPollArgs;
-extern DexPollArgs dex_read_poll_args(FunctionCallInfo fcinfo);
+extern DexPollArgs dex_read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg);
 extern int	dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks,
 								   int32 *queue_id);
 

@@ -68,7 +68,7 @@ look_at_queue(const char *queue_name, DexQueue *queue, bool *ready)
 	*queue = dex_existing_queue(queue_name, NULL);
 	dex_check_queue_use(queue);
 
-	dex_queue_wait_begin(queue->id);
+	dex_queue_wait_begin(queue->id, 0);
 	values[0] = Int32GetDatum(queue->id);
 	*ready = false;
 	if (dex_queue_room(queue, false) > 0)
@@ -568,7 +568,7 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 	bool		result_null[1] = {false};
 
 	require_nonatomic_call(fcinfo, protobuf ? "poll_tasks_wait_pb" : "poll_tasks_wait");
-	look.args = dex_read_poll_args(fcinfo);
+	look.args = dex_read_poll_args(fcinfo, 6);
 	/*
 	 * The arguments are used after the commits below: the lease is copied
 	 * here (a cast of a bound parameter is evaluated in memory that a commit

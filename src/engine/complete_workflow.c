@@ -278,6 +278,21 @@ load_shown_events(DexWorkflowCompletion *items, int n, HTAB *runs)
 	return n_done;
 }
 
+/*
+ * Incremental histories (shmem/run_cache.c): the worker that completed the
+ * task holds the run's state at its new history length, while the run goes
+ * on; a run that starts over or ends is held by nobody.  The run is locked.
+ */
+static void
+note_run_holder(const DexWorkflowCompletion *item, const DexAppliedTask *task, const DexRun *run)
+{
+	if (task->new_status == NULL && !task->continued && item->worker_id != NULL)
+		dex_run_holder_set(item->run_id, item->worker_id,
+						   run->history_length + (int32) task->n_events);
+	else
+		dex_run_holder_forget(item->run_id);
+}
+
 /* Apply: each task that is done, into the rows of the batch */
 static void
 apply_tasks(DexWorkflowCompletion *items, int n, HTAB *runs, DexBatchRows *rows)
@@ -295,6 +310,7 @@ apply_tasks(DexWorkflowCompletion *items, int n, HTAB *runs, DexBatchRows *rows)
 				 dex_uuid_to_cstring(items[i].run_id));
 		dex_apply_workflow_task(&task, &items[i], run, rows);
 		dex_batch_rows_add_task(rows, &items[i], &task);
+		note_run_holder(&items[i], &task, run);
 		dex_stat_add(run->queue_id, DEX_STAT_TASKS_COMPLETED, 1);
 	}
 }

@@ -87,6 +87,7 @@ typedef struct DexRun
 	char	   *origin;			/* "RESTART" or "RESET" */
 	int64		history_bytes;	/* encoded size of its history (1.4) */
 	bytea	   *history;		/* dex_load_histories: one encoded EventBatch */
+	bool		history_omitted;	/* a poll leaves it out: the worker holds the run */
 	int			n_inbox;		/* dex_load_inbox: encoded WorkflowEvents */
 	bytea	  **inbox;
 } DexRun;

@@ -152,7 +152,7 @@ static DexPlan ensure_tasks_plan = {
 	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id) "
 	"AND (r.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM dex.concurrency_wait w "
 	"     WHERE w.key = r.concurrency_key AND w.run_id = r.id)) "
-	"ORDER BY r.id ON CONFLICT DO NOTHING RETURNING queue_id",
+	"ORDER BY r.id ON CONFLICT DO NOTHING RETURNING queue_id, run_id",
 	1, {UUIDARRAYOID}
 };
 
@@ -166,6 +166,6 @@ dex_ensure_workflow_tasks(Datum run_ids)
 	Datum		values[1] = {run_ids};
 
 	dex_spi_exec(&ensure_tasks_plan, values, NULL, 0);
-	dex_queue_work_added_spi(1);
+	dex_queue_run_tasks_added_spi(1, 2);
 	dex_stat_count_spi(DEX_STAT_TASKS_CREATED, 1);
 }

@@ -108,6 +108,7 @@ dex_load_runs(Datum ids, bool lock)
 		run->origin = dex_spi_gettext_copy(i, 21);
 		run->history_bytes = dex_spi_getint64(i, 22);
 		run->history = NULL;
+		run->history_omitted = false;
 		run->n_inbox = 0;
 		run->inbox = NULL;
 	}
@@ -142,29 +143,13 @@ dex_load_histories(HTAB *runs, Datum ids)
 		bool		isnull;
 		pg_uuid_t  *id = DatumGetUUIDP(dex_spi_getdatum(start, 1, &isnull));
 		uint64		end = start;
-		Size		total = 0;
 		DexRun	   *run = dex_find_run(runs, id);
-		char	   *p;
 
 		while (end < SPI_processed &&
 			   memcmp(DatumGetUUIDP(dex_spi_getdatum(end, 1, &isnull)), id, UUID_LEN) == 0)
-		{
-			total += VARSIZE_ANY_EXHDR(DatumGetByteaPP(dex_spi_getdatum(end, 2, &isnull)));
 			end++;
-		}
 		if (run != NULL)
-		{
-			run->history = SPI_palloc(VARHDRSZ + total);
-			SET_VARSIZE(run->history, VARHDRSZ + total);
-			p = VARDATA(run->history);
-			for (uint64 i = start; i < end; i++)
-			{
-				bytea	   *b = DatumGetByteaPP(dex_spi_getdatum(i, 2, &isnull));
-
-				memcpy(p, VARDATA_ANY(b), VARSIZE_ANY_EXHDR(b));
-				p += VARSIZE_ANY_EXHDR(b);
-			}
-		}
+			run->history = dex_spi_concat_bytea(start, end, 2);
 		start = end;
 	}
 }

@@ -35,7 +35,9 @@ extern void dex_warn_if_not_preloaded(const char *what);
 extern void dex_queue_tasks_added(int32 queue_id, int64 tasks);
 extern void dex_queue_work_added(int32 queue_id);
 extern void dex_queue_work_added_spi(int col);
-extern void dex_queue_wait_begin(int32 queue_id);
+extern void dex_queue_run_task_added(int32 queue_id, const pg_uuid_t *run_id);
+extern void dex_queue_run_tasks_added_spi(int queue_col, int run_col);
+extern void dex_queue_wait_begin(int32 queue_id, uint32 worker);
 extern bool dex_queue_wait(long timeout_ms);
 extern bool dex_queue_wait_end(void);
 extern void dex_queue_pass_wakeup_on(int32 queue_id);
@@ -43,6 +45,14 @@ extern void dex_runs_ended(Datum run_ids);
 extern void dex_run_waiter(bool begin);
 extern uint64 dex_run_generation(const pg_uuid_t *run_id);
 extern bool dex_runs_wait(const pg_uuid_t *run_ids, const uint64 *generations, int n, long timeout_ms);
+
+/* run_cache.c: which worker holds each run's state */
+extern Size dex_run_cache_shmem_size(void);
+extern void dex_run_cache_shmem_startup(void);
+extern uint32 dex_worker_hash(const char *worker_id);
+extern void dex_run_holder_set(const pg_uuid_t *run_id, const char *worker_id, int32 history_length);
+extern void dex_run_holder_forget(const pg_uuid_t *run_id);
+extern uint32 dex_run_holder(const pg_uuid_t *run_id, int32 history_length);
 
 /* stats.c: the counters of dex.stat_counters(), per (database, queue) */
 typedef enum DexStatCounter

@@ -94,6 +94,7 @@ typedef struct DexQueueWaiter
 	bool		woken;			/* a commit made a task pollable for it */
 	Oid			dbid;
 	int32		queue_id;
+	uint32		worker;			/* dex_worker_hash of its worker id; 0: unknown */
 	Latch	   *latch;
 } DexQueueWaiter;
 
@@ -136,6 +137,15 @@ static PendingQueue pending_queues[MAX_PENDING_SLOTS];
 static int	n_pending_queues = 0;
 static bool pending_all_queues = false;	/* too many: wake every waiter */
 
+/* of those tasks, the ones whose run a known worker holds (run_cache.c) */
+typedef struct PendingHolder
+{
+	int32		queue_id;
+	uint32		worker;
+} PendingHolder;
+static PendingHolder pending_holders[MAX_PENDING_SLOTS];
+static int	n_pending_holders = 0;
+
 /* this backend's entry in the queue waiters' table, while it waits */
 static DexQueueWaiter *my_waiter = NULL;
 
@@ -150,6 +160,7 @@ void
 dex_shmem_request(void)
 {
 	RequestAddinShmemSpace(MAXALIGN(DEX_SHARED_SIZE(MaxBackends)));
+	RequestAddinShmemSpace(dex_run_cache_shmem_size());
 	dex_stats_shmem_request();
 }
 
@@ -188,6 +199,7 @@ dex_shmem_startup(void)
 		}
 	}
 	dex_stats_shmem_startup();
+	dex_run_cache_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -444,11 +456,61 @@ wake_slot(DexWaitSlot *s)
 	ConditionVariableBroadcast(&s->cv);
 }
 
+/* The pending queue entry of a queue, or NULL */
+static PendingQueue *
+pending_queue(int32 queue_id)
+{
+	for (int i = 0; i < n_pending_queues; i++)
+		if (pending_queues[i].queue_id == queue_id)
+			return &pending_queues[i];
+	return NULL;
+}
+
+/*
+ * Sticky wake-ups: a task whose run a worker holds (it completed the run's
+ * last workflow task, run_cache.c) wakes that worker if it waits on the
+ * queue, so that the task finds the run's state in its cache and leaves the
+ * history out.  It counts as one of the queue's wake-ups.  A worker that
+ * does not wait is not waited for: the task goes to whoever is woken.
+ */
+static int
+wake_holders(Latch **latches)
+{
+	int			n = 0;
+
+	SpinLockAcquire(&dex_shared->waiters_mutex);
+	for (int h = 0; h < n_pending_holders; h++)
+	{
+		PendingHolder *ph = &pending_holders[h];
+		PendingQueue *p = pending_queue(ph->queue_id);
+
+		if (!pending_all_queues && (p == NULL || p->tasks == 0))
+			continue;
+		for (int i = 0; i < dex_shared->n_waiter_entries; i++)
+		{
+			DexQueueWaiter *w = &dex_shared->waiters[i];
+
+			if (!w->waiting || w->woken || w->dbid != MyDatabaseId ||
+				w->queue_id != ph->queue_id || w->worker != ph->worker)
+				continue;
+			w->woken = true;
+			latches[n++] = w->latch;
+			if (p != NULL && p->tasks > 0)
+				p->tasks--;
+			break;
+		}
+	}
+	SpinLockRelease(&dex_shared->waiters_mutex);
+	n_pending_holders = 0;
+	return n;
+}
+
 /*
  * After the commit of a transaction that made tasks pollable: wake, for each
  * of its queues, as many of the queue's waiters not woken yet as it made
- * tasks (every one when not counted).  A waiter enters the table before it
- * looks for work, so one that did not see this commit is in it by now.
+ * tasks (every one when not counted), the holders of their runs first.  A
+ * waiter enters the table before it looks for work, so one that did not see
+ * this commit is in it by now.
  */
 static void
 wake_pending_queues(void)
@@ -457,9 +519,17 @@ wake_pending_queues(void)
 	int			n_latches = 0;
 	bool		more = true;
 
+	StaticAssertStmt(MAX_PENDING_SLOTS <= lengthof(latches), "holders' latches fit");
 	pg_memory_barrier();
 	if (dex_shared == NULL || pg_atomic_read_u32(&dex_shared->queue_waiters) == 0)
 		more = false;
+	else if (n_pending_holders > 0)
+	{
+		n_latches = wake_holders(latches);
+		for (int i = 0; i < n_latches; i++)
+			SetLatch(latches[i]);
+		n_latches = 0;
+	}
 	while (more)
 	{
 		/* at most 64 latches per pass over the table, set outside the lock */
@@ -492,6 +562,7 @@ wake_pending_queues(void)
 	}
 	n_pending_queues = 0;
 	pending_all_queues = false;
+	n_pending_holders = 0;
 }
 
 /*
@@ -546,6 +617,7 @@ dex_xact_callback(XactEvent event, void *arg)
 			pending_launcher_wake = false;
 			n_pending_queues = 0;
 			pending_all_queues = false;
+			n_pending_holders = 0;
 			n_pending_run_slots = 0;
 			pending_all_run_slots = false;
 			break;
@@ -631,6 +703,40 @@ dex_queue_work_added_spi(int col)
 {
 	for (uint64 i = 0; i < SPI_processed; i++)
 		dex_queue_work_added((int32) dex_spi_getint64(i, col));
+}
+
+/*
+ * A workflow task of the run made pollable on the queue: as
+ * dex_queue_work_added, and the worker that holds the run, if one does and
+ * is waiting then, is the one woken.
+ */
+void
+dex_queue_run_task_added(int32 queue_id, const pg_uuid_t *run_id)
+{
+	uint32		worker;
+
+	dex_queue_work_added(queue_id);
+	if (n_pending_holders == MAX_PENDING_SLOTS || dex_shared == NULL ||
+		pg_atomic_read_u32(&dex_shared->queue_waiters) == 0)
+		return;
+	worker = dex_run_holder(run_id, -1);
+	if (worker == 0)
+		return;
+	pending_holders[n_pending_holders].queue_id = queue_id;
+	pending_holders[n_pending_holders++].worker = worker;
+}
+
+/* dex_queue_run_task_added for each row of the current SPI result: queue and run in columns */
+void
+dex_queue_run_tasks_added_spi(int queue_col, int run_col)
+{
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		bool		isnull;
+
+		dex_queue_run_task_added((int32) dex_spi_getint64(i, queue_col),
+								 DatumGetUUIDP(dex_spi_getdatum(i, run_col, &isnull)));
+	}
 }
 
 static void
@@ -828,7 +934,7 @@ queue_wait_at_exit(int code, Datum arg)
  * a commit that makes a task pollable from here on may wake this backend.
  */
 void
-dex_queue_wait_begin(int32 queue_id)
+dex_queue_wait_begin(int32 queue_id, uint32 worker)
 {
 	static bool exit_callback = false;
 
@@ -846,6 +952,7 @@ dex_queue_wait_begin(int32 queue_id)
 	SpinLockAcquire(&dex_shared->waiters_mutex);
 	my_waiter->dbid = MyDatabaseId;
 	my_waiter->queue_id = queue_id;
+	my_waiter->worker = worker;
 	my_waiter->latch = MyLatch;
 	my_waiter->woken = false;
 	my_waiter->waiting = true;

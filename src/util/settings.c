@@ -33,6 +33,7 @@ int			dex_max_payload_size = 1024 * 1024;
 int			dex_retention_period_s = 7 * 24 * 3600;
 int			dex_retention_batch_size = 1000;
 int			dex_maintenance_naptime_ms = 60000;
+int			dex_worker_cache_runs = 65536;
 
 bool		dex_allow_drop_with_runs = false;
 
@@ -90,6 +91,14 @@ dex_define_settings(void)
 							&dex_max_workflow_task_failures,
 							10, 0, 1000000,
 							PGC_USERSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.worker_cache_runs",
+							"How many runs the server remembers the worker of, for incremental histories.",
+							"Per run, the worker that completed its last workflow task (32 bytes of shared memory each); "
+							"0 turns incremental histories off.",
+							&dex_worker_cache_runs,
+							65536, 0, 16 * 1024 * 1024,
+							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("dex.max_history_events",
 							"Most events a run's history may hold; a workflow task that would go past it fails the run.",

@@ -195,6 +195,33 @@ dex_spi_gettext_copy(int row, int col)
 }
 
 /*
+ * The bytea values of column col in rows start to end - 1 of the current SPI
+ * result, concatenated, in memory that outlives SPI_finish (SPI_palloc).
+ */
+bytea *
+dex_spi_concat_bytea(uint64 start, uint64 end, int col)
+{
+	Size		total = 0;
+	bytea	   *out;
+	char	   *p;
+	bool		isnull;
+
+	for (uint64 i = start; i < end; i++)
+		total += VARSIZE_ANY_EXHDR(DatumGetByteaPP(dex_spi_getdatum(i, col, &isnull)));
+	out = SPI_palloc(VARHDRSZ + total);
+	SET_VARSIZE(out, VARHDRSZ + total);
+	p = VARDATA(out);
+	for (uint64 i = start; i < end; i++)
+	{
+		bytea	   *b = DatumGetByteaPP(dex_spi_getdatum(i, col, &isnull));
+
+		memcpy(p, VARDATA_ANY(b), VARSIZE_ANY_EXHDR(b));
+		p += VARSIZE_ANY_EXHDR(b);
+	}
+	return out;
+}
+
+/*
  * The planner settings every statement of dex is planned with (the file
  * header says why).  The API functions have them as SET clauses in the
  * install script, which must name the same ones; code that cannot have a

@@ -48,6 +48,7 @@ extern char *dex_rows_gettext_copy(DexRows rows, uint64 row, int col);
 /* the same, from the latest statement's result (SPI_tuptable) */
 extern Datum dex_spi_getdatum(int row, int col, bool *isnull);
 extern bool dex_spi_getbool(int row, int col);
+extern bytea *dex_spi_concat_bytea(uint64 start, uint64 end, int col);
 extern int64 dex_spi_getint64(int row, int col);
 extern bool dex_column_exists(const char *table, const char *column);
 extern bytea *dex_spi_getbytea_copy(int row, int col);

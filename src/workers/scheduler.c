@@ -86,7 +86,7 @@ static DexPlan due_events_plan = {
 	"WHERE r.id IN (SELECT run_id FROM due) AND r.status IN ('CREATED', 'RUNNING') "
 	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id) "
 	"ON CONFLICT DO NOTHING "
-	"RETURNING queue_id, (SELECT count(*) FROM batch)",
+	"RETURNING queue_id, (SELECT count(*) FROM batch), run_id",
 	1, {INT4OID}
 };
 
@@ -281,7 +281,7 @@ scheduler_pass(bool *installed)
 
 	/* the dex_*_spi functions read the rows of the latest statement */
 	rows = dex_spi_rows(&due_events_plan, limit, NULL, 0);
-	dex_queue_work_added_spi(1);
+	dex_queue_run_tasks_added_spi(1, 3);
 	dex_stat_count_spi(DEX_STAT_TASKS_CREATED, 1);
 	dex_stat_add(0, DEX_STAT_RUNS_WOKEN, (int64) rows.n);
 	if (rows.n > 0 && dex_rows_getint64(rows, 0, 2) >= BATCH_SIZE)

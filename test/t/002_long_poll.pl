@@ -206,5 +206,48 @@ is($node->safe_psql('postgres', q{
 	 WHERE r.workflow_name = 'in-one-call'}), 't',
 	'its lease starts when it was taken, after the wait, and lasts the whole minute');
 
+# 10. sticky wake-ups: a task of a run wakes, among the queue's waiting
+# workers, the one that completed the run's last workflow task (it holds the
+# run's state), and that worker gets the task without the history
+$node->safe_psql('postgres', q{
+	SELECT dex.create_queue('sk', 'workflow');
+	SELECT dex.create_queue('sk-act', 'activity');
+});
+my $run_sk = $node->safe_psql('postgres', q{SELECT dex.create_run('sticky', 'sk')});
+$node->safe_psql('postgres', q{
+	SELECT dex.complete_task(run_id, 0, lock_version, '[{"id": 1, "scheduleActivity": {"name": "a", "queue": "sk-act"}}]')
+	  FROM dex.poll_tasks('sk', 'holder', 1, '1 min', true)});
+my @sk;
+# the holder enters the waiters' table between others, so that a wake-up of
+# "the first waiter found" would not pick it by chance
+for my $worker ('other-1', 'other-2', 'holder', 'other-3')
+{
+	my ($o, $e) = ('', '');
+	my $hh = IPC::Run::start(
+		[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'),
+		  '-c', "CALL dex.poll_tasks_wait('sk', '$worker', 1, '1 min', '60 s', NULL, true)" ],
+		'>', \$o, '2>', \$e);
+	push @sk, [ $hh, \$o, $worker ];
+	ok($node->poll_query_until('postgres', qq{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE query LIKE 'CALL dex.poll_tasks_wait(''sk'', ''$worker''%' AND wait_event_type = 'Extension'}),
+		"$worker waits on the queue");
+}
+$node->safe_psql('postgres', q{
+	SELECT dex.complete_task(run_id, task_id, lock_version, '{"json": "1"}') FROM dex.poll_tasks('sk-act', 'a')});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 3 FROM pg_stat_activity
+	 WHERE query LIKE 'CALL dex.poll_tasks_wait(''sk''%' AND wait_event_type = 'Extension'}),
+	'the activity\'s completion wakes one waiting worker');
+is($node->safe_psql('postgres', qq{SELECT locked_by FROM dex.workflow_task WHERE run_id = '$run_sk'}),
+	'holder', 'the one that holds the run');
+$sk[2][0]->finish;
+like(${ $sk[2][1] }, qr/"historyOmitted": 5/, 'and its task leaves out the 5 events it has seen');
+unlike(${ $sk[2][1] }, qr/"history":/, 'it carries no history');
+$node->safe_psql('postgres', q{SELECT count(*) FROM dex.create_runs('rest', 'sk', '{1, 2, 3}')});
+$_->[0]->finish for @sk[0, 1, 3];
+is(join(',', map { ${ $_->[1] } =~ /"workflowName": "rest"/ ? 'rest' : 'none' } @sk[0, 1, 3]), 'rest,rest,rest',
+	'the other workers get new runs');
+
 $node->stop;
 done_testing();

@@ -1,6 +1,6 @@
 # Upgrades: install dex 1.0, leave runs in flight (an activity leased, a timer
 # pending, a wait for an event), ALTER EXTENSION dex UPDATE to 1.1, finish
-# them, then UPDATE to 1.2, 1.3 and to the default version (1.4); the updated database then has
+# them, then UPDATE to 1.2, 1.3, 1.4 and to the default version (1.5); the updated database then has
 # exactly the objects of a fresh install (functions with their definitions,
 # rights and comments, tables, columns, indexes, constraints, views, grants,
 # what pg_dump dumps of the extension's tables).
@@ -123,9 +123,9 @@ is($node->safe_psql('postgres', qq{SELECT status FROM dex.workflow_run WHERE id 
 	'TERMINATED', 'under 1.3 a run started before the update can be terminated');
 
 # 1.4: a run started under 1.3 is restarted after the update, a new one is delayed
-$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE TO '1.4'});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
-	'1.4', 'dex is updated to the default version, 1.4');
+	'1.4', 'dex is updated to 1.4');
 my $run_f = $node->safe_psql('postgres', qq{SELECT dex.restart_run('$run_e')});
 is($node->safe_psql('postgres', qq{SELECT r.workflow_name || ' ' || r.origin || ' ' || (r.origin_run_id = '$run_e')
 	FROM dex.workflow_run r WHERE r.id = '$run_f'}),
@@ -134,6 +134,22 @@ my $run_g = $node->safe_psql('postgres',
 	q{SELECT dex.create_run('later', 'wf', start_at => now() + interval '1 hour')});
 is($node->safe_psql('postgres', qq{SELECT status FROM dex.workflow_run WHERE id = '$run_g'}),
 	'DELAYED', 'under 1.4 a run can be delayed');
+
+# 1.5: a run whose workflow task a worker completed under 1.4 (polls without
+# worker_cache) leaves its history out for that worker after the update
+my $run_h = $node->safe_psql('postgres', q{SELECT dex.create_run('incremental', 'wf')});
+$node->safe_psql('postgres', qq{
+	SELECT dex.complete_task(run_id, 0, lock_version, '[{"id": 1, "startTimer": {"delay": "0.01s"}}]')
+	  FROM dex.poll_tasks('wf', 'w-inc', 10) WHERE run_id = '$run_h'});
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
+	'1.5', 'dex is updated to the default version, 1.5');
+ok($node->poll_query_until('postgres', qq{SELECT count(*) = 1 FROM dex.workflow_task WHERE run_id = '$run_h'}),
+	'the timer of the run fires');
+is($node->safe_psql('postgres', qq{
+	SELECT (task->>'historyOmitted') || ' of ' || (task->>'historyLength')
+	  FROM dex.poll_tasks('wf', 'w-inc', 10, '1 min', worker_cache => true) WHERE run_id = '$run_h'}),
+	'5 of 5', 'under 1.5 the worker that completed its task under 1.4 gets it without the history');
 
 # the updated schema is the fresh schema
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
@@ -183,7 +199,8 @@ my %in_f = map { $_ => 1 } @f;
 ok(@f > 100, 'the catalog comparison sees the schema (' . scalar(@f) . ' objects)');
 
 # the same for every released version updated straight to the current one:
-# "postgres" came from 1.0 through 1.1, 1.2 and 1.3; "from_1_1" starts at 1.1, "from_1_3" at 1.3
+# "postgres" came from 1.0 through 1.1, 1.2, 1.3 and 1.4; "from_1_1" starts at 1.1, "from_1_3" at
+# 1.3, "from_1_4" at 1.4
 $node->safe_psql('postgres', 'CREATE DATABASE from_1_1');
 $node->safe_psql('from_1_1', q{CREATE EXTENSION dex VERSION '1.1'; SELECT dex.create_queue('wf', 'workflow');
 	SELECT dex.create_run('w', 'wf', instance_id => 'i', concurrency_key => 'k'); ALTER EXTENSION dex UPDATE});
@@ -199,7 +216,10 @@ is($node->safe_psql('from_1_3', q{SELECT parent_close_policy FROM dex.workflow_r
 $node->safe_psql('from_1_3', q{SELECT dex.terminate_run(id) FROM dex.workflow_run WHERE workflow_name = 'w'});
 is($node->safe_psql('from_1_3', q{SELECT status FROM dex.workflow_run WHERE workflow_name = 'kid'}),
 	'CANCELLED', 'and when its parent ends it is cancelled (not yet executing: at once), not terminated');
-for my $db ('postgres', 'from_1_1', 'from_1_3')
+$node->safe_psql('postgres', 'CREATE DATABASE from_1_4');
+$node->safe_psql('from_1_4', q{CREATE EXTENSION dex VERSION '1.4'; SELECT dex.create_queue('wf', 'workflow');
+	SELECT dex.create_run('w', 'wf'); ALTER EXTENSION dex UPDATE});
+for my $db ('postgres', 'from_1_1', 'from_1_3', 'from_1_4')
 {
 	my @u = split /\n/, $node->safe_psql($db, $catalog);
 	my %in_u = map { $_ => 1 } @u;

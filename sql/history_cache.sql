@@ -1,0 +1,100 @@
+--
+-- history_cache: incremental histories (dex 1.5).  A worker that polls with
+-- worker_cache => true gets a workflow task without the history when it
+-- completed the run's previous workflow task, and the run's history has not
+-- changed since; any other case gets the whole history.
+--
+SELECT dex.create_queue('hc-wf', 'workflow'), dex.create_queue('hc-act', 'activity');
+
+-- What a workflow task shows: its history length, how much of it it left out,
+-- how many history and new events it carries, and its new events' kinds.
+CREATE FUNCTION pg_temp.shown(task jsonb) RETURNS text LANGUAGE sql AS $$
+SELECT format('length %s, omitted %s, history %s, new %s: %s',
+              coalesce(task->>'historyLength', '0'), coalesce(task->>'historyOmitted', '0'),
+              jsonb_array_length(coalesce(task->'history', '[]')),
+              jsonb_array_length(task->'newEvents'),
+              (SELECT string_agg((SELECT k FROM jsonb_object_keys(e) k
+                                   WHERE k NOT IN ('eventId', 'timestamp') LIMIT 1), ' ')
+                 FROM jsonb_array_elements(task->'newEvents') e))
+$$;
+-- complete the run's pending activity (one at a time), as an activity worker would
+CREATE FUNCTION pg_temp.run_activity() RETURNS void LANGUAGE sql AS $$
+SELECT dex.complete_task(run_id, task_id, lock_version, '{"json": "1"}')
+  FROM dex.poll_tasks('hc-act', 'hc-a');
+$$;
+
+SELECT dex.create_run('long', 'hc-wf', '0') AS r \gset
+
+-- 1. the first task has no history to leave out
+SELECT lock_version AS v, pg_temp.shown(task) FROM dex.poll_tasks('hc-wf', 'w1', 1, '1 min', true) \gset
+\echo :shown
+SELECT dex.complete_task(:'r', 0, :v, '[{"id": 1, "scheduleActivity": {"name": "step", "queue": "hc-act"}}]');
+SELECT pg_temp.run_activity();
+
+-- 2. w1 completed the last task: the next one leaves out the 5 events w1 has seen
+SELECT lock_version AS v, pg_temp.shown(task) FROM dex.poll_tasks('hc-wf', 'w1', 1, '1 min', true) \gset
+\echo :shown
+SELECT dex.complete_task(:'r', 0, :v, '[{"id": 2, "scheduleActivity": {"name": "step", "queue": "hc-act"}}]');
+SELECT pg_temp.run_activity();
+
+-- 3. without worker_cache, the same worker gets the whole history
+BEGIN;
+SELECT pg_temp.shown(task) FROM dex.poll_tasks('hc-wf', 'w1', 1, '1 min');
+ROLLBACK;
+-- and so does another worker with worker_cache
+BEGIN;
+SELECT pg_temp.shown(task) FROM dex.poll_tasks('hc-wf', 'w2', 1, '1 min', true);
+ROLLBACK;
+
+-- 4. the protobuf form: history_omitted, no history
+BEGIN;
+SELECT pg_temp.shown(dex.to_json('dex.v1.WorkflowTask', task))
+  FROM dex.poll_tasks_pb('hc-wf', 'w1', 1, '1 min', true);
+ROLLBACK;
+
+-- 5. a worker that lost the run's state reads the history the task left out:
+-- dex.run_history_pb is the whole history, as one dex.v1.EventBatch
+SELECT jsonb_array_length(dex.to_json('dex.v1.EventBatch', dex.run_history_pb(:'r'))->'events') AS events,
+       (SELECT count(*) FROM dex.run_history(:'r')) AS run_history;
+SELECT dex.to_json('dex.v1.EventBatch', dex.run_history_pb(:'r'))->'events'
+       = (SELECT jsonb_agg(event ORDER BY sequence) FROM dex.run_history(:'r')) AS same_events;
+
+-- 6. a completion that rolls back leaves nothing w1 could use: the next task
+-- is the whole history (w1 polls again once its short lease has expired)
+SELECT lock_version AS v, pg_temp.shown(task) FROM dex.poll_tasks('hc-wf', 'w1', 1, '100 ms', true) \gset
+\echo :shown
+BEGIN;
+SELECT dex.complete_task(:'r', 0, :v, '[{"id": 3, "scheduleActivity": {"name": "step", "queue": "hc-act"}}]');
+ROLLBACK;
+SELECT pg_sleep(0.2);
+SELECT lock_version AS v, pg_temp.shown(task) FROM dex.poll_tasks('hc-wf', 'w1', 1, '1 min', true) \gset
+\echo :shown
+SELECT dex.complete_task(:'r', 0, :v, '[{"id": 3, "scheduleActivity": {"name": "step", "queue": "hc-act"}}]');
+SELECT pg_temp.run_activity();
+
+-- 7. an operator's suspension and resumption reach the run as new events, as
+-- everything else does: the history is still the one w1 left
+SELECT dex.suspend_run(:'r', 'a look'), dex.resume_run(:'r', 'looked');
+SELECT lock_version AS v, pg_temp.shown(task) FROM dex.poll_tasks('hc-wf', 'w1', 1, '1 min', true) \gset
+\echo :shown
+
+-- 8. continue-as-new starts the history over: the next task has the whole
+-- (new) history, even for the worker that continued it
+SELECT dex.complete_task(:'r', 0, :v, '[{"continueAsNew": {"argument": {"json": "1"}}}]');
+SELECT lock_version AS v, pg_temp.shown(task) FROM dex.poll_tasks('hc-wf', 'w1', 1, '1 min', true) \gset
+\echo :shown
+SELECT dex.complete_task(:'r', 0, :v, '[{"id": 1, "startTimer": {"delay": "0.001s"}}]');
+
+-- 9. dex.poll_tasks_wait takes worker_cache too (after the INOUT tasks)
+-- (the timer fires in the scheduler, which wakes this worker)
+CALL dex.poll_tasks_wait('hc-wf', 'w1', 1, '1 min', '30 s', NULL, true) \gset
+SELECT pg_temp.shown((:'tasks'::jsonb)->0);
+
+-- bad input: a null worker_cache is false
+SELECT dex.create_run('other', 'hc-wf', '0') AS r2 \gset
+SELECT lock_version AS v FROM dex.poll_tasks('hc-wf', 'w1', 1, '1 min', true) \gset
+SELECT dex.complete_task(:'r2', 0, :v, '[{"id": 1, "scheduleActivity": {"name": "step", "queue": "hc-act"}}]');
+SELECT pg_temp.run_activity();
+SELECT pg_temp.shown(task) FROM dex.poll_tasks('hc-wf', 'w1', 1, '1 min', NULL);
+SELECT dex.run_history_pb(NULL);
+SELECT dex.run_history_pb('00000000-0000-0000-0000-000000000000');
