@@ -304,34 +304,46 @@ drop_tasks_of_ended_runs(HTAB *runs, Leased *leased, uint64 n)
 }
 
 /*
- * Incremental histories: with worker_cache, a run whose last workflow task
- * this worker completed, at the history length the run still has, needs no
- * history (shmem/run_cache.c).  The ids of the runs whose history is to be
- * loaded; NULL if none.
+ * The histories of the leased workflow tasks' runs.  Incremental histories:
+ * with worker_cache, a run whose last workflow task this worker completed,
+ * at the history length the run still has, needs only the batch that
+ * completion recorded (shmem/run_cache.c); the history before it is left
+ * out.  At most two statements: whole histories, and tails.
  */
-static Datum
-runs_needing_history(HTAB *runs, pg_uuid_t **run_ids, int n, const PollArgs *args)
+static void
+load_task_histories(HTAB *runs, pg_uuid_t **run_ids, int n, const PollArgs *args)
 {
 	uint32		worker = args->worker_cache ? dex_worker_hash(args->worker_id) : 0;
-	int			needed = 0;
+	pg_uuid_t **tail_ids = palloc(sizeof(pg_uuid_t *) * Max(n, 1));
+	ArrayBuildState *seen = initArrayResult(INT4OID, CurrentMemoryContext, false);
+	int			n_whole = 0;
 
 	for (int i = 0; i < n; i++)
 	{
 		DexRun	   *run = dex_find_run(runs, run_ids[i]);
+		int32		history_seen = 0;
 
-		if (run != NULL && worker != 0 && run->history_length > 0 &&
-			dex_run_holder(run_ids[i], run->history_length) == worker)
-			run->history_omitted = true;
+		if (run != NULL && worker != 0 &&
+			dex_run_holder(run_ids[i], run->history_length, &history_seen) == worker &&
+			history_seen > 0)
+		{
+			run->history_omitted = history_seen;
+			tail_ids[seen->nelems] = run_ids[i];
+			dex_array_add(seen, Int32GetDatum(history_seen), false);
+		}
 		else
-			run_ids[needed++] = run_ids[i];
+			run_ids[n_whole++] = run_ids[i];
 	}
-	return needed == 0 ? (Datum) 0 : dex_uuid_array(run_ids, needed);
+	if (n_whole > 0)
+		dex_load_histories(runs, dex_uuid_array(run_ids, n_whole), (Datum) 0);
+	if (seen->nelems > 0)
+		dex_load_histories(runs, dex_uuid_array(tail_ids, seen->nelems), dex_array_result(seen));
 }
 
 /*
  * Everything the leased workflow tasks show, in three statements for the
- * whole batch: their runs, histories (those the worker does not hold) and
- * inbox events.
+ * whole batch (four with both whole and incremental histories): their runs,
+ * histories and inbox events.
  */
 static HTAB *
 load_workflow_runs(Leases *leases, const PollArgs *args)
@@ -344,9 +356,7 @@ load_workflow_runs(Leases *leases, const PollArgs *args)
 		run_ids[i] = leases->tasks[i].run_id;
 	ids = dex_uuid_array(run_ids, (int) leases->n);
 	runs = dex_load_runs(ids, false);
-	ids = runs_needing_history(runs, run_ids, (int) leases->n, args);
-	if (ids != (Datum) 0)
-		dex_load_histories(runs, ids);
+	load_task_histories(runs, run_ids, (int) leases->n, args);
 	dex_load_inbox(runs, dex_array_result(leases->inbox_runs),
 				   dex_array_result(leases->inbox_ids), false);
 	drop_tasks_of_ended_runs(runs, leases->tasks, leases->n);
@@ -375,8 +385,7 @@ workflow_task_datum(Leased *t, DexRun *run, const char *queue_name, const char *
 	task.locked_until = dex_pb_timestamp(t->locked_until);
 	task.status = dex_run_status_enum(run->status);
 	task.history_length = run->history_length;
-	if (run->history_omitted)
-		task.history_omitted = run->history_length;
+	task.history_omitted = run->history_omitted;
 
 	if (!protobuf)
 	{

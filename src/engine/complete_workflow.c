@@ -280,14 +280,15 @@ load_shown_events(DexWorkflowCompletion *items, int n, HTAB *runs)
 
 /*
  * Incremental histories (shmem/run_cache.c): the worker that completed the
- * task holds the run's state at its new history length, while the run goes
- * on; a run that starts over or ends is held by nobody.  The run is locked.
+ * task holds the run's state: it saw the history the task showed, and its
+ * batch follows; while the run goes on.  A run that starts over or ends is
+ * held by nobody.  The run is locked.
  */
 static void
 note_run_holder(const DexWorkflowCompletion *item, const DexAppliedTask *task, const DexRun *run)
 {
 	if (task->new_status == NULL && !task->continued && item->worker_id != NULL)
-		dex_run_holder_set(item->run_id, item->worker_id,
+		dex_run_holder_set(item->run_id, item->worker_id, run->history_length,
 						   run->history_length + (int32) task->n_events);
 	else
 		dex_run_holder_forget(item->run_id);

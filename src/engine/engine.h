@@ -87,7 +87,7 @@ typedef struct DexRun
 	char	   *origin;			/* "RESTART" or "RESET" */
 	int64		history_bytes;	/* encoded size of its history (1.4) */
 	bytea	   *history;		/* dex_load_histories: one encoded EventBatch */
-	bool		history_omitted;	/* a poll leaves it out: the worker holds the run */
+	int32		history_omitted;	/* events at its start a poll leaves out: the worker has them */
 	int			n_inbox;		/* dex_load_inbox: encoded WorkflowEvents */
 	bytea	  **inbox;
 } DexRun;
@@ -95,7 +95,7 @@ typedef struct DexRun
 extern int	dex_schema_1_4(void);
 extern struct HTAB *dex_load_runs(Datum ids, bool lock);
 extern DexRun *dex_find_run(struct HTAB *runs, pg_uuid_t *id);
-extern void dex_load_histories(struct HTAB *runs, Datum ids);
+extern void dex_load_histories(struct HTAB *runs, Datum ids, Datum seen);
 extern void dex_load_inbox(struct HTAB *runs, Datum run_ids, Datum inbox_ids, bool consume);
 extern Dex__V1__RunStatus dex_run_status_enum(const char *status);
 extern Dex__V1__WorkflowEvent *dex_run_created_event(DexRun *run);

@@ -392,7 +392,7 @@ rebuild_activities(pg_uuid_t *after, pg_uuid_t *last)
 	if (n_runs == 0)
 		return 0;
 	runs = dex_load_runs(id_array, false);
-	dex_load_histories(runs, id_array);
+	dex_load_histories(runs, id_array, (Datum) 0);
 	pending = pending_activities(runs, id_array, n_runs);
 	retries = load_retries(id_array);
 

@@ -108,7 +108,7 @@ dex_load_runs(Datum ids, bool lock)
 		run->origin = dex_spi_gettext_copy(i, 21);
 		run->history_bytes = dex_spi_getint64(i, 22);
 		run->history = NULL;
-		run->history_omitted = false;
+		run->history_omitted = 0;
 		run->n_inbox = 0;
 		run->inbox = NULL;
 	}
@@ -127,17 +127,26 @@ static DexPlan histories_plan = {
 	1, {UUIDARRAYOID}
 };
 
+/* the batches after the first "seen" events of each run */
+static DexPlan history_tails_plan = {
+	"SELECT h.run_id, h.events FROM unnest($1::uuid[], $2::integer[]) AS u(run_id, seen) "
+	"JOIN dex.workflow_history h ON h.run_id = u.run_id AND h.sequence > u.seen "
+	"ORDER BY h.run_id, h.sequence",
+	2, {UUIDARRAYOID, INT4ARRAYOID}
+};
+
 /*
  * Each run's stored history, as one encoded EventBatch (the concatenation of
- * its batches), in run->history.
+ * its batches), in run->history; with "seen" (an integer array beside ids;
+ * (Datum) 0 for none), only the batches after that many events of each run.
  */
 void
-dex_load_histories(HTAB *runs, Datum ids)
+dex_load_histories(HTAB *runs, Datum ids, Datum seen)
 {
-	Datum		values[1] = {ids};
+	Datum		values[2] = {ids, seen};
 	uint64		start = 0;
 
-	dex_spi_exec(&histories_plan, values, NULL, 0);
+	dex_spi_exec(seen == (Datum) 0 ? &histories_plan : &history_tails_plan, values, NULL, 0);
 	while (start < SPI_processed)
 	{
 		bool		isnull;

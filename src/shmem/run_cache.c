@@ -7,11 +7,13 @@
  * An SDK worker keeps the state of the runs whose workflow tasks it
  * completed (its workflow cache).  When such a worker polls saying so
  * (worker_cache => true), a task of a run it completed last, at the run's
- * present history length, need not carry the history: the worker has seen
- * all of it.  This table remembers, per run, the worker that completed its
- * last workflow task and the history length that completion left; a poll
- * leaves the history out only on an exact match of run, database, worker
- * and length.  Anything else sends the whole history, so the table may
+ * present history length, need not carry the history the worker was shown:
+ * only the batch its completion recorded (the events it was shown, then
+ * those of its commands as recorded, with what the engine assigned), which
+ * the worker checks against what it sent.  This table remembers, per run,
+ * the worker that completed its last workflow task, the history length that
+ * task was shown and the length its completion left; a poll leaves the
+ * history out only on an exact match of run, database, worker and length.  Anything else sends the whole history, so the table may
  * forget at will: a collision, a restart of the server, or a full set only
  * cost one full history.
  *
@@ -52,6 +54,7 @@ typedef struct DexRunHolder
 	pg_uuid_t	run_id;
 	Oid			dbid;			/* InvalidOid: a free entry */
 	uint32		worker;			/* dex_worker_hash of the worker id */
+	int32		history_seen;	/* history length the worker's task was shown */
 	int32		history_length; /* after the worker's completion */
 	uint32		written;		/* the set's clock when written */
 } DexRunHolder;
@@ -129,11 +132,13 @@ find_holder(DexRunHolderSet *set, const pg_uuid_t *run_id)
 }
 
 /*
- * The worker completed the run's workflow task, which leaves its history at
- * history_length events; the run goes on.  Called with the run locked.
+ * The worker completed the run's workflow task, shown a history of
+ * history_seen events, which leaves it at history_length events (its own
+ * batch after them); the run goes on.  Called with the run locked.
  */
 void
-dex_run_holder_set(const pg_uuid_t *run_id, const char *worker_id, int32 history_length)
+dex_run_holder_set(const pg_uuid_t *run_id, const char *worker_id, int32 history_seen,
+				   int32 history_length)
 {
 	DexRunHolderSet *set;
 	DexRunHolder *e;
@@ -161,6 +166,7 @@ dex_run_holder_set(const pg_uuid_t *run_id, const char *worker_id, int32 history
 		e->dbid = MyDatabaseId;
 	}
 	e->worker = worker;
+	e->history_seen = history_seen;
 	e->history_length = history_length;
 	e->written = ++set->clock;
 	SpinLockRelease(&set->mutex);
@@ -185,10 +191,11 @@ dex_run_holder_forget(const pg_uuid_t *run_id)
 
 /*
  * The hash of the worker that holds the run's state at history_length
- * events (any length: -1), or 0 if none is known.
+ * events (any length: -1), or 0 if none is known; and in *history_seen (if
+ * not NULL) the history that worker had seen before its batch.
  */
 uint32
-dex_run_holder(const pg_uuid_t *run_id, int32 history_length)
+dex_run_holder(const pg_uuid_t *run_id, int32 history_length, int32 *history_seen)
 {
 	DexRunHolderSet *set;
 	DexRunHolder *e;
@@ -200,7 +207,11 @@ dex_run_holder(const pg_uuid_t *run_id, int32 history_length)
 	SpinLockAcquire(&set->mutex);
 	e = find_holder(set, run_id);
 	if (e != NULL && (history_length < 0 || e->history_length == history_length))
+	{
 		worker = e->worker;
+		if (history_seen != NULL)
+			*history_seen = e->history_seen;
+	}
 	SpinLockRelease(&set->mutex);
 	return worker;
 }

@@ -50,9 +50,10 @@ extern bool dex_runs_wait(const pg_uuid_t *run_ids, const uint64 *generations, i
 extern Size dex_run_cache_shmem_size(void);
 extern void dex_run_cache_shmem_startup(void);
 extern uint32 dex_worker_hash(const char *worker_id);
-extern void dex_run_holder_set(const pg_uuid_t *run_id, const char *worker_id, int32 history_length);
+extern void dex_run_holder_set(const pg_uuid_t *run_id, const char *worker_id, int32 history_seen,
+							   int32 history_length);
 extern void dex_run_holder_forget(const pg_uuid_t *run_id);
-extern uint32 dex_run_holder(const pg_uuid_t *run_id, int32 history_length);
+extern uint32 dex_run_holder(const pg_uuid_t *run_id, int32 history_length, int32 *history_seen);
 
 /* stats.c: the counters of dex.stat_counters(), per (database, queue) */
 typedef enum DexStatCounter

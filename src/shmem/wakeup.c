@@ -719,7 +719,7 @@ dex_queue_run_task_added(int32 queue_id, const pg_uuid_t *run_id)
 	if (n_pending_holders == MAX_PENDING_SLOTS || dex_shared == NULL ||
 		pg_atomic_read_u32(&dex_shared->queue_waiters) == 0)
 		return;
-	worker = dex_run_holder(run_id, -1);
+	worker = dex_run_holder(run_id, -1, NULL);
 	if (worker == 0)
 		return;
 	pending_holders[n_pending_holders].queue_id = queue_id;

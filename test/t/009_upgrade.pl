@@ -135,21 +135,26 @@ my $run_g = $node->safe_psql('postgres',
 is($node->safe_psql('postgres', qq{SELECT status FROM dex.workflow_run WHERE id = '$run_g'}),
 	'DELAYED', 'under 1.4 a run can be delayed');
 
-# 1.5: a run whose workflow task a worker completed under 1.4 (polls without
+# 1.5: a run whose workflow tasks a worker completed under 1.4 (polls without
 # worker_cache) leaves its history out for that worker after the update
 my $run_h = $node->safe_psql('postgres', q{SELECT dex.create_run('incremental', 'wf')});
 $node->safe_psql('postgres', qq{
 	SELECT dex.complete_task(run_id, 0, lock_version, '[{"id": 1, "startTimer": {"delay": "0.01s"}}]')
 	  FROM dex.poll_tasks('wf', 'w-inc', 10) WHERE run_id = '$run_h'});
+ok($node->poll_query_until('postgres', qq{SELECT count(*) = 1 FROM dex.workflow_task WHERE run_id = '$run_h'}),
+	'the first timer of the run fires');
+$node->safe_psql('postgres', qq{
+	SELECT dex.complete_task(run_id, 0, lock_version, '[{"id": 2, "startTimer": {"delay": "0.01s"}}]')
+	  FROM dex.poll_tasks('wf', 'w-inc', 10) WHERE run_id = '$run_h'});
 $node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
 	'1.5', 'dex is updated to the default version, 1.5');
 ok($node->poll_query_until('postgres', qq{SELECT count(*) = 1 FROM dex.workflow_task WHERE run_id = '$run_h'}),
-	'the timer of the run fires');
+	'the second timer of the run fires');
 is($node->safe_psql('postgres', qq{
 	SELECT (task->>'historyOmitted') || ' of ' || (task->>'historyLength')
 	  FROM dex.poll_tasks('wf', 'w-inc', 10, '1 min', worker_cache => true) WHERE run_id = '$run_h'}),
-	'5 of 5', 'under 1.5 the worker that completed its task under 1.4 gets it without the history');
+	'5 of 9', 'under 1.5 the worker that completed its task under 1.4 gets it without what it was shown');
 
 # the updated schema is the fresh schema
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
