@@ -274,10 +274,15 @@ class Worker:
         self._poll_wait_ok: "weakref.WeakKeyDictionary[psycopg.Connection, Optional[bool]]" = \
             weakref.WeakKeyDictionary()
         self._use_poll_wait = True               # private: False forces the two-call path
+        # per connection, whether the installed dex has worker_cache (1.5: incremental
+        # histories); not kept for a worker without a workflow cache
+        self._cache_ok: "weakref.WeakKeyDictionary[psycopg.Connection, bool]" = \
+            weakref.WeakKeyDictionary()
         self._started = False
         # counters, for tests and curious people
         self.stats = {"workflow_tasks": 0, "activities_completed": 0, "activities_failed": 0,
-                      "leases_lost": 0, "full_replays": 0, "cache_hits": 0, "cache_stale": 0}
+                      "leases_lost": 0, "full_replays": 0, "cache_hits": 0, "cache_stale": 0,
+                      "history_reads": 0}
 
     # -- lifecycle ---------------------------------------------------------
     def __enter__(self) -> "Worker":
@@ -434,6 +439,24 @@ class Worker:
                 self._poll_wait_ok[conn] = ok
         return ok
 
+    def _worker_cache(self, conn: psycopg.Connection) -> bool:
+        """Whether this worker's workflow polls on the connection ask for incremental
+        histories (dex 1.5's ``worker_cache``): it keeps run states (a workflow cache) and the
+        installed dex has the argument (checked once per connection)."""
+        if self.cache.size == 0:
+            return False
+        with self._lock:
+            ok = self._cache_ok.get(conn)
+        if ok is None:
+            row = conn.execute(
+                "SELECT to_regprocedure(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL",
+                (self._wire.cache_signature(), self._wire.poll_wait_signature(True)),
+                prepare=False).fetchone()
+            ok = bool(row[0])
+            with self._lock:
+                self._cache_ok[conn] = ok
+        return ok
+
     def _poll_wait(self, conn: psycopg.Connection, queue: str, n: int, lease: float,
                    workflow: bool) -> List[Tuple]:
         """Lease up to ``n`` tasks, waiting for some (up to ``poll_timeout``) in the same
@@ -444,7 +467,8 @@ class Worker:
             if self._stopping.is_set():
                 return []
             return self._wire.poll_wait(conn, queue, self.worker_id, n, lease,
-                                        self.poll_timeout, workflow)
+                                        self.poll_timeout, workflow,
+                                        workflow and self._worker_cache(conn))
         except psycopg.errors.QueryCanceled:
             if not self._stopping.is_set():
                 raise
@@ -506,11 +530,12 @@ class Worker:
         call; how many tasks were polled."""
         wire = self._wire
         if rows is None:
-            rows = wire.poll(conn, queue, self.worker_id, self.max_batch, self.workflow_lease)
+            rows = wire.poll(conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
+                             self._worker_cache(conn))
         done, results, states = [], [], []
         for row in rows:
             try:
-                state, cmds = self._run_workflow_task(row[0], row[3], wire)
+                state, cmds = self._run_workflow_task(row[0], row[3], wire, conn)
             except Exception:       # a bug of the SDK: leave the task to its lease
                 log.exception("run %s: replay failed; its workflow task is left to expire",
                               row[0])
@@ -522,16 +547,21 @@ class Worker:
             self._complete_workflow_tasks(conn, done, results, states)
         return len(rows)
 
-    def _run_workflow_task(self, run_id: Any, raw: Any, wire: Wire) -> Tuple[_Replayer, List[dict]]:
+    def _run_workflow_task(self, run_id: Any, raw: Any, wire: Wire,
+                           conn: Optional[psycopg.Connection] = None) -> Tuple[_Replayer, List[dict]]:
         """The run's workflow state after the task, and the task's commands: resumed from
         the cache when the run's state is there and the history continues where it left off,
-        else replayed from the whole history."""
+        else replayed from the whole history (read with ``conn`` when the task left out the
+        part this worker had seen, and the state is gone)."""
         state = self.cache.take(run_id)
         task: Optional[dict] = None
+        omitted = wire.history_omitted(raw)
         if state is not None:
-            task, skipped = wire.workflow_task(raw, state.history_seen)
+            # the history in the message starts after the omitted events; skip, undecoded,
+            # those of them the state has seen
+            task, skipped = wire.workflow_task(raw, max(0, state.history_seen - omitted))
             try:
-                cmds = state.resume(task, task.get("history") or [], skipped)
+                cmds = state.resume(task, task.get("history") or [], omitted + skipped)
             except Exception:           # a bug of the SDK: the full replay may do better
                 log.exception("run %s: resuming its cached state failed; replaying", run_id)
                 cmds = None
@@ -544,6 +574,8 @@ class Worker:
                 task = None
         if task is None:
             task, _ = wire.workflow_task(raw)
+        if omitted:
+            task = self._whole_task(conn, run_id, task, wire)
         state = self._replayer(task)
         try:
             cmds = state.run(task)
@@ -552,6 +584,22 @@ class Worker:
             raise
         self.stats["full_replays"] += 1
         return state, cmds
+
+    def _whole_task(self, conn: Optional[psycopg.Connection], run_id: Any, task: dict,
+                    wire: Wire) -> dict:
+        """The task with its whole history, for a task that left out events this worker no
+        longer has (its cached state was evicted, or the worker restarted under the same id).
+        The history read is the one the task was leased at: only its completion adds to it."""
+        if conn is None:
+            raise RuntimeError(f"run {run_id}: the task left out its history and no connection "
+                               "was given to read it")
+        length = int(task.get("historyLength") or 0)
+        history = wire.run_history(conn, run_id)
+        if len(history) < length:
+            raise RuntimeError(f"run {run_id}: its history has {len(history)} events, the task "
+                               f"says {length}")
+        self.stats["history_reads"] += 1
+        return dict(task, history=history[:length], historyOmitted=0)
 
     def _replayer(self, task: dict) -> _Replayer:
         d = self._workflows.get((task.get("workflowName", ""), int(task.get("workflowVersion", 1))))
