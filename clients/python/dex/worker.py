@@ -510,18 +510,22 @@ class Worker:
 
     # -- workflow tasks ------------------------------------------------------
     def _workflow_loop(self, queue: str) -> None:
-        idle = False            # the last poll found nothing
+        # the last poll did not fill a batch: the next one may wait.  With the one-call
+        # wait that poll looks first, so a batch it did not fill goes straight to it (one
+        # call, where a plain poll that finds nothing would cost a call more)
+        idle = False
 
         def body(conn: psycopg.Connection) -> None:
             nonlocal idle
             if idle and self._can_poll_wait(conn):
                 # the poll and the long poll in one call
-                idle = not self._workflow_batch(conn, queue, self._poll_wait(
-                    conn, queue, self.max_batch, self.workflow_lease, True))
+                idle = self._workflow_batch(conn, queue, self._poll_wait(
+                    conn, queue, self.max_batch, self.workflow_lease, True)) < self.max_batch
                 return
-            idle = not self._workflow_batch(conn, queue)
-            if idle and not self._can_poll_wait(conn):
+            n = self._workflow_batch(conn, queue)
+            if n == 0 and not self._can_poll_wait(conn):
                 self._long_poll(conn, queue)
+            idle = n < self.max_batch if self._can_poll_wait(conn) else n == 0
         self._polling(body, queue)
 
     def _workflow_batch(self, conn: psycopg.Connection, queue: str,
@@ -700,7 +704,8 @@ class Worker:
                 self._release(n)
                 raise
             self._release(n - len(rows))
-            idle = not rows
+            # a batch not filled: the one-call wait looks first, so it goes to it
+            idle = len(rows) < n if one_queue and self._can_poll_wait(conn) else not rows
             for row in rows:
                 try:
                     task = wire.activity_task(row[3])
