@@ -71,7 +71,7 @@ look_at_queue(const char *queue_name, DexQueue *queue, bool *ready)
 	dex_queue_wait_begin(queue->id, 0);
 	values[0] = Int32GetDatum(queue->id);
 	*ready = false;
-	if (dex_queue_room(queue, false) > 0)
+	if (dex_queue_room(queue, false, GetCurrentTimestamp()) > 0)
 	{
 		dex_spi_exec(queue->is_workflow ? &pollable_workflow_plan : &pollable_activity_plan,
 					 values, NULL, 1);
@@ -599,11 +599,12 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 			dex_report_wait(NULL);
 
 			/*
-			 * The next lease in a transaction of its own, started now: the
-			 * one SPI_commit began before the sleep would date the lease
-			 * (now()) from then, and shorten it by the sleep.
+			 * The next look runs in the transaction SPI_commit began before
+			 * the sleep (its snapshot is taken by its first statement, after
+			 * it); its leases start now, not at that transaction's start,
+			 * which would shorten them by the sleep.
 			 */
-			SPI_commit();
+			look.args.lease_start = GetCurrentTimestamp();
 		}
 	}
 	PG_CATCH();
