@@ -40,6 +40,11 @@ typedef struct DexTaskBatch
 
 extern DexTaskBatch dex_read_task_batch(FunctionCallInfo fcinfo, Oid value_type,
 										const char *value_name);
+extern DexTaskBatch dex_read_task_batch_at(FunctionCallInfo fcinfo, int first, Oid value_type,
+										   const char *value_name);
+
+/* api_complete.c */
+extern void dex_complete_task_batch(const DexTaskBatch *b, bool protobuf, bool *done);
 extern void dex_lock_batch_runs(const DexTaskBatch *b, bool share);
 extern void dex_put_batch_row(ReturnSetInfo *rsinfo, Datum run_id, Datum task_id,
 							  Datum outcome);

@@ -47,8 +47,10 @@ class Wire:
     def poll_wait_signature(self, cache: bool = False) -> str:
         """The procedure that polls and long-polls in one call (dex 1.4; with worker_cache
         1.5), for to_regprocedure."""
-        return (f"dex.poll_tasks_wait{self.suffix}(text,text,integer,interval,interval,"
-                f"{'bytea[]' if self.suffix else 'jsonb'}{',boolean' if cache else ''})")
+        message = 'bytea[]' if self.suffix else 'jsonb'
+        return (f"dex.poll_tasks_wait{self.suffix}(text,text,integer,interval,interval,{message}"
+                + (f",boolean,uuid[],integer[],bigint[],{self.array_type},boolean[])" if cache
+                   else ")"))
 
     def cache_signature(self) -> str:
         """The poll with worker_cache (dex 1.5), for to_regprocedure."""
