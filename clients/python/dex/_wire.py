@@ -45,8 +45,8 @@ class Wire:
             (queue, worker_id, n, f"{lease} seconds"), binary=True).fetchall()
 
     def poll_wait_signature(self, cache: bool = False) -> str:
-        """The procedure that polls and long-polls in one call (dex 1.4; with worker_cache
-        1.5), for to_regprocedure."""
+        """The procedure that polls and long-polls in one call, for to_regprocedure: as
+        dex 1.4 has it, or (cache) with 1.5's worker_cache and completions."""
         message = 'bytea[]' if self.suffix else 'jsonb'
         return (f"dex.poll_tasks_wait{self.suffix}(text,text,integer,interval,interval,{message}"
                 + (f",boolean,uuid[],integer[],bigint[],{self.array_type},boolean[])" if cache
@@ -69,6 +69,22 @@ class Wire:
             binary=True, prepare=False).fetchone()
         tasks = (row[0] if row else None) or []
         return [self.task_row(t, workflow) for t in tasks]
+
+    def complete_and_poll_wait(self, conn: psycopg.Connection, queue: str, worker_id: str,
+                               n: int, lease: float, timeout: float,
+                               done: Sequence[Tuple[Any, int, int]], values: Sequence[Any]
+                               ) -> Tuple[List[Tuple], List[bool]]:
+        """``CALL dex.poll_tasks_wait(_pb)`` with completions (dex 1.5, workflow queues with
+        worker_cache): complete the ``done`` rows with their encoded values, then lease as
+        :meth:`poll_wait`; the rows leased, and whether each completion was applied."""
+        row = conn.execute(
+            f"CALL dex.poll_tasks_wait{self.suffix}(%s, %s, %s, %s::interval, %s::interval, NULL, "
+            f"true, %b::uuid[], %t::integer[], %t::bigint[], %b::{self.array_type})",
+            (queue, worker_id, n, f"{lease} seconds", f"{timeout} seconds",
+             [r[0] for r in done], [r[1] for r in done], [r[2] for r in done], list(values)),
+            binary=True, prepare=False).fetchone()
+        tasks = (row[0] if row else None) or []
+        return [self.task_row(t, True) for t in tasks], list(row[1] or [])
 
     def task_row(self, raw: Any, workflow: bool) -> Tuple:
         """(run_id, task_id, lock_version, task as sent) of a task message."""

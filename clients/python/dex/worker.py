@@ -432,8 +432,10 @@ class Worker:
             # and a direct connection, whatever ``pooled`` says (pooled=False skips the
             # pooler check): the backend runs its statements (as _connect.behind_pooler)
             row = conn.execute(
-                "SELECT to_regprocedure(%s) IS NOT NULL, pg_catalog.pg_backend_pid()",
-                (self._wire.poll_wait_signature(),), prepare=False).fetchone()
+                "SELECT to_regprocedure(%s) IS NOT NULL OR to_regprocedure(%s) IS NOT NULL, "
+                "pg_catalog.pg_backend_pid()",
+                (self._wire.poll_wait_signature(), self._wire.poll_wait_signature(True)),
+                prepare=False).fetchone()
             ok = bool(conn.autocommit and row[0] and row[1] == conn.info.backend_pid)
             with self._lock:
                 self._poll_wait_ok[conn] = ok
@@ -518,15 +520,63 @@ class Worker:
         def body(conn: psycopg.Connection) -> None:
             nonlocal idle
             if idle and self._can_poll_wait(conn):
-                # the poll and the long poll in one call
-                idle = self._workflow_batch(conn, queue, self._poll_wait(
-                    conn, queue, self.max_batch, self.workflow_lease, True)) < self.max_batch
+                # the poll and the long poll in one call; with incremental histories (1.5)
+                # the tasks it returns are completed by the next such call, which takes the
+                # ones after them
+                deferred = self._worker_cache(conn)
+                rows = self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
+                while rows:
+                    n = len(rows)
+                    if not deferred or n >= self.max_batch or self._stopping.is_set():
+                        self._workflow_batch(conn, queue, rows)
+                        break
+                    rows = self._complete_and_poll_wait(conn, queue, rows)
+                idle = not rows or len(rows) < self.max_batch
                 return
             n = self._workflow_batch(conn, queue)
             if n == 0 and not self._can_poll_wait(conn):
                 self._long_poll(conn, queue)
             idle = n < self.max_batch if self._can_poll_wait(conn) else n == 0
         self._polling(body, queue)
+
+    def _complete_and_poll_wait(self, conn: psycopg.Connection, queue: str,
+                                rows: List[Tuple]) -> List[Tuple]:
+        """Run the leased workflow tasks, then complete them and wait for the next ones in
+        one CALL (dex 1.5); the rows it leased.  A completion the engine refuses (invalid
+        commands) fails that call, which then changed nothing: the tasks are completed as
+        :meth:`_workflow_batch` does, and the next ones polled with the plain one-call wait."""
+        done, results, states = self._run_workflow_tasks(conn, rows)
+        if not done:
+            return self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
+        wire = self._wire
+        with self._lock:
+            self._waiting.add(conn)
+        try:
+            leased, applied = wire.complete_and_poll_wait(
+                conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
+                self.poll_timeout, done, [wire.commands(c) for c in results])
+        except psycopg.errors.Error as e:
+            for_shutdown = isinstance(e, psycopg.errors.QueryCanceled) and self._stopping.is_set()
+            if _connection_error(e) or isinstance(e, psycopg.errors.QueryCanceled):
+                for s in states:            # applied or not, unknown: keep nothing
+                    s.close()
+                if not for_shutdown:
+                    raise
+                # shutdown cancelled the call, perhaps before its completions: make them
+                # (those it made are refused now as lost leases, harmlessly)
+                try:
+                    wire.complete(conn, done, [wire.commands(c) for c in results])
+                except psycopg.errors.Error:
+                    log.warning("shutdown: %d workflow task(s) left to their leases", len(done))
+                return []
+            log.warning("completion with the poll refused (%s); completing apart", e)
+            self._complete_workflow_tasks(conn, done, results, states)
+            return self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
+        finally:
+            with self._lock:
+                self._waiting.discard(conn)
+        self._settle_workflow_tasks(done, states, {r[0] for r, ok in zip(done, applied) if ok})
+        return leased
 
     def _workflow_batch(self, conn: psycopg.Connection, queue: str,
                         rows: Optional[List[Tuple]] = None) -> int:
@@ -536,6 +586,16 @@ class Worker:
         if rows is None:
             rows = wire.poll(conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
                              self._worker_cache(conn))
+        done, results, states = self._run_workflow_tasks(conn, rows)
+        if done:
+            self._complete_workflow_tasks(conn, done, results, states)
+        return len(rows)
+
+    def _run_workflow_tasks(self, conn: psycopg.Connection, rows: List[Tuple]
+                            ) -> Tuple[List[Tuple], List[List[dict]], List[_Replayer]]:
+        """Run the leased workflow tasks: the rows run, their commands and states (a task
+        the SDK could not run is left to its lease)."""
+        wire = self._wire
         done, results, states = [], [], []
         for row in rows:
             try:
@@ -547,9 +607,7 @@ class Worker:
             done.append(row)
             results.append(cmds)
             states.append(state)
-        if done:
-            self._complete_workflow_tasks(conn, done, results, states)
-        return len(rows)
+        return done, results, states
 
     def _run_workflow_task(self, run_id: Any, raw: Any, wire: Wire,
                            conn: Optional[psycopg.Connection] = None) -> Tuple[_Replayer, List[dict]]:
@@ -633,7 +691,12 @@ class Worker:
             for row, cmds in zip(rows, results):
                 self._complete_one_workflow_task(conn, row, cmds)
             return
-        completed = {d[0] for d in done if d[2]}
+        self._settle_workflow_tasks(rows, states, {d[0] for d in done if d[2]})
+
+    def _settle_workflow_tasks(self, rows: List[Tuple], states: List[_Replayer],
+                               completed: set) -> None:
+        """After a completion call: keep the state of each run whose task the engine
+        completed (ids in ``completed``), drop the others' (their leases were lost)."""
         self.stats["workflow_tasks"] += len(completed)
         for row, state in zip(rows, states):
             if row[0] in completed:
