@@ -60,29 +60,35 @@ COMMENT ON FUNCTION dex.poll_tasks_pb(text, text, integer, interval, boolean) IS
 
 CREATE PROCEDURE dex.poll_tasks_wait(queue text, worker_id text, max_tasks integer DEFAULT 1,
                                      lease interval DEFAULT '5 min', timeout interval DEFAULT '60 s',
-                                     INOUT tasks jsonb DEFAULT NULL, worker_cache boolean DEFAULT false)
+                                     INOUT tasks jsonb DEFAULT NULL, worker_cache boolean DEFAULT false,
+                                     run_ids uuid[] DEFAULT NULL, task_ids integer[] DEFAULT NULL,
+                                     lock_versions bigint[] DEFAULT NULL, results jsonb[] DEFAULT NULL,
+                                     INOUT completed boolean[] DEFAULT NULL)
 LANGUAGE C
 AS 'MODULE_PATHNAME', 'dex_poll_tasks_wait';
-COMMENT ON PROCEDURE dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean) IS
-    'The poll and the long poll in one call: leases up to max_tasks tasks of the queue and returns them as a JSON array of task messages (as dex.poll_tasks''s task column, worker_cache as there), waiting for some, holding no snapshot, until the timeout (then an empty array). Call outside a transaction block.';
+COMMENT ON PROCEDURE dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean, uuid[], integer[], bigint[], jsonb[], boolean[]) IS
+    'The poll and the long poll in one call: leases up to max_tasks tasks of the queue and returns them as a JSON array of task messages (as dex.poll_tasks''s task column, worker_cache as there), waiting for some, holding no snapshot, until the timeout (then an empty array). Completions given (run_ids, task_ids, lock_versions, results, as dex.complete_tasks) are made first, in the same transaction as the first look; completed says whether each was applied (false: its lease was lost). Call outside a transaction block.';
 
 CREATE PROCEDURE dex.poll_tasks_wait_pb(queue text, worker_id text, max_tasks integer DEFAULT 1,
                                         lease interval DEFAULT '5 min', timeout interval DEFAULT '60 s',
-                                        INOUT tasks bytea[] DEFAULT NULL, worker_cache boolean DEFAULT false)
+                                        INOUT tasks bytea[] DEFAULT NULL, worker_cache boolean DEFAULT false,
+                                        run_ids uuid[] DEFAULT NULL, task_ids integer[] DEFAULT NULL,
+                                        lock_versions bigint[] DEFAULT NULL, results bytea[] DEFAULT NULL,
+                                        INOUT completed boolean[] DEFAULT NULL)
 LANGUAGE C
 AS 'MODULE_PATHNAME', 'dex_poll_tasks_wait_pb';
-COMMENT ON PROCEDURE dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean) IS
-    'dex.poll_tasks_wait with the tasks as encoded dex.v1.WorkflowTask or dex.v1.ActivityTask messages.';
+COMMENT ON PROCEDURE dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean, uuid[], integer[], bigint[], bytea[], boolean[]) IS
+    'dex.poll_tasks_wait with the tasks as encoded dex.v1.WorkflowTask or dex.v1.ActivityTask messages, and results as encoded dex.v1.WorkflowTaskCompletion or dex.v1.Payload (as dex.complete_tasks_pb).';
 
 REVOKE ALL ON FUNCTION dex.run_history_pb(uuid),
     dex.poll_tasks(text, text, integer, interval, boolean),
     dex.poll_tasks_pb(text, text, integer, interval, boolean) FROM PUBLIC;
-REVOKE ALL ON PROCEDURE dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean),
-    dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean) FROM PUBLIC;
+REVOKE ALL ON PROCEDURE dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean, uuid[], integer[], bigint[], jsonb[], boolean[]),
+    dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean, uuid[], integer[], bigint[], bytea[], boolean[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION
     dex.poll_tasks(text, text, integer, interval, boolean),
     dex.poll_tasks_pb(text, text, integer, interval, boolean) TO dex_worker;
 GRANT EXECUTE ON PROCEDURE
-    dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean),
-    dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean) TO dex_worker;
+    dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean, uuid[], integer[], bigint[], jsonb[], boolean[]),
+    dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean, uuid[], integer[], bigint[], bytea[], boolean[]) TO dex_worker;
 GRANT EXECUTE ON FUNCTION dex.run_history(uuid), dex.run_history_pb(uuid) TO dex_client, dex_worker;

@@ -1,6 +1,6 @@
 -- A worker in plain SQL: an order workflow with one activity, driven by a loop of
--- dex.poll_tasks / dex.complete_task / dex.fail_task.  It shows how thin a client can be;
--- the Python SDK (clients/python) does the same with replay, batches and the long poll.
+-- dex.poll_tasks_wait / dex.complete_task / dex.fail_task.  It shows how thin a client can
+-- be; the Python SDK (clients/python) does the same with replay, batches and a cache.
 -- Run it with psql on a database whose server preloads dex:  psql -f examples/sql_worker.sql
 \set ON_ERROR_STOP 1
 \pset footer off
@@ -14,21 +14,29 @@ SELECT dex.create_run('checkout', 'sql-orders', '{"order": 1042, "amount": 41}',
                       labels => '{"shop": "demo"}') AS run \gset
 \echo started run :run
 
--- A worker, in SQL.  Each pass is one transaction: poll a task, act, complete.
+-- A worker, in SQL.  Each pass takes the tasks of a queue with one CALL of
+-- dex.poll_tasks_wait (it leases what is there, or sleeps until a commit makes a task
+-- pollable, holding no snapshot, up to its timeout), acts, completes, and commits.  One
+-- session serves both queues here, so each wait is short; a worker of one queue would
+-- wait a minute.
 --   workflow "checkout": charge the amount (an activity); when the charge
 --     succeeds, complete the run with the receipt; if it fails, fail the run.
 --   activity "charge": the first attempt fails with a retryable error (the
 --     payment network "times out"), the retry succeeds and returns amount + 1.
 DO $$
 DECLARE
+    tasks jsonb;
     t record;
     events jsonb;
     done boolean := false;
     deadline timestamptz := clock_timestamp() + interval '30 seconds';
 BEGIN
     WHILE NOT done LOOP
-        -- workflow tasks
-        FOR t IN SELECT * FROM dex.poll_tasks('sql-orders', 'sql-worker') LOOP
+        -- workflow tasks: each message carries its run id, task id and lock version
+        CALL dex.poll_tasks_wait('sql-orders', 'sql-worker', 10, '1 min', '0.2 s', tasks);
+        FOR t IN SELECT (m->>'runId')::uuid AS run_id, coalesce((m->>'taskId')::int, 0) AS task_id,
+                        (m->>'lockVersion')::bigint AS lock_version, m AS task
+                   FROM jsonb_array_elements(tasks) m LOOP
             events := t.task->'newEvents';
             IF events @> '[{"runStarted": {}}]' THEN
                 RAISE NOTICE 'workflow: run started, scheduling charge';
@@ -50,8 +58,12 @@ BEGIN
                 done := true;
             END IF;
         END LOOP;
+        COMMIT;
         -- activity tasks
-        FOR t IN SELECT * FROM dex.poll_tasks('sql-payments', 'sql-worker') LOOP
+        CALL dex.poll_tasks_wait('sql-payments', 'sql-worker', 10, '1 min', '0.2 s', tasks);
+        FOR t IN SELECT (m->>'runId')::uuid AS run_id, (m->>'taskId')::int AS task_id,
+                        (m->>'lockVersion')::bigint AS lock_version, m AS task
+                   FROM jsonb_array_elements(tasks) m LOOP
             IF (t.task->>'attempt')::int = 1 THEN
                 RAISE NOTICE 'activity: charge attempt 1 times out';
                 PERFORM dex.fail_task(t.run_id, t.task_id, t.lock_version,
@@ -67,7 +79,6 @@ BEGIN
         IF clock_timestamp() > deadline THEN
             RAISE EXCEPTION 'the demo run did not finish in time';
         END IF;
-        PERFORM pg_sleep(0.05);
     END LOOP;
 END $$;
 

@@ -96,6 +96,34 @@ SELECT dex.complete_task(:'r', 0, :v, '[{"id": 1, "startTimer": {"delay": "0.001
 CALL dex.poll_tasks_wait('hc-wf', 'w1', 1, '1 min', '30 s', NULL, true) \gset
 SELECT pg_temp.shown((:'tasks'::jsonb)->0);
 
+-- 10. completions in the same call (1.5): w1 reports its task and takes the queue's next
+-- one in one CALL; the completion commits before the wait (the timer it starts fires, and
+-- its task is what the CALL returns)
+SELECT dex.create_run('one-call', 'hc-wf', '0') AS r3 \gset
+SELECT lock_version AS v FROM dex.poll_tasks('hc-wf', 'w1', 1, '1 min', true) \gset
+CALL dex.poll_tasks_wait('hc-wf', 'w1', 1, '1 min', '30 s', NULL, true,
+                         ARRAY[:'r3']::uuid[], '{0}', ARRAY[:v]::bigint[],
+                         ARRAY['[{"id": 1, "startTimer": {"delay": "0.001s"}}]']::jsonb[]) \gset
+SELECT :'completed' AS completed, (:'tasks'::jsonb)->0->>'runId' = :'r3' AS same_run,
+       pg_temp.shown((:'tasks'::jsonb)->0);
+-- a completion whose lease is lost is reported, not raised, and the poll goes on
+CALL dex.poll_tasks_wait('hc-wf', 'w1', 1, '1 min', '0 s', NULL, true,
+                         ARRAY[:'r3']::uuid[], '{0}', ARRAY[:v]::bigint[],
+                         ARRAY['[{"completeRun": {}}]']::jsonb[]) \gset
+SELECT :'completed' AS completed, :'tasks' AS tasks, status FROM dex.get_run(:'r3');
+-- bad input fails the whole call: nothing is completed, nothing leased
+SELECT lock_version AS v3 FROM dex.workflow_task WHERE run_id = :'r3' \gset
+\set VERBOSITY sqlstate
+CALL dex.poll_tasks_wait('hc-wf', 'w1', 1, '1 min', '0 s', NULL, true,
+                         ARRAY[:'r3']::uuid[], '{0, 0}', ARRAY[:v3]::bigint[],
+                         ARRAY['[{"completeRun": {}}]']::jsonb[]);
+CALL dex.poll_tasks_wait('hc-wf', 'w1', 1, '1 min', '0 s', NULL, true,
+                         ARRAY[:'r3']::uuid[], '{0}', ARRAY[:v3]::bigint[],
+                         ARRAY['[{"noSuchCommand": {}}]']::jsonb[]);
+\set VERBOSITY default
+SELECT status, history_length FROM dex.get_run(:'r3');
+SELECT dex.complete_task(:'r3', 0, :v3, '[{"completeRun": {}}]');
+
 -- bad input: a null worker_cache is false
 SELECT dex.create_run('other', 'hc-wf', '0') AS r2 \gset
 SELECT lock_version AS v FROM dex.poll_tasks('hc-wf', 'w1', 1, '1 min', true) \gset

@@ -19,9 +19,9 @@ INSERT INTO security_unpinned_ok VALUES
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
     ('dex.wait_for_runs(uuid[],interval,text,uuid[])',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
-    ('dex.poll_tasks_wait(text,text,integer,interval,interval,jsonb,boolean)',
+    ('dex.poll_tasks_wait(text,text,integer,interval,interval,jsonb,boolean,uuid[],integer[],bigint[],jsonb[],boolean[])',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
-    ('dex.poll_tasks_wait_pb(text,text,integer,interval,interval,bytea[],boolean)',
+    ('dex.poll_tasks_wait_pb(text,text,integer,interval,interval,bytea[],boolean,uuid[],integer[],bigint[],bytea[],boolean[])',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path');
 
 -- routines of dex that do not pin the path and are not exceptions: none

@@ -178,28 +178,59 @@ DEX_JSON_AND_PB_ENTRY_POINTS(dex_complete_task, dex_complete_task_pb, complete_t
  * transaction.  A lost lease is reported as completed = false for its task
  * and does not affect the others; invalid input fails the whole call.
  */
+/* Parse a batch's results: invalid input fails the call before any write */
+static Completions
+parse_batch(const DexTaskBatch *b, bool protobuf)
+{
+	Completions c = completions_for(b->n);
+
+	for (int i = 0; i < b->n; i++)
+		add_completion(&c, b->run_ids[i], DatumGetInt32(b->task_ids[i]), b->lock_versions[i],
+					   b->values[i], b->value_nulls[i], protobuf);
+	return c;
+}
+
+/* Complete a parsed batch, in the caller's SPI connection */
+static void
+complete_batch(const DexTaskBatch *b, Completions *c)
+{
+	dex_wait_for_rebuild();
+	/* a batch of both kinds locks all its runs at once, in id order */
+	if (c->n_wf > 0 && c->n_act > 0)
+		dex_lock_batch_runs(b, false);
+	/* activity results first: a workflow task completed in the same batch
+	 * then sees them as unseen events and is requeued for them */
+	dex_complete_activity_tasks(c->act, c->n_act, false);
+	dex_complete_workflow_tasks(c->wf, c->n_wf, false);
+}
+
+/*
+ * Complete a batch read with dex_read_task_batch_at, in the caller's SPI
+ * connection (dex.poll_tasks_wait's completions): done[i] says whether
+ * task i was completed (false: its lease was lost), in the batch's order.
+ */
+void
+dex_complete_task_batch(const DexTaskBatch *b, bool protobuf, bool *done)
+{
+	Completions c = parse_batch(b, protobuf);
+	int			wf = 0,
+				act = 0;
+
+	complete_batch(b, &c);
+	for (int i = 0; i < b->n; i++)
+		done[i] = DatumGetInt32(b->task_ids[i]) == 0 ? c.wf[wf++].done : c.act[act++].done;
+}
+
 static Datum
 complete_tasks(FunctionCallInfo fcinfo, bool protobuf)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	DexTaskBatch b = dex_read_task_batch(fcinfo, protobuf ? BYTEAOID : JSONBOID, "results");
-	Completions c = completions_for(b.n);
-
-	/* parse everything first: invalid input fails the call before any write */
-	for (int i = 0; i < b.n; i++)
-		add_completion(&c, b.run_ids[i], DatumGetInt32(b.task_ids[i]), b.lock_versions[i],
-					   b.values[i], b.value_nulls[i], protobuf);
+	Completions c = parse_batch(&b, protobuf);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
-	dex_wait_for_rebuild();
-	/* a batch of both kinds locks all its runs at once, in id order */
-	if (c.n_wf > 0 && c.n_act > 0)
-		dex_lock_batch_runs(&b, false);
-	/* activity results first: a workflow task completed in the same batch
-	 * then sees them as unseen events and is requeued for them */
-	dex_complete_activity_tasks(c.act, c.n_act, false);
-	dex_complete_workflow_tasks(c.wf, c.n_wf, false);
+	complete_batch(&b, &c);
 	SPI_finish();
 
 	for (int i = 0; i < c.n_act; i++)

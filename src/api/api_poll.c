@@ -44,18 +44,19 @@
 
 #define MAX_TASKS_PER_POLL 1000
 
+/* $5: the lease's start (see dex_poll_lease_start) */
 static DexPlan lease_workflow_plan = {
 	"WITH c AS MATERIALIZED (SELECT run_id FROM dex.workflow_task "
-	"      WHERE queue_id = $1 AND (locked_until IS NULL OR locked_until <= now()) "
+	"      WHERE queue_id = $1 AND (locked_until IS NULL OR locked_until <= $5) "
 	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
-	"UPDATE dex.workflow_task t SET locked_by = $3, locked_until = now() + $4, "
-	"lock_version = nextval('dex.lease_version'), started_at = now(), "
+	"UPDATE dex.workflow_task t SET locked_by = $3, locked_until = $5 + $4, "
+	"lock_version = nextval('dex.lease_version'), started_at = $5, "
 	"inbox_ids = ARRAY(SELECT i.id FROM dex.workflow_inbox i "
 	"                   WHERE i.run_id = t.run_id AND i.visible_from <= clock_timestamp() "
 	"                   ORDER BY i.visible_from, i.id) "
 	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id "
 	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids",
-	4, {INT4OID, INT4OID, TEXTOID, INTERVALOID}
+	5, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}
 };
 
 static DexPlan lease_activity_plan = {
@@ -63,15 +64,15 @@ static DexPlan lease_activity_plan = {
 	"      WHERE queue_id = $1 AND status = 'QUEUED' AND locked_by IS NULL "
 	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
 	"UPDATE dex.activity_task t SET locked_by = $3, lock_version = nextval('dex.lease_version'), "
-	"attempt_started_at = now(), "
-	"locked_until = LEAST(now() + $4, "
-	"    now() + make_interval(secs => coalesce(t.start_to_close_ms, 1e12) / 1000.0), "
-	"    now() + make_interval(secs => coalesce(t.heartbeat_timeout_ms, 1e12) / 1000.0), "
+	"attempt_started_at = $5, "
+	"locked_until = LEAST($5 + $4, "
+	"    $5 + make_interval(secs => coalesce(t.start_to_close_ms, 1e12) / 1000.0), "
+	"    $5 + make_interval(secs => coalesce(t.heartbeat_timeout_ms, 1e12) / 1000.0), "
 	"    coalesce(t.schedule_deadline, 'infinity')) "
 	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id AND t.event_id = c.event_id "
 	"RETURNING t.run_id, t.event_id, t.lock_version, t.locked_until, t.name, t.argument, "
 	"t.attempt, t.retry_policy, t.last_failure, t.heartbeat_details",
-	4, {INT4OID, INT4OID, TEXTOID, INTERVALOID}
+	5, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}
 };
 
 /*
@@ -83,24 +84,35 @@ static DexPlan lease_activity_plan = {
 
 static DexPlan leased_workflow_plan = {
 	"SELECT count(*) FROM (SELECT 1 FROM dex.workflow_task WHERE queue_id = $1 "
-	"  AND locked_by IS NOT NULL AND locked_until > now() LIMIT $2) s",
-	2, {INT4OID, INT4OID}
+	"  AND locked_by IS NOT NULL AND locked_until > $3 LIMIT $2) s",
+	3, {INT4OID, INT4OID, TIMESTAMPTZOID}
 };
 
 static DexPlan leased_activity_plan = {
 	"SELECT count(*) FROM (SELECT 1 FROM dex.activity_task WHERE queue_id = $1 "
-	"  AND locked_by IS NOT NULL AND locked_until > now() LIMIT $2) s",
-	2, {INT4OID, INT4OID}
+	"  AND locked_by IS NOT NULL AND locked_until > $3 LIMIT $2) s",
+	3, {INT4OID, INT4OID, TIMESTAMPTZOID}
 };
 
 /*
- * How many more tasks the queue may lease now (INT_MAX: no limit, 0:
+ * When a poll's leases start: its transaction's start (now()), or, for a
+ * look of dex.poll_tasks_wait after it slept, the time it woke (its
+ * transaction began before the sleep).  0 in args: now().
+ */
+TimestampTz
+dex_poll_lease_start(const DexPollArgs *args)
+{
+	return args->lease_start != 0 ? args->lease_start : GetCurrentTransactionStartTimestamp();
+}
+
+/*
+ * How many more tasks the queue may lease at "at" (INT_MAX: no limit, 0:
  * paused); with lock, a poll's, under the queue's capacity lock.
  */
 int32
-dex_queue_room(const DexQueue *queue, bool lock)
+dex_queue_room(const DexQueue *queue, bool lock, TimestampTz at)
 {
-	Datum		values[2];
+	Datum		values[3];
 
 	if (queue->paused)
 		return 0;
@@ -110,6 +122,7 @@ dex_queue_room(const DexQueue *queue, bool lock)
 		dex_lock_queue_polls(queue->id);
 	values[0] = Int32GetDatum(queue->id);
 	values[1] = Int32GetDatum(queue->capacity);
+	values[2] = TimestampTzGetDatum(at);
 	dex_spi_exec(queue->is_workflow ? &leased_workflow_plan : &leased_activity_plan,
 				 values, NULL, 1);
 	return queue->capacity - (int32) dex_spi_getint64(0, 1);
@@ -127,6 +140,7 @@ read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg)
 {
 	PollArgs	args;
 
+	args.lease_start = 0;
 	args.worker_cache = PG_NARGS() > worker_cache_arg && !PG_ARGISNULL(worker_cache_arg) &&
 		PG_GETARG_BOOL(worker_cache_arg);
 
@@ -159,8 +173,9 @@ dex_read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg)
 static uint64
 lease_tasks(const DexQueue *queue, const PollArgs *args)
 {
-	int32		max_tasks = Min(args->max_tasks, dex_queue_room(queue, true));
-	Datum		values[4];
+	TimestampTz start = dex_poll_lease_start(args);
+	int32		max_tasks = Min(args->max_tasks, dex_queue_room(queue, true, start));
+	Datum		values[5];
 
 	if (max_tasks <= 0)
 		return 0;
@@ -168,6 +183,7 @@ lease_tasks(const DexQueue *queue, const PollArgs *args)
 	values[1] = Int32GetDatum(max_tasks);
 	values[2] = CStringGetTextDatum(args->worker_id);
 	values[3] = IntervalPGetDatum(args->lease);
+	values[4] = TimestampTzGetDatum(start);
 	dex_spi_exec(queue->is_workflow ? &lease_workflow_plan : &lease_activity_plan,
 				 values, NULL, 0);
 	return SPI_processed;

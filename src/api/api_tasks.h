@@ -40,12 +40,17 @@ typedef struct DexTaskBatch
 
 extern DexTaskBatch dex_read_task_batch(FunctionCallInfo fcinfo, Oid value_type,
 										const char *value_name);
+extern DexTaskBatch dex_read_task_batch_at(FunctionCallInfo fcinfo, int first, Oid value_type,
+										   const char *value_name);
+
+/* api_complete.c */
+extern void dex_complete_task_batch(const DexTaskBatch *b, bool protobuf, bool *done);
 extern void dex_lock_batch_runs(const DexTaskBatch *b, bool share);
 extern void dex_put_batch_row(ReturnSetInfo *rsinfo, Datum run_id, Datum task_id,
 							  Datum outcome);
 
 /* api_poll.c */
-extern int32 dex_queue_room(const DexQueue *queue, bool lock);
+extern int32 dex_queue_room(const DexQueue *queue, bool lock, TimestampTz at);
 /* the arguments of a poll */
 typedef struct DexPollArgs
 {
@@ -54,7 +59,9 @@ typedef struct DexPollArgs
 	int32		max_tasks;
 	Interval   *lease;
 	bool		worker_cache;	/* the worker keeps run states: incremental histories */
+	TimestampTz lease_start;	/* 0: now(); see dex_poll_lease_start */
 } DexPollArgs;
+extern TimestampTz dex_poll_lease_start(const DexPollArgs *args);
 extern DexPollArgs dex_read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg);
 extern int	dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks,
 								   int32 *queue_id);

@@ -71,7 +71,7 @@ look_at_queue(const char *queue_name, DexQueue *queue, bool *ready)
 	dex_queue_wait_begin(queue->id, 0);
 	values[0] = Int32GetDatum(queue->id);
 	*ready = false;
-	if (dex_queue_room(queue, false) > 0)
+	if (dex_queue_room(queue, false, GetCurrentTimestamp()) > 0)
 	{
 		dex_spi_exec(queue->is_workflow ? &pollable_workflow_plan : &pollable_activity_plan,
 					 values, NULL, 1);
@@ -533,6 +533,8 @@ typedef struct PollLook
 {
 	DexPollArgs args;
 	bool		protobuf;
+	DexTaskBatch *completions;	/* to complete before the first look; NULL: none (left) */
+	bool	   *completed;		/* out: whether each completion was applied */
 	Datum	   *tasks;			/* out */
 	int			n;				/* out */
 	int32		queue_id;		/* out */
@@ -544,8 +546,29 @@ poll_look(void *arg)
 	PollLook   *look = arg;
 	int			guc_level = dex_push_planner_settings();
 
+	if (look->completions != NULL)
+	{
+		dex_complete_task_batch(look->completions, look->protobuf, look->completed);
+		look->completions = NULL;
+	}
 	look->n = dex_poll_task_messages(&look->args, look->protobuf, &look->tasks, &look->queue_id);
 	dex_pop_planner_settings(guc_level);
+}
+
+/*
+ * The completions dex.poll_tasks_wait(_pb) takes (1.5; arguments 7 to 10),
+ * or NULL: run ids, task ids, lock versions, results, as dex.complete_tasks.
+ */
+static DexTaskBatch *
+read_completions(FunctionCallInfo fcinfo, bool protobuf)
+{
+	DexTaskBatch *b;
+
+	if (PG_NARGS() < 11 || PG_ARGISNULL(7))
+		return NULL;
+	b = palloc(sizeof(DexTaskBatch));
+	*b = dex_read_task_batch_at(fcinfo, 7, protobuf ? BYTEAOID : JSONBOID, "results");
+	return b;
 }
 
 /*
@@ -554,7 +577,10 @@ poll_look(void *arg)
  * end the transaction, sleep until a commit makes tasks pollable (or the
  * timeout passes), and lease again, until some are leased or the timeout
  * passes (an empty array).  Holds no snapshot while it sleeps; the leases
- * commit when the CALL ends.
+ * commit when the CALL ends.  Completions given (1.5) are made first, in the
+ * transaction of the first look, as dex.complete_tasks makes them: a worker
+ * reports its last tasks and takes its next ones in one call, and, when it
+ * must wait, in one transaction before the wait.
  */
 static Datum
 poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
@@ -564,8 +590,9 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 	int64		timeout_usecs;
 	TimestampTz deadline;
 	TupleDesc	tupdesc;
-	Datum		result[1];
-	bool		result_null[1] = {false};
+	int			n_completions;
+	Datum		result[2];
+	bool		result_null[2] = {false, true};
 
 	require_nonatomic_call(fcinfo, protobuf ? "poll_tasks_wait_pb" : "poll_tasks_wait");
 	look.args = dex_read_poll_args(fcinfo, 6);
@@ -577,6 +604,9 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 	look.args.lease = palloc(sizeof(Interval));
 	memcpy(look.args.lease, PG_GETARG_INTERVAL_P(3), sizeof(Interval));
 	look.protobuf = protobuf;
+	look.completions = read_completions(fcinfo, protobuf);
+	look.completed = look.completions ? palloc0(sizeof(bool) * Max(look.completions->n, 1)) : NULL;
+	n_completions = look.completions ? look.completions->n : -1;
 	dex_arg_not_null(fcinfo, 4, "timeout");
 	timeout_usecs = wait_timeout(fcinfo, 4);
 	deadline = GetCurrentTimestamp() + timeout_usecs;
@@ -599,11 +629,12 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 			dex_report_wait(NULL);
 
 			/*
-			 * The next lease in a transaction of its own, started now: the
-			 * one SPI_commit began before the sleep would date the lease
-			 * (now()) from then, and shorten it by the sleep.
+			 * The next look runs in the transaction SPI_commit began before
+			 * the sleep (its snapshot is taken by its first statement, after
+			 * it); its leases start now, not at that transaction's start,
+			 * which would shorten them by the sleep.
 			 */
-			SPI_commit();
+			look.args.lease_start = GetCurrentTimestamp();
 		}
 	}
 	PG_CATCH();
@@ -647,8 +678,23 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 		result[0] = JsonbPGetDatum(JsonbValueToJsonb(array));
 	}
 
-	tupdesc = CreateTemplateTupleDesc(1);
+	/* 1.5's procedures have a second INOUT argument: whether each completion was applied */
+	tupdesc = CreateTemplateTupleDesc(PG_NARGS() > 11 ? 2 : 1);
 	TupleDescInitEntry(tupdesc, (AttrNumber) 1, "tasks", protobuf ? BYTEAARRAYOID : JSONBOID, -1, 0);
+	if (PG_NARGS() > 11)
+	{
+		TupleDescInitEntry(tupdesc, (AttrNumber) 2, "completed", BOOLARRAYOID, -1, 0);
+		if (n_completions >= 0)
+		{
+			Datum	   *flags = palloc(sizeof(Datum) * Max(n_completions, 1));
+
+			for (int i = 0; i < n_completions; i++)
+				flags[i] = BoolGetDatum(look.completed[i]);
+			result[1] = PointerGetDatum(construct_array(flags, n_completions, BOOLOID, 1, true,
+														TYPALIGN_CHAR));
+			result_null[1] = false;
+		}
+	}
 	tupdesc = BlessTupleDesc(tupdesc);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, result, result_null)));
 }

@@ -155,7 +155,8 @@ SCHEMA: Dict[str, List[tuple]] = {
         (2, "newEvents", MESSAGE, "dex.v1.WorkflowEvent", _R),
         (3, "runId", STRING), (4, "workflowName", STRING), (5, "workflowVersion", INT32),
         (6, "queue", STRING), (7, "lockVersion", INT64), (8, "lockedUntil", TIMESTAMP),
-        (9, "status", ENUM, "dex.v1.RunStatus"), (10, "historyLength", INT32)],
+        (9, "status", ENUM, "dex.v1.RunStatus"), (10, "historyLength", INT32),
+        (11, "historyOmitted", INT32)],
     "dex.v1.ActivityTask": [
         (1, "runId", STRING), (2, "taskId", INT32), (3, "name", STRING), (4, "queue", STRING),
         (5, "argument", MESSAGE, "dex.v1.Payload"), (6, "attempt", INT32),
@@ -454,6 +455,17 @@ def _keys_message(name: str, numbers: Tuple[int, ...]) -> _Message:
 
 _TASK_KEYS = {"dex.v1.WorkflowTask": _keys_message("dex.v1.WorkflowTask", (3, 7)),
               "dex.v1.ActivityTask": _keys_message("dex.v1.ActivityTask", (1, 2, 7))}
+_HISTORY_OMITTED = _keys_message("dex.v1.WorkflowTask", (11,))
+
+
+def history_omitted(data: bytes) -> int:
+    """WorkflowTask.history_omitted of an encoded task, its other fields skipped undecoded:
+    how many events at the history's start the task left out (dex 1.5, worker_cache)."""
+    data = bytes(data)
+    try:
+        return int(_decode(data, 0, len(data), _HISTORY_OMITTED).get("historyOmitted", 0))
+    except IndexError:
+        raise ProtobufError("truncated dex.v1.WorkflowTask") from None
 
 
 def task_keys(message_type: str, data: bytes) -> Tuple[str, int, int]:

@@ -35,29 +35,56 @@ class Wire:
     array_type = ""      # of their message arrays: "jsonb[]" or "bytea[]"
 
     def poll(self, conn: psycopg.Connection, queue: str, worker_id: str, n: int,
-             lease: float) -> List[Tuple]:
-        """Lease up to ``n`` tasks: rows of (run_id, task_id, lock_version, task as sent)."""
+             lease: float, cache: bool = False) -> List[Tuple]:
+        """Lease up to ``n`` tasks: rows of (run_id, task_id, lock_version, task as sent).
+        ``cache``: the worker keeps run states (dex 1.5's worker_cache: a workflow task of a
+        run this worker completed last leaves out the history it was shown)."""
         return conn.execute(
             f"SELECT run_id, task_id, lock_version, task FROM dex.poll_tasks{self.suffix}"
-            "(%s, %s, %s, %s::interval)",
+            f"(%s, %s, %s, %s::interval{', true' if cache else ''})",
             (queue, worker_id, n, f"{lease} seconds"), binary=True).fetchall()
 
-    def poll_wait_signature(self) -> str:
-        """The procedure that polls and long-polls in one call (dex 1.4), for to_regprocedure."""
-        return (f"dex.poll_tasks_wait{self.suffix}(text,text,integer,interval,interval,"
-                f"{'bytea[]' if self.suffix else 'jsonb'})")
+    def poll_wait_signature(self, cache: bool = False) -> str:
+        """The procedure that polls and long-polls in one call, for to_regprocedure: as
+        dex 1.4 has it, or (cache) with 1.5's worker_cache and completions."""
+        message = 'bytea[]' if self.suffix else 'jsonb'
+        return (f"dex.poll_tasks_wait{self.suffix}(text,text,integer,interval,interval,{message}"
+                + (f",boolean,uuid[],integer[],bigint[],{self.array_type},boolean[])" if cache
+                   else ")"))
+
+    def cache_signature(self) -> str:
+        """The poll with worker_cache (dex 1.5), for to_regprocedure."""
+        return f"dex.poll_tasks{self.suffix}(text,text,integer,interval,boolean)"
 
     def poll_wait(self, conn: psycopg.Connection, queue: str, worker_id: str, n: int,
-                  lease: float, timeout: float, workflow: bool) -> List[Tuple]:
+                  lease: float, timeout: float, workflow: bool,
+                  cache: bool = False) -> List[Tuple]:
         """``CALL dex.poll_tasks_wait(_pb)``: lease up to ``n`` tasks, waiting up to
         ``timeout`` seconds for some; rows as :meth:`poll` returns them.  Never prepared:
         it runs once a wake-up or timeout, so preparing would save nothing."""
         row = conn.execute(
-            f"CALL dex.poll_tasks_wait{self.suffix}(%s, %s, %s, %s::interval, %s::interval, NULL)",
+            f"CALL dex.poll_tasks_wait{self.suffix}(%s, %s, %s, %s::interval, %s::interval, NULL"
+            f"{', true' if cache else ''})",
             (queue, worker_id, n, f"{lease} seconds", f"{timeout} seconds"),
             binary=True, prepare=False).fetchone()
         tasks = (row[0] if row else None) or []
         return [self.task_row(t, workflow) for t in tasks]
+
+    def complete_and_poll_wait(self, conn: psycopg.Connection, queue: str, worker_id: str,
+                               n: int, lease: float, timeout: float,
+                               done: Sequence[Tuple[Any, int, int]], values: Sequence[Any]
+                               ) -> Tuple[List[Tuple], List[bool]]:
+        """``CALL dex.poll_tasks_wait(_pb)`` with completions (dex 1.5, workflow queues with
+        worker_cache): complete the ``done`` rows with their encoded values, then lease as
+        :meth:`poll_wait`; the rows leased, and whether each completion was applied."""
+        row = conn.execute(
+            f"CALL dex.poll_tasks_wait{self.suffix}(%s, %s, %s, %s::interval, %s::interval, NULL, "
+            f"true, %b::uuid[], %t::integer[], %t::bigint[], %b::{self.array_type})",
+            (queue, worker_id, n, f"{lease} seconds", f"{timeout} seconds",
+             [r[0] for r in done], [r[1] for r in done], [r[2] for r in done], list(values)),
+            binary=True, prepare=False).fetchone()
+        tasks = (row[0] if row else None) or []
+        return [self.task_row(t, True) for t in tasks], list(row[1] or [])
 
     def task_row(self, raw: Any, workflow: bool) -> Tuple:
         """(run_id, task_id, lock_version, task as sent) of a task message."""
@@ -66,6 +93,16 @@ class Wire:
     def workflow_task(self, raw: Any, skip: int = 0) -> Tuple[dict, int]:
         """A polled workflow task as a dict, and how many history events at its start were
         left out (at most ``skip``; the JSON form always has them all)."""
+        raise NotImplementedError
+
+    def history_omitted(self, raw: Any) -> int:
+        """How many events at the history's start the server left out of a polled workflow
+        task (``historyOmitted``: this worker completed the run's previous task)."""
+        raise NotImplementedError
+
+    def run_history(self, conn: psycopg.Connection, run_id: Any) -> List[dict]:
+        """The run's whole history, for a task that left out events this worker no longer
+        has (``dex.run_history_pb`` or ``dex.run_history``)."""
         raise NotImplementedError
 
     def activity_task(self, raw: Any) -> dict:
@@ -108,6 +145,13 @@ class JsonWire(Wire):
     def workflow_task(self, raw: Any, skip: int = 0) -> Tuple[dict, int]:
         return raw, 0
 
+    def history_omitted(self, raw: Any) -> int:
+        return int(raw.get("historyOmitted") or 0)
+
+    def run_history(self, conn: psycopg.Connection, run_id: Any) -> List[dict]:
+        return [r[0] for r in conn.execute(
+            "SELECT event FROM dex.run_history(%s) ORDER BY sequence", (run_id,)).fetchall()]
+
     def activity_task(self, raw: Any) -> dict:
         return raw
 
@@ -131,6 +175,13 @@ class ProtobufWire(Wire):
 
     def workflow_task(self, raw: Any, skip: int = 0) -> Tuple[dict, int]:
         return _proto.decode_workflow_task(raw, skip)
+
+    def history_omitted(self, raw: Any) -> int:
+        return _proto.history_omitted(raw)
+
+    def run_history(self, conn: psycopg.Connection, run_id: Any) -> List[dict]:
+        row = conn.execute("SELECT dex.run_history_pb(%s)", (run_id,), binary=True).fetchone()
+        return list(_proto.decode("dex.v1.EventBatch", row[0]).get("events") or [])
 
     def activity_task(self, raw: Any) -> dict:
         return _proto.decode("dex.v1.ActivityTask", raw)

@@ -274,10 +274,15 @@ class Worker:
         self._poll_wait_ok: "weakref.WeakKeyDictionary[psycopg.Connection, Optional[bool]]" = \
             weakref.WeakKeyDictionary()
         self._use_poll_wait = True               # private: False forces the two-call path
+        # per connection, whether the installed dex has worker_cache (1.5: incremental
+        # histories); not kept for a worker without a workflow cache
+        self._cache_ok: "weakref.WeakKeyDictionary[psycopg.Connection, bool]" = \
+            weakref.WeakKeyDictionary()
         self._started = False
         # counters, for tests and curious people
         self.stats = {"workflow_tasks": 0, "activities_completed": 0, "activities_failed": 0,
-                      "leases_lost": 0, "full_replays": 0, "cache_hits": 0, "cache_stale": 0}
+                      "leases_lost": 0, "full_replays": 0, "cache_hits": 0, "cache_stale": 0,
+                      "history_reads": 0}
 
     # -- lifecycle ---------------------------------------------------------
     def __enter__(self) -> "Worker":
@@ -427,11 +432,31 @@ class Worker:
             # and a direct connection, whatever ``pooled`` says (pooled=False skips the
             # pooler check): the backend runs its statements (as _connect.behind_pooler)
             row = conn.execute(
-                "SELECT to_regprocedure(%s) IS NOT NULL, pg_catalog.pg_backend_pid()",
-                (self._wire.poll_wait_signature(),), prepare=False).fetchone()
+                "SELECT to_regprocedure(%s) IS NOT NULL OR to_regprocedure(%s) IS NOT NULL, "
+                "pg_catalog.pg_backend_pid()",
+                (self._wire.poll_wait_signature(), self._wire.poll_wait_signature(True)),
+                prepare=False).fetchone()
             ok = bool(conn.autocommit and row[0] and row[1] == conn.info.backend_pid)
             with self._lock:
                 self._poll_wait_ok[conn] = ok
+        return ok
+
+    def _worker_cache(self, conn: psycopg.Connection) -> bool:
+        """Whether this worker's workflow polls on the connection ask for incremental
+        histories (dex 1.5's ``worker_cache``): it keeps run states (a workflow cache) and the
+        installed dex has the argument (checked once per connection)."""
+        if self.cache.size == 0:
+            return False
+        with self._lock:
+            ok = self._cache_ok.get(conn)
+        if ok is None:
+            row = conn.execute(
+                "SELECT to_regprocedure(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL",
+                (self._wire.cache_signature(), self._wire.poll_wait_signature(True)),
+                prepare=False).fetchone()
+            ok = bool(row[0])
+            with self._lock:
+                self._cache_ok[conn] = ok
         return ok
 
     def _poll_wait(self, conn: psycopg.Connection, queue: str, n: int, lease: float,
@@ -444,7 +469,8 @@ class Worker:
             if self._stopping.is_set():
                 return []
             return self._wire.poll_wait(conn, queue, self.worker_id, n, lease,
-                                        self.poll_timeout, workflow)
+                                        self.poll_timeout, workflow,
+                                        workflow and self._worker_cache(conn))
         except psycopg.errors.QueryCanceled:
             if not self._stopping.is_set():
                 raise
@@ -486,19 +512,71 @@ class Worker:
 
     # -- workflow tasks ------------------------------------------------------
     def _workflow_loop(self, queue: str) -> None:
-        idle = False            # the last poll found nothing
+        # the last poll did not fill a batch: the next one may wait.  With the one-call
+        # wait that poll looks first, so a batch it did not fill goes straight to it (one
+        # call, where a plain poll that finds nothing would cost a call more)
+        idle = False
 
         def body(conn: psycopg.Connection) -> None:
             nonlocal idle
             if idle and self._can_poll_wait(conn):
-                # the poll and the long poll in one call
-                idle = not self._workflow_batch(conn, queue, self._poll_wait(
-                    conn, queue, self.max_batch, self.workflow_lease, True))
+                # the poll and the long poll in one call; with incremental histories (1.5)
+                # the tasks it returns are completed by the next such call, which takes the
+                # ones after them
+                deferred = self._worker_cache(conn)
+                rows = self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
+                while rows:
+                    n = len(rows)
+                    if not deferred or n >= self.max_batch or self._stopping.is_set():
+                        self._workflow_batch(conn, queue, rows)
+                        break
+                    rows = self._complete_and_poll_wait(conn, queue, rows)
+                idle = not rows or len(rows) < self.max_batch
                 return
-            idle = not self._workflow_batch(conn, queue)
-            if idle and not self._can_poll_wait(conn):
+            n = self._workflow_batch(conn, queue)
+            if n == 0 and not self._can_poll_wait(conn):
                 self._long_poll(conn, queue)
+            idle = n < self.max_batch if self._can_poll_wait(conn) else n == 0
         self._polling(body, queue)
+
+    def _complete_and_poll_wait(self, conn: psycopg.Connection, queue: str,
+                                rows: List[Tuple]) -> List[Tuple]:
+        """Run the leased workflow tasks, then complete them and wait for the next ones in
+        one CALL (dex 1.5); the rows it leased.  A completion the engine refuses (invalid
+        commands) fails that call, which then changed nothing: the tasks are completed as
+        :meth:`_workflow_batch` does, and the next ones polled with the plain one-call wait."""
+        done, results, states = self._run_workflow_tasks(conn, rows)
+        if not done:
+            return self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
+        wire = self._wire
+        with self._lock:
+            self._waiting.add(conn)
+        try:
+            leased, applied = wire.complete_and_poll_wait(
+                conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
+                self.poll_timeout, done, [wire.commands(c) for c in results])
+        except psycopg.errors.Error as e:
+            for_shutdown = isinstance(e, psycopg.errors.QueryCanceled) and self._stopping.is_set()
+            if _connection_error(e) or isinstance(e, psycopg.errors.QueryCanceled):
+                for s in states:            # applied or not, unknown: keep nothing
+                    s.close()
+                if not for_shutdown:
+                    raise
+                # shutdown cancelled the call, perhaps before its completions: make them
+                # (those it made are refused now as lost leases, harmlessly)
+                try:
+                    wire.complete(conn, done, [wire.commands(c) for c in results])
+                except psycopg.errors.Error:
+                    log.warning("shutdown: %d workflow task(s) left to their leases", len(done))
+                return []
+            log.warning("completion with the poll refused (%s); completing apart", e)
+            self._complete_workflow_tasks(conn, done, results, states)
+            return self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
+        finally:
+            with self._lock:
+                self._waiting.discard(conn)
+        self._settle_workflow_tasks(done, states, {r[0] for r, ok in zip(done, applied) if ok})
+        return leased
 
     def _workflow_batch(self, conn: psycopg.Connection, queue: str,
                         rows: Optional[List[Tuple]] = None) -> int:
@@ -506,11 +584,22 @@ class Worker:
         call; how many tasks were polled."""
         wire = self._wire
         if rows is None:
-            rows = wire.poll(conn, queue, self.worker_id, self.max_batch, self.workflow_lease)
+            rows = wire.poll(conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
+                             self._worker_cache(conn))
+        done, results, states = self._run_workflow_tasks(conn, rows)
+        if done:
+            self._complete_workflow_tasks(conn, done, results, states)
+        return len(rows)
+
+    def _run_workflow_tasks(self, conn: psycopg.Connection, rows: List[Tuple]
+                            ) -> Tuple[List[Tuple], List[List[dict]], List[_Replayer]]:
+        """Run the leased workflow tasks: the rows run, their commands and states (a task
+        the SDK could not run is left to its lease)."""
+        wire = self._wire
         done, results, states = [], [], []
         for row in rows:
             try:
-                state, cmds = self._run_workflow_task(row[0], row[3], wire)
+                state, cmds = self._run_workflow_task(row[0], row[3], wire, conn)
             except Exception:       # a bug of the SDK: leave the task to its lease
                 log.exception("run %s: replay failed; its workflow task is left to expire",
                               row[0])
@@ -518,20 +607,23 @@ class Worker:
             done.append(row)
             results.append(cmds)
             states.append(state)
-        if done:
-            self._complete_workflow_tasks(conn, done, results, states)
-        return len(rows)
+        return done, results, states
 
-    def _run_workflow_task(self, run_id: Any, raw: Any, wire: Wire) -> Tuple[_Replayer, List[dict]]:
+    def _run_workflow_task(self, run_id: Any, raw: Any, wire: Wire,
+                           conn: Optional[psycopg.Connection] = None) -> Tuple[_Replayer, List[dict]]:
         """The run's workflow state after the task, and the task's commands: resumed from
         the cache when the run's state is there and the history continues where it left off,
-        else replayed from the whole history."""
+        else replayed from the whole history (read with ``conn`` when the task left out the
+        part this worker had seen, and the state is gone)."""
         state = self.cache.take(run_id)
         task: Optional[dict] = None
+        omitted = wire.history_omitted(raw)
         if state is not None:
-            task, skipped = wire.workflow_task(raw, state.history_seen)
+            # the history in the message starts after the omitted events; skip, undecoded,
+            # those of them the state has seen
+            task, skipped = wire.workflow_task(raw, max(0, state.history_seen - omitted))
             try:
-                cmds = state.resume(task, task.get("history") or [], skipped)
+                cmds = state.resume(task, task.get("history") or [], omitted + skipped)
             except Exception:           # a bug of the SDK: the full replay may do better
                 log.exception("run %s: resuming its cached state failed; replaying", run_id)
                 cmds = None
@@ -544,6 +636,8 @@ class Worker:
                 task = None
         if task is None:
             task, _ = wire.workflow_task(raw)
+        if omitted:
+            task = self._whole_task(conn, run_id, task, wire)
         state = self._replayer(task)
         try:
             cmds = state.run(task)
@@ -552,6 +646,22 @@ class Worker:
             raise
         self.stats["full_replays"] += 1
         return state, cmds
+
+    def _whole_task(self, conn: Optional[psycopg.Connection], run_id: Any, task: dict,
+                    wire: Wire) -> dict:
+        """The task with its whole history, for a task that left out events this worker no
+        longer has (its cached state was evicted, or the worker restarted under the same id).
+        The history read is the one the task was leased at: only its completion adds to it."""
+        if conn is None:
+            raise RuntimeError(f"run {run_id}: the task left out its history and no connection "
+                               "was given to read it")
+        length = int(task.get("historyLength") or 0)
+        history = wire.run_history(conn, run_id)
+        if len(history) < length:
+            raise RuntimeError(f"run {run_id}: its history has {len(history)} events, the task "
+                               f"says {length}")
+        self.stats["history_reads"] += 1
+        return dict(task, history=history[:length], historyOmitted=0)
 
     def _replayer(self, task: dict) -> _Replayer:
         d = self._workflows.get((task.get("workflowName", ""), int(task.get("workflowVersion", 1))))
@@ -581,7 +691,12 @@ class Worker:
             for row, cmds in zip(rows, results):
                 self._complete_one_workflow_task(conn, row, cmds)
             return
-        completed = {d[0] for d in done if d[2]}
+        self._settle_workflow_tasks(rows, states, {d[0] for d in done if d[2]})
+
+    def _settle_workflow_tasks(self, rows: List[Tuple], states: List[_Replayer],
+                               completed: set) -> None:
+        """After a completion call: keep the state of each run whose task the engine
+        completed (ids in ``completed``), drop the others' (their leases were lost)."""
         self.stats["workflow_tasks"] += len(completed)
         for row, state in zip(rows, states):
             if row[0] in completed:
@@ -652,7 +767,8 @@ class Worker:
                 self._release(n)
                 raise
             self._release(n - len(rows))
-            idle = not rows
+            # a batch not filled: the one-call wait looks first, so it goes to it
+            idle = len(rows) < n if one_queue and self._can_poll_wait(conn) else not rows
             for row in rows:
                 try:
                     task = wire.activity_task(row[3])

@@ -246,11 +246,13 @@ def checking(worker, mismatches):
     """Make every cache hit of ``worker`` also replay the task from scratch and compare."""
     run_task = worker._run_workflow_task
 
-    def run(run_id, raw, wire):
+    def run(run_id, raw, wire, conn=None):
         hits = worker.stats["cache_hits"]
-        state, cmds = run_task(run_id, raw, wire)
+        state, cmds = run_task(run_id, raw, wire, conn)
         if worker.stats["cache_hits"] > hits:
             full, _ = wire.workflow_task(raw)
+            if wire.history_omitted(raw):       # incremental: the whole history, as leased
+                full = dict(full, history=wire.run_history(conn, run_id)[:full["historyLength"]])
             expected = worker.run_workflow_task(full)
             if cmds != expected:
                 mismatches.append((cmds, expected))
@@ -335,6 +337,43 @@ def test_another_worker_running_the_run_in_between_forces_a_full_replay(conninfo
         assert client.result(run_id, timeout=10) == 111
     assert a.stats == dict(a.stats, full_replays=2, cache_hits=0, cache_stale=1)
     assert b.stats["full_replays"] == 1
+
+
+@pytest.mark.parametrize("wire", ["protobuf", "json"])
+def test_a_cached_run_is_sent_only_the_last_batch(conninfo, client, queues, wire):
+    # dex 1.5: the worker polls with worker_cache; a task of a run it completed last leaves
+    # out the history that worker was shown, and the cached state resumes from the rest
+    a = manual_worker(conninfo, queues, wire=wire)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        run_id = client.start(waits, 1, queue=queues[0])
+        batch(a, conn, queues[0])                       # the first task: nothing to leave out
+        client.send_event(run_id, "a", 10)
+        batch(a, conn, queues[0])
+        client.send_event(run_id, "b", 100)
+        rows = a._wire.poll(conn, queues[0], a.worker_id, 1, a.workflow_lease, True)
+        raw = rows[0][3]
+        task, _ = a._wire.workflow_task(raw)
+        # the second task was shown 5 events; its batch: 2 shown, completed, wait started
+        assert a._wire.history_omitted(raw) == 5
+        assert task["historyLength"] == 9 and len(task["history"]) == 4
+        a._workflow_batch(conn, queues[0], rows)
+        assert client.result(run_id, timeout=10) == 111
+    assert a.stats == dict(a.stats, full_replays=1, cache_hits=2, cache_stale=0, history_reads=0)
+
+
+@pytest.mark.parametrize("wire", ["protobuf", "json"])
+def test_a_worker_that_lost_the_state_reads_the_history(conninfo, client, queues, wire):
+    a = manual_worker(conninfo, queues, wire=wire)
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        run_id = client.start(waits, 1, queue=queues[0])
+        batch(a, conn, queues[0])
+        client.send_event(run_id, "a", 10)
+        batch(a, conn, queues[0])
+        a.cache.clear()                                 # as after a restart under the same id
+        client.send_event(run_id, "b", 100)
+        batch(a, conn, queues[0])                       # the task leaves out 5 events: read
+        assert client.result(run_id, timeout=10) == 111
+    assert a.stats == dict(a.stats, full_replays=2, cache_hits=1, history_reads=1)
 
 
 def test_a_lost_lease_is_not_cached(conninfo, client, queues):

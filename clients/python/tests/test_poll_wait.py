@@ -21,9 +21,9 @@ async def flow(ctx, n):
 
 
 def has_poll_wait():
-    with psycopg.connect("", autocommit=True) as c:
-        return c.execute("SELECT to_regprocedure('dex.poll_tasks_wait_pb(text,text,integer,"
-                         "interval,interval,bytea[])') IS NOT NULL").fetchone()[0]
+    with psycopg.connect("", autocommit=True) as c:     # dex 1.4 or later
+        return c.execute("SELECT count(*) > 0 FROM pg_proc WHERE proname = 'poll_tasks_wait_pb' "
+                         "AND pronamespace = 'dex'::regnamespace").fetchone()[0]
 
 
 def backend_queries(application_name):
@@ -81,3 +81,34 @@ def test_the_fallback_polls_then_waits_for_tasks(client, queues, start_worker, m
     t0 = time.monotonic()
     w.shutdown()
     assert time.monotonic() - t0 < 10
+
+
+@pytest.mark.parametrize("wire", ["protobuf", "json"])
+def test_an_idle_worker_completes_and_takes_the_next_task_in_one_call(client, queues,
+                                                                      start_worker, wire):
+    # dex 1.5: the workflow tasks a waiting call returned are completed by the next call,
+    # which then waits for the next tasks: no separate completion call
+    w = start_worker(wire=wire, poll_timeout=30)
+    calls = {"with completions": 0, "plain completions": 0}
+    combined, plain = w._wire.complete_and_poll_wait, w._wire.complete
+
+    def counted_combined(*args, **kw):
+        calls["with completions"] += 1
+        return combined(*args, **kw)
+
+    def counted_plain(conn, rows, values, fail=False):
+        if any(r[1] == 0 for r in rows):
+            calls["plain completions"] += 1
+        return plain(conn, rows, values, fail)
+
+    w._wire.complete_and_poll_wait, w._wire.complete = counted_combined, counted_plain
+    app, call = f"dex worker {w.worker_id}", "CALL dex.poll_tasks_wait"
+    wait_until("the pollers in the one-call wait",
+               lambda: sum(q.startswith(call) for q in backend_queries(app)) == 2)
+    for n in (1, 2, 3):
+        run_id = client.start(flow, n, queue=queues[0])
+        assert client.result(run_id, timeout=20) == 2 * n
+    # each run has two workflow tasks, each completed with the call that waits for more
+    assert calls == {"with completions": 6, "plain completions": 0}
+    # (the last call's outcome is known when it returns, after its wait: not counted yet)
+    assert w.stats["workflow_tasks"] == 5 and w.stats["leases_lost"] == 0
