@@ -10,8 +10,10 @@
  *   BENCH_BATCH      max tasks per poll (default 100)
  *   BENCH_W5_MAX     largest W5 backlog (default 1000000)
  *   BENCH_LOW_K      W3 and W4 again with these workers per queue (default "1,4")
- *   BENCH_POLL_WAIT  0: idle workers poll, CALL dex.wait_for_tasks and poll again,
- *                    instead of CALL dex.poll_tasks_wait_pb (default 1, when dex has it)
+ *   BENCH_POLL_WAIT  2 (default): idle workers CALL dex.poll_tasks_wait_pb, and idle
+ *                    workflow workers pass it their completions (as the Python SDK's);
+ *                    1: without completions; 0: poll, CALL dex.wait_for_tasks, poll again
+ *                    (each as far as the installed dex has it)
  *
  * Workers are threads with a connection each.  They speak protobuf to dex
  * (dex.poll_tasks_pb / dex.poll_tasks_wait_pb / dex.complete_tasks_pb),
@@ -63,11 +65,13 @@ static int	bench_k;
 static int	bench_batch;
 static double bench_scale;
 static bool bench_poll_wait;	/* idle workers CALL dex.poll_tasks_wait_pb */
+static bool bench_defer;		/* ... and workflow workers pass it their completions */
 
 /* what the installed dex has (main looks in pg_proc) */
 static bool have_poll_wait;		/* dex.poll_tasks_wait_pb (dex 1.4) */
 static bool have_worker_cache;	/* the polls' worker_cache argument */
 static bool have_run_history_pb;	/* dex.run_history_pb */
+static bool have_wait_completions;	/* completions in dex.poll_tasks_wait_pb (dex 1.5) */
 
 /* ------------------------------------------------------------------ utilities */
 
@@ -494,6 +498,8 @@ typedef struct Workload
 	atomic_int	go;
 	atomic_int	stop;
 	atomic_long completed;		/* runs completed (completeRun accepted) */
+	atomic_long deferred;		/* completeRuns sent in a poll_tasks_wait_pb not returned yet */
+	atomic_llong t_last_deferred;	/* when the last of them was sent */
 	atomic_llong t_end;			/* mono_us of the last completion */
 
 	/* per run index (the run's argument): */
@@ -538,6 +544,10 @@ typedef struct Worker
 	long		calls;			/* CALL dex.poll_tasks_wait_pb */
 	long		empty_calls;	/* ... that returned no task (timed out) */
 	long		completes;		/* complete_tasks_pb calls */
+	long		completing_calls;	/* poll_tasks_wait_pb calls that carried completions */
+	bool		deferred;		/* the batch's completions went with the pending poll_tasks_wait_pb */
+	int64_t		deferred_at;	/* when it was sent */
+	atomic_int	exited;			/* worker_main has returned */
 	long		tasks;
 	long		lost;
 	long		poll_errors;	/* polls and completions that failed (the worker goes on) */
@@ -556,6 +566,9 @@ static const char *COMPLETE_SQL =
 static const char *WAIT_SQL = "CALL dex.wait_for_tasks($1, $2::interval)";
 static const char *POLL_WAIT_SQL =
 "CALL dex.poll_tasks_wait_pb($1, $2, $3::int, $4::interval, $5::interval, NULL)";
+static const char *POLL_WAIT_COMPLETING_SQL =
+"CALL dex.poll_tasks_wait_pb($1, $2, $3::int, $4::interval, $5::interval, NULL, false, "
+"$6::uuid[], $7::int[], $8::bigint[], $9::bytea[], NULL)";
 
 static void
 worker_connect(Worker *w)
@@ -568,6 +581,8 @@ worker_connect(Worker *w)
 	prepare(w->conn, "wait", WAIT_SQL);
 	if (have_poll_wait)
 		prepare(w->conn, "pollwait", POLL_WAIT_SQL);
+	if (have_wait_completions)
+		prepare(w->conn, "pollwaitc", POLL_WAIT_COMPLETING_SQL);
 	w->cancel = PQgetCancel(w->conn);
 	/* flush this setup's statistics now, before any measurement starts */
 	r = exec_ok(w->conn, "SELECT pg_backend_pid(), pg_stat_force_next_flush()");
@@ -613,6 +628,32 @@ send_poll_wait(Worker *w, int max)
 	p[3] = "5 minutes";
 	p[4] = w->wl->wait_timeout;
 	if (!PQsendQueryPrepared(w->conn, "pollwait", 5, p, NULL, NULL, 1))
+		die("send poll_tasks_wait_pb: %s", PQerrorMessage(w->conn));
+}
+
+/* poll_tasks_wait_pb with the batch's completions: they are made first, then it waits */
+static void
+send_poll_wait_completing(Worker *w, int max)
+{
+	char		maxbuf[16];
+	const char *p[9];
+	int			len[9] = {0};
+	int			fmt[9] = {0, 0, 0, 0, 0, 1, 1, 1, 1};
+	ArrBuf	   *a[4] = {&w->a_run, &w->a_task, &w->a_lv, &w->a_res};
+
+	snprintf(maxbuf, sizeof(maxbuf), "%d", max);
+	p[0] = w->queue;
+	p[1] = w->id;
+	p[2] = maxbuf;
+	p[3] = "5 minutes";
+	p[4] = w->wl->wait_timeout;
+	for (int i = 0; i < 4; i++)
+	{
+		arr_end(a[i]);
+		p[5 + i] = a[i]->b.p;
+		len[5 + i] = (int) a[i]->b.len;
+	}
+	if (!PQsendQueryPrepared(w->conn, "pollwaitc", 9, p, len, fmt, 1))
 		die("send poll_tasks_wait_pb: %s", PQerrorMessage(w->conn));
 }
 
@@ -988,16 +1029,25 @@ run_completed(Workload *wl, const Entry *e, int64_t now)
 	}
 	if (done >= wl->n_runs)
 	{
-		atomic_store(&wl->t_end, now);
+		int64_t		t = atomic_load(&wl->t_end);
+
+		/* the latest completion (deferred ones are timed when they were sent) */
+		while (now > t && !atomic_compare_exchange_weak(&wl->t_end, &t, now))
+			;
 		atomic_store(&wl->stop, 1);
 	}
 }
 
-/* The result of complete_tasks_pb: count what ended runs, and lost leases */
+/*
+ * The result of complete_tasks_pb: count what ended runs, and lost leases.
+ * at: when the runs are taken to have completed (0: now).  redone: these
+ * completions were sent before with a poll_tasks_wait_pb that a cancel cut
+ * off, perhaps after it made them: a refusal then means they were made.
+ */
 static void
-batch_done(Worker *w, PGresult *r)
+batch_done(Worker *w, PGresult *r, int64_t at, bool redone)
 {
-	int64_t		now = mono_us();
+	int64_t		now = at ? at : mono_us();
 	int			rows;
 
 	if (PQresultStatus(r) != PGRES_TUPLES_OK)
@@ -1029,11 +1079,76 @@ batch_done(Worker *w, PGresult *r)
 					break;
 		if (j == w->n)
 			die("%s: complete_tasks_pb returned a task it was not given", w->id);
-		if (!ok)
+		if (!ok && !redone)
 			w->lost++;
 		else if (w->ent[j].ends_run)
 			run_completed(w->wl, &w->ent[j], now);
 	}
+}
+
+/*
+ * The completions that went with a poll_tasks_wait_pb, from its result
+ * (completed boolean[], column 1; binary, as tasks_of_call reads): a run that
+ * ended is counted as completed when the call was sent.
+ */
+static void
+batch_done_call(Worker *w, PGresult *res)
+{
+	const char *p = PQgetvalue(res, 0, 1);
+	int			len = PQgetlength(res, 0, 1);
+	uint32_t	n = 0;
+
+	if (PQnfields(res) < 2 || PQgetisnull(res, 0, 1) || len < 12)
+		die("%s: poll_tasks_wait_pb returned no completed array", w->id);
+	if (get_u32(p) == 1 && len >= 20)
+		n = get_u32(p + 12);
+	if (n != (uint32_t) w->n || len != 20 + 5 * (int) n)
+		die("%s: poll_tasks_wait_pb completed %u of %d tasks", w->id, n, w->n);
+	w->completing_calls++;
+	for (uint32_t i = 0; i < n; i++)
+	{
+		bool		ok = p[20 + 5 * i + 4] != 0;
+
+		if (w->ent[i].ends_run)
+			atomic_fetch_sub(&w->wl->deferred, 1);
+		if (!ok)
+			w->lost++;
+		else if (w->ent[i].ends_run)
+			run_completed(w->wl, &w->ent[i], w->deferred_at);
+	}
+	w->deferred = false;
+}
+
+/*
+ * A poll_tasks_wait_pb with completions failed (refused, or cancelled when the
+ * workload ends): make them with complete_tasks_pb, as the Python SDK does.
+ */
+static void
+batch_redo(Worker *w)
+{
+	for (int tries = 0; tries < 10; tries++)
+	{
+		PGresult   *r;
+
+		send_complete(w);
+		PQpipelineSync(w->conn);
+		r = pl_get(w->conn);
+		if (r && PQresultStatus(r) == PGRES_TUPLES_OK)
+		{
+			for (int i = 0; i < w->n; i++)
+				if (w->ent[i].ends_run)
+					atomic_fetch_sub(&w->wl->deferred, 1);
+			batch_done(w, r, w->deferred_at, true);
+			PQclear(r);
+			w->deferred = false;
+			return;
+		}
+		/* a late cancel of the workload's end may cut this one off too */
+		fprintf(stderr, "%s: completing apart: %s", w->id,
+				r ? PQresultErrorMessage(r) : PQerrorMessage(w->conn));
+		PQclear(r);
+	}
+	die("%s: could not complete %d tasks", w->id, w->n);
 }
 
 /*
@@ -1169,6 +1284,36 @@ worker_main(void *arg)
 
 		/* a full batch: there may be more, poll again; else lease and wait in one call */
 		next_is_call = bench_poll_wait && !full;
+		if (next_is_call && bench_defer && w->is_wf)
+		{
+			/* ... which makes the completions first (the Python SDK's workflow pollers) */
+			int			ends = 0;
+
+			for (int i = 0; i < w->n; i++)
+				ends += w->ent[i].ends_run;
+			w->deferred = true;
+			w->deferred_at = sent = mono_us();
+			if (ends)
+			{
+				atomic_store(&wl->t_last_deferred, sent);
+				atomic_fetch_add(&wl->deferred, ends);
+			}
+			send_poll_wait_completing(w, wl->poll_max);
+			PQpipelineSync(c);
+			poll_is_call = true;
+			poll = pl_get(c);
+			if (poll == NULL)
+				die("%s: connection lost: %s", w->id, PQerrorMessage(c));
+			if (PQresultStatus(poll) == PGRES_TUPLES_OK)
+				batch_done_call(w, poll);
+			else
+			{
+				/* refused (nothing was made), or cancelled at the workload's end */
+				w->complete_errors += !atomic_load(&wl->stop);
+				batch_redo(w);
+			}
+			continue;
+		}
 		send_complete(w);
 		PQpipelineSync(c);
 		sent = mono_us();
@@ -1187,12 +1332,13 @@ worker_main(void *arg)
 					break;
 				die("%s: connection lost: %s", w->id, PQerrorMessage(c));
 			}
-			batch_done(w, r);
+			batch_done(w, r, 0, false);
 			PQclear(r);
 		}
 		poll = pl_get(c);
 	}
 	PQclear(poll);
+	atomic_store(&w->exited, 1);
 	return NULL;
 }
 
@@ -1446,6 +1592,20 @@ run_finish(Run *run, int64_t deadline)
 
 	while (!atomic_load(&wl->stop))
 	{
+		/*
+		 * Completions that went with a poll_tasks_wait_pb are known only when
+		 * it returns, which may be when it times out: once every run's last
+		 * completion has been sent, the workload is over.
+		 */
+		if (atomic_load(&wl->completed) + atomic_load(&wl->deferred) >= wl->n_runs)
+		{
+			int64_t		t = atomic_load(&wl->t_last_deferred);
+
+			if (t > atomic_load(&wl->t_end))
+				atomic_store(&wl->t_end, t);
+			atomic_store(&wl->stop, 1);
+			break;
+		}
 		if (mono_us() > deadline)
 		{
 			printf("  TIMEOUT: %ld of %d runs completed\n", (long) atomic_load(&wl->completed),
@@ -1458,9 +1618,24 @@ run_finish(Run *run, int64_t deadline)
 		}
 		sleep_us(2000);
 	}
-	/* waiters may sit in wait_for_tasks: interrupt them */
-	for (int i = 0; i < run->n_workers; i++)
-		PQcancel(run->workers[i].cancel, errbuf, sizeof(errbuf));
+	/*
+	 * Waiters may sit in wait_for_tasks or poll_tasks_wait_pb: interrupt them,
+	 * again until each has ended (a cancel may come before its call).
+	 */
+	for (;;)
+	{
+		int			running = 0;
+
+		for (int i = 0; i < run->n_workers; i++)
+			if (!atomic_load(&run->workers[i].exited))
+			{
+				PQcancel(run->workers[i].cancel, errbuf, sizeof(errbuf));
+				running++;
+			}
+		if (running == 0)
+			break;
+		sleep_us(50000);
+	}
 	for (int i = 0; i < run->n_workers; i++)
 	{
 		Worker	   *w = &run->workers[i];
@@ -1481,6 +1656,7 @@ print_worker_counters(Run *run)
 				calls = 0,
 				empty_calls = 0,
 				completes = 0,
+				completing = 0,
 				tasks = 0,
 				lost = 0,
 				timeouts = 0,
@@ -1501,6 +1677,7 @@ print_worker_counters(Run *run)
 		calls += w->calls;
 		empty_calls += w->empty_calls;
 		completes += w->completes;
+		completing += w->completing_calls;
 		tasks += w->tasks;
 		lost += w->lost;
 		timeouts += w->wait_timeouts;
@@ -1519,11 +1696,11 @@ print_worker_counters(Run *run)
 		(double) tasks / (double) (polls + calls - empty - empty_calls) : 0.0;
 	run->calls_per_run = (double) (polls + calls + waits + completes) /
 		(double) (run->wl.n_runs > 0 ? run->wl.n_runs : 1);
-	printf("  workers: %ld polls (%ld empty), %ld poll_tasks_wait_pb calls (%ld timed out), "
-		   "%ld waits (%ld timed out), longest wait or poll_tasks_wait_pb %.1f ms (ended %.2f s "
-		   "after the start), %ld completions; %ld tasks (%.2f per non-empty poll or call), "
-		   "%.2f calls per run, %ld lost leases\n",
-		   polls, empty, calls, empty_calls, waits, timeouts, wait_max / 1000.0,
+	printf("  workers: %ld polls (%ld empty), %ld poll_tasks_wait_pb calls (%ld timed out, %ld "
+		   "with completions), %ld waits (%ld timed out), longest wait or poll_tasks_wait_pb %.1f "
+		   "ms (ended %.2f s after the start), %ld complete_tasks_pb calls; %ld tasks (%.2f per "
+		   "non-empty poll or call), %.2f calls per run, %ld lost leases\n",
+		   polls, empty, calls, empty_calls, completing, waits, timeouts, wait_max / 1000.0,
 		   wait_max_at ? (wait_max_at - run->t_start) / 1e6 : 0.0, completes, tasks,
 		   run->tasks_per_call, run->calls_per_run, lost);
 	if (blind)
@@ -2822,10 +2999,17 @@ main(int argc, char **argv)
 	have_poll_wait = dex_has(m, "poll_tasks_wait_pb", -1);
 	have_worker_cache = dex_has(m, "poll_tasks_pb", 5);
 	have_run_history_pb = dex_has(m, "run_history_pb", 1);
-	bench_poll_wait = have_poll_wait && env_double("BENCH_POLL_WAIT", 1) != 0;
-	printf("dexbench: idle workers %s; dex.poll_tasks_pb %s worker_cache; dex.run_history_pb %s\n",
+	have_wait_completions = dex_has(m, "poll_tasks_wait_pb", 12);
+	{
+		int			mode = (int) env_double("BENCH_POLL_WAIT", 2);
+
+		bench_poll_wait = have_poll_wait && mode >= 1;
+		bench_defer = bench_poll_wait && have_wait_completions && mode >= 2;
+	}
+	printf("dexbench: idle workers %s%s; dex.poll_tasks_pb %s worker_cache; dex.run_history_pb %s\n",
 		   bench_poll_wait ? "CALL dex.poll_tasks_wait_pb" :
 		   "poll, CALL dex.wait_for_tasks and poll again",
+		   bench_defer ? " (workflow workers pass it their completions)" : "",
 		   have_worker_cache ? "has" : "has no", have_run_history_pb ? "exists" : "does not exist");
 	for (int i = 1; i < argc; i++)
 	{
