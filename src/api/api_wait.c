@@ -2,6 +2,8 @@
  *
  * api_wait.c
  *	  CALL dex.wait_for_tasks(queue, timeout, INOUT ready): the long poll;
+ *	  CALL dex.poll_tasks_wait(_pb): the poll and the long poll in one call
+ *	  (1.4), with incremental histories and completions (1.5);
  *	  CALL dex.wait_for_run(run_id, timeout, INOUT status, result, failure):
  *	  waiting for a run to end; CALL dex.wait_for_runs(run_ids, timeout,
  *	  mode, INOUT ended): for one or all of several (1.4).
@@ -14,8 +16,15 @@
  * Locks and transactions.  It looks at the queue in the transaction it was
  * called in, with the procedure owner's rights: it writes nothing, and takes
  * neither dex's locks (the rebuild lock, the queue's capacity lock) nor a row
- * lock.  Then, if it must wait, it commits, and sleeps on the queue's
- * condition variable (shmem/wakeup.c) outside any transaction.
+ * lock.  Then, if it must wait, it commits, and sleeps in the queue waiters'
+ * table (shmem/wakeup.c) holding no snapshot.
+ *
+ * dex.poll_tasks_wait makes the completions it was given and its first
+ * look (a poll, with dex.poll_tasks's locks) in the transaction it was
+ * called in; if it leased nothing, it commits (the completions with it),
+ * sleeps holding no snapshot in the transaction that commit began, and
+ * looks again in it when woken, its leases dated from the wake-up.  The
+ * leases commit when the CALL ends.
  *
  * dex.wait_for_run does the same for one run: it looks at the run, and until
  * the run has ended it commits and sleeps on the run's wait slot, which
