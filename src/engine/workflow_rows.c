@@ -168,10 +168,15 @@ static DexPlan update_runs_plans[2] = {
 };
 
 
-/* cancelled timers: their TimerElapsed rows go, if not delivered yet */
+/*
+ * cancelled timers: their TimerElapsed rows go, if not delivered yet; found
+ * from the arrays, whatever the inbox's statistics (see runs.c's inbox_plan)
+ */
 static DexPlan cancel_timers_plan = {
-	"DELETE FROM dex.workflow_inbox i USING unnest($1::uuid[], $2::integer[]) AS c(run_id, timer_id) "
-	"WHERE i.run_id = c.run_id AND i.timer_id = c.timer_id",
+	"DELETE FROM dex.workflow_inbox WHERE ctid = ANY (ARRAY("
+	"  SELECT i.ctid FROM unnest($1::uuid[], $2::integer[]) AS c(run_id, timer_id) "
+	"  CROSS JOIN LATERAL (SELECT j.ctid FROM dex.workflow_inbox j "
+	"                      WHERE j.run_id = c.run_id AND j.timer_id = c.timer_id OFFSET 0) i))",
 	2, {UUIDARRAYOID, INT4ARRAYOID}
 };
 
