@@ -6,6 +6,8 @@
  * history that worker has seen (dex.v1.WorkflowTask.history_omitted); a
  * worker that no longer holds the run's state reads it with
  * dex.run_history_pb, and workers may read histories (dex.run_history too).
+ * dex.heartbeat_tasks takes the tasks' queue, so that it looks at that
+ * queue's partition only.
  * The library of 1.5 works with a 1.4 schema until the update (the polls
  * then send whole histories).  test/t/009_upgrade.pl checks that an updated
  * database has exactly the objects of a fresh 1.5 install.
@@ -18,6 +20,7 @@ DROP FUNCTION dex.poll_tasks(text, text, integer, interval);
 DROP FUNCTION dex.poll_tasks_pb(text, text, integer, interval);
 DROP PROCEDURE dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb);
 DROP PROCEDURE dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[]);
+DROP FUNCTION dex.heartbeat_tasks(uuid[], integer[], bigint[], interval);
 
 CREATE FUNCTION dex.run_history_pb(run_id uuid)
 RETURNS bytea
@@ -80,7 +83,18 @@ AS 'MODULE_PATHNAME', 'dex_poll_tasks_wait_pb';
 COMMENT ON PROCEDURE dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean, uuid[], integer[], bigint[], bytea[], boolean[]) IS
     'dex.poll_tasks_wait with the tasks as encoded dex.v1.WorkflowTask or dex.v1.ActivityTask messages, and results as encoded dex.v1.WorkflowTaskCompletion or dex.v1.Payload (as dex.complete_tasks_pb).';
 
-REVOKE ALL ON FUNCTION dex.run_history_pb(uuid),
+CREATE FUNCTION dex.heartbeat_tasks(run_ids uuid[], task_ids integer[], lock_versions bigint[],
+                                    lease_duration interval DEFAULT '5 minutes',
+                                    queue text DEFAULT NULL)
+RETURNS TABLE (run_id uuid, task_id integer, locked_until timestamptz)
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_heartbeat_tasks';
+COMMENT ON FUNCTION dex.heartbeat_tasks(uuid[], integer[], bigint[], interval, text) IS
+    'Extend many leases at once; one row per lease still held, none for lost ones. With queue (the queue all the tasks were leased from), only that queue''s tasks are looked at, which with many queues is much cheaper.';
+
+REVOKE ALL ON FUNCTION dex.run_history_pb(uuid), dex.heartbeat_tasks(uuid[], integer[], bigint[], interval, text),
     dex.poll_tasks(text, text, integer, interval, boolean),
     dex.poll_tasks_pb(text, text, integer, interval, boolean) FROM PUBLIC;
 REVOKE ALL ON PROCEDURE dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean, uuid[], integer[], bigint[], jsonb[], boolean[]),
@@ -92,3 +106,4 @@ GRANT EXECUTE ON PROCEDURE
     dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean, uuid[], integer[], bigint[], jsonb[], boolean[]),
     dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean, uuid[], integer[], bigint[], bytea[], boolean[]) TO dex_worker;
 GRANT EXECUTE ON FUNCTION dex.run_history(uuid), dex.run_history_pb(uuid) TO dex_client, dex_worker;
+GRANT EXECUTE ON FUNCTION dex.heartbeat_tasks(uuid[], integer[], bigint[], interval, text) TO dex_worker;

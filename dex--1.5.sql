@@ -780,14 +780,15 @@ COMMENT ON FUNCTION dex.heartbeat_task(uuid, integer, bigint, interval, jsonb) I
     'Extend a held lease to now + lease_duration (capped by the activity''s timeouts); returns the new expiry; refused (WD001) if the lease is lost, WD002 if the run was cancelled. Details are kept for the next attempt.';
 
 CREATE FUNCTION dex.heartbeat_tasks(run_ids uuid[], task_ids integer[], lock_versions bigint[],
-                                    lease_duration interval DEFAULT '5 minutes')
+                                    lease_duration interval DEFAULT '5 minutes',
+                                    queue text DEFAULT NULL)
 RETURNS TABLE (run_id uuid, task_id integer, locked_until timestamptz)
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_heartbeat_tasks';
-COMMENT ON FUNCTION dex.heartbeat_tasks(uuid[], integer[], bigint[], interval) IS
-    'Extend many leases at once; one row per lease still held, none for lost ones.';
+COMMENT ON FUNCTION dex.heartbeat_tasks(uuid[], integer[], bigint[], interval, text) IS
+    'Extend many leases at once; one row per lease still held, none for lost ones. With queue (the queue all the tasks were leased from), only that queue''s tasks are looked at, which with many queues is much cheaper.';
 
 /*
  * Monitoring.  Everything here is cheap to read every few seconds whatever
@@ -1120,7 +1121,7 @@ GRANT EXECUTE ON FUNCTION
     dex.fail_task(uuid, integer, bigint, jsonb), dex.fail_task_pb(uuid, integer, bigint, bytea),
     dex.fail_tasks(uuid[], integer[], bigint[], jsonb[]), dex.fail_tasks_pb(uuid[], integer[], bigint[], bytea[]),
     dex.heartbeat_task(uuid, integer, bigint, interval, jsonb),
-    dex.heartbeat_tasks(uuid[], integer[], bigint[], interval)
+    dex.heartbeat_tasks(uuid[], integer[], bigint[], interval, text)
     TO dex_worker;
 GRANT EXECUTE ON PROCEDURE dex.wait_for_tasks(text, interval, boolean),
     dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean, uuid[], integer[], bigint[], jsonb[], boolean[]),

@@ -44,6 +44,12 @@ SELECT array_agg(run_id ORDER BY run_id) AS ar, array_agg(task_id ORDER BY run_i
 SELECT count(*) AS held, bool_and(locked_until > now() + interval '59 minutes') AS extended
   FROM dex.heartbeat_tasks(:'ar', :'at', :'av', '1 hour');
 SELECT count(*) AS held FROM dex.heartbeat_tasks(:'ar', :'at', ARRAY[0, 0]::bigint[], '1 hour');
+-- with the tasks' queue (1.5): the same leases held; another queue holds none of them, and a
+-- queue that does not exist is an error, as for a poll
+SELECT count(*) AS held, bool_and(locked_until > now() + interval '89 minutes') AS extended
+  FROM dex.heartbeat_tasks(:'ar', :'at', :'av', '90 minutes', 'batch-act');
+SELECT count(*) AS held FROM dex.heartbeat_tasks(:'ar', :'at', :'av', '1 hour', 'batch-wf');
+SELECT count(*) AS held FROM dex.heartbeat_tasks(:'ar', :'at', :'av', '1 hour', 'batch-nope');
 SELECT dex.heartbeat_task((:'ar'::uuid[])[1], (:'at'::int[])[1], (:'av'::bigint[])[1], '2 hours')
        > now() + interval '119 minutes' AS extended;
 

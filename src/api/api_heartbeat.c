@@ -22,39 +22,55 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
 
 #include "api/api_tasks.h"
 
 
-static DexPlan heartbeat_plan = {
-	"WITH b AS (SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bigint[]) "
-	"           AS b(run_id, task_id, lock_version)), "
-	"w AS (UPDATE dex.workflow_task t SET locked_until = now() + $4 FROM b "
-	"      WHERE b.task_id = 0 AND t.run_id = b.run_id AND t.lock_version = b.lock_version "
-	"        AND t.locked_by IS NOT NULL "
-	"      RETURNING t.run_id, 0 AS task_id, t.locked_until, t.queue_id), "
-	"a AS (UPDATE dex.activity_task t SET locked_until = LEAST(now() + $4, "
-	"        t.attempt_started_at + make_interval(secs => coalesce(t.start_to_close_ms, 1e12) / 1000.0), "
-	"        now() + make_interval(secs => coalesce(t.heartbeat_timeout_ms, 1e12) / 1000.0), "
-	"        coalesce(t.schedule_deadline, 'infinity')) FROM b "
-	"      WHERE b.task_id > 0 AND t.run_id = b.run_id AND t.event_id = b.task_id "
-	"        AND t.lock_version = b.lock_version AND t.locked_by IS NOT NULL "
-	"      RETURNING t.run_id, t.event_id AS task_id, t.locked_until, t.queue_id) "
-	"SELECT run_id, task_id, locked_until, queue_id FROM w "
-	"UNION ALL SELECT run_id, task_id, locked_until, queue_id FROM a",
-	4, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INTERVALOID}
+/*
+ * $5: the queue of the tasks (1.5), or NULL.  Task rows are found by run
+ * and task id, which do not name the queue's partition: without the queue
+ * the statement looks at every queue's partition (hundreds of milliseconds
+ * with hundreds of queues); with it, the generic plan keeps one partition.
+ */
+#define HEARTBEAT_SQL(queue_cond) \
+	"WITH b AS (SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bigint[]) " \
+	"           AS b(run_id, task_id, lock_version)), " \
+	"w AS (UPDATE dex.workflow_task t SET locked_until = now() + $4 FROM b " \
+	"      WHERE b.task_id = 0 AND t.run_id = b.run_id AND t.lock_version = b.lock_version " \
+	"        AND t.locked_by IS NOT NULL " queue_cond \
+	"      RETURNING t.run_id, 0 AS task_id, t.locked_until, t.queue_id), " \
+	"a AS (UPDATE dex.activity_task t SET locked_until = LEAST(now() + $4, " \
+	"        t.attempt_started_at + make_interval(secs => coalesce(t.start_to_close_ms, 1e12) / 1000.0), " \
+	"        now() + make_interval(secs => coalesce(t.heartbeat_timeout_ms, 1e12) / 1000.0), " \
+	"        coalesce(t.schedule_deadline, 'infinity')) FROM b " \
+	"      WHERE b.task_id > 0 AND t.run_id = b.run_id AND t.event_id = b.task_id " \
+	"        AND t.lock_version = b.lock_version AND t.locked_by IS NOT NULL " queue_cond \
+	"      RETURNING t.run_id, t.event_id AS task_id, t.locked_until, t.queue_id) " \
+	"SELECT run_id, task_id, locked_until, queue_id FROM w " \
+	"UNION ALL SELECT run_id, task_id, locked_until, queue_id FROM a"
+
+/* [0]: any queue; [1]: the tasks of queue $5 */
+static DexPlan heartbeat_plans[2] = {
+	{HEARTBEAT_SQL(""), 4, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INTERVALOID}},
+	{HEARTBEAT_SQL("AND t.queue_id = $5 "), 5,
+	{UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INTERVALOID, INT4OID}}
 };
 
-/* Run the heartbeat statement for arrays of tasks; SPI_tuptable holds the held ones. */
+/*
+ * Run the heartbeat statement for arrays of tasks, of queue queue_id (0:
+ * any); SPI_tuptable holds the held ones.
+ */
 static void
-heartbeat(Datum run_ids, Datum task_ids, Datum lock_versions, Interval *lease)
+heartbeat(Datum run_ids, Datum task_ids, Datum lock_versions, Interval *lease, int32 queue_id)
 {
-	Datum		values[4] = {run_ids, task_ids, lock_versions, IntervalPGetDatum(lease)};
+	Datum		values[5] = {run_ids, task_ids, lock_versions, IntervalPGetDatum(lease),
+	Int32GetDatum(queue_id)};
 
 	dex_check_lease_duration(lease);
-	dex_spi_exec(&heartbeat_plan, values, NULL, 0);
+	dex_spi_exec(&heartbeat_plans[queue_id != 0], values, NULL, 0);
 	dex_check_queue_use_spi(4);
 	for (uint64 i = 0; i < SPI_processed; i++)
 		dex_wake_scheduler_at_commit((TimestampTz) dex_spi_getint64(i, 3));
@@ -88,7 +104,7 @@ heartbeat_task(PG_FUNCTION_ARGS)
 	heartbeat(PointerGetDatum(construct_array(&PG_GETARG_DATUM(0), 1, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR)),
 			  PointerGetDatum(construct_array(&PG_GETARG_DATUM(1), 1, INT4OID, 4, true, TYPALIGN_INT)),
 			  PointerGetDatum(construct_array(&PG_GETARG_DATUM(2), 1, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
-			  PG_GETARG_INTERVAL_P(3));
+			  PG_GETARG_INTERVAL_P(3), 0);
 	if (SPI_processed == 0)
 		dex_report_lost_lease(run_id, task_id, lock_version);
 	until = (TimestampTz) dex_spi_getint64(0, 3);
@@ -105,7 +121,8 @@ heartbeat_task(PG_FUNCTION_ARGS)
 }
 
 /*
- * dex.heartbeat_tasks(run_ids, task_ids, lock_versions, lease_duration)
+ * dex.heartbeat_tasks(run_ids, task_ids, lock_versions, lease_duration
+ * [, queue (1.5)])
  * returns table (run_id, task_id, locked_until): one row per task whose
  * lease is still held; lost leases have no row.
  */
@@ -113,6 +130,7 @@ static Datum
 heartbeat_tasks(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int32		queue_id = 0;
 
 	/* checked only: the statement takes the arrays as they are */
 	(void) dex_read_task_batch(fcinfo, InvalidOid, NULL);
@@ -120,8 +138,16 @@ heartbeat_tasks(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();
 	dex_wait_for_rebuild();
+	/* the tasks' queue (1.5), an unknown one an error, as for a poll */
+	if (PG_NARGS() > 4 && !PG_ARGISNULL(4))
+	{
+		DexQueue	queue = dex_existing_queue(text_to_cstring(PG_GETARG_TEXT_PP(4)), NULL);
+
+		dex_check_queue_use(&queue);
+		queue_id = queue.id;
+	}
 	heartbeat(PG_GETARG_DATUM(0), PG_GETARG_DATUM(1), PG_GETARG_DATUM(2),
-			  PG_GETARG_INTERVAL_P(3));
+			  PG_GETARG_INTERVAL_P(3), queue_id);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;

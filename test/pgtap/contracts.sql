@@ -44,7 +44,7 @@ INSERT INTO api VALUES
     ('fail_tasks',       '{uuid[],integer[],bigint[],jsonb[]}',                     'setof record'),
     ('fail_tasks_pb',    '{uuid[],integer[],bigint[],bytea[]}',                     'setof record'),
     ('heartbeat_task',   '{uuid,integer,bigint,interval,jsonb}',                    'timestamp with time zone'),
-    ('heartbeat_tasks',  '{uuid[],integer[],bigint[],interval}',                    'setof record'),
+    ('heartbeat_tasks',  '{uuid[],integer[],bigint[],interval,text}',               'setof record'),
     ('send_external_event', '{uuid,text,jsonb}',                                    'boolean'),
     ('send_external_event_to_instance', '{text,text,jsonb,text}',                   'boolean'),
     ('cancel_run',       '{uuid,text}',                                             'void'),

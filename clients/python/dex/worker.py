@@ -278,6 +278,9 @@ class Worker:
         # histories); not kept for a worker without a workflow cache
         self._cache_ok: "weakref.WeakKeyDictionary[psycopg.Connection, bool]" = \
             weakref.WeakKeyDictionary()
+        # per connection, whether dex.heartbeat_tasks takes the tasks' queue (1.5)
+        self._heartbeat_by_queue: "weakref.WeakKeyDictionary[psycopg.Connection, bool]" = \
+            weakref.WeakKeyDictionary()
         self._started = False
         # counters, for tests and curious people
         self.stats = {"workflow_tasks": 0, "activities_completed": 0, "activities_failed": 0,
@@ -947,12 +950,29 @@ class Worker:
             held = [r for r in self._inflight.values() if not r.reported]
         if not held:
             return
-        out = conn.execute(
-            "SELECT run_id, task_id FROM dex.heartbeat_tasks("
-            "%s::uuid[], %s::integer[], %s::bigint[], %s::interval)",
-            ([r.run_id for r in held], [r.task_id for r in held],
-             [r.lock_version for r in held], f"{self.activity_lease} seconds")).fetchall()
-        kept = {(row[0], row[1]) for row in out}
+        # dex 1.5 takes the tasks' queue, so that it looks at that queue's partition only
+        # (with hundreds of queues, the difference between ~1 ms and hundreds): one call per
+        # queue then
+        with self._lock:
+            by_queue = self._heartbeat_by_queue.get(conn)
+        if by_queue is None:
+            by_queue = bool(conn.execute(
+                "SELECT to_regprocedure('dex.heartbeat_tasks(uuid[],integer[],bigint[],interval,"
+                "text)') IS NOT NULL", prepare=False).fetchone()[0])
+            with self._lock:
+                self._heartbeat_by_queue[conn] = by_queue
+        groups: Dict[Optional[str], List[_Running]] = {}
+        for r in held:
+            groups.setdefault(r.task.get("queue") if by_queue else None, []).append(r)
+        kept = set()
+        for queue, rs in groups.items():
+            out = conn.execute(
+                "SELECT run_id, task_id FROM dex.heartbeat_tasks("
+                "%s::uuid[], %s::integer[], %s::bigint[], %s::interval"
+                + (", %s)" if queue else ")"),
+                ([r.run_id for r in rs], [r.task_id for r in rs], [r.lock_version for r in rs],
+                 f"{self.activity_lease} seconds") + ((queue,) if queue else ())).fetchall()
+            kept |= {(row[0], row[1]) for row in out}
         for r in held:
             if r.key not in kept and not r.ctx.lease_lost:
                 r.ctx.lease_lost = True
