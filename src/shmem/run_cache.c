@@ -30,7 +30,7 @@
  *
  * Layout: DEX_RUN_CACHE_WAYS entries per set, the set chosen by a hash of
  * the run id; a new run takes a free entry of its set or the one written
- * longest ago.  dex.worker_cache_runs entries (32 bytes each) in all; 0
+ * longest ago.  dex.worker_cache_runs entries (36 bytes each) in all; 0
  * turns the table off.  Each set has its own spinlock, held to compare or
  * copy four entries.
  *

@@ -94,7 +94,7 @@ dex_define_settings(void)
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("dex.worker_cache_runs",
 							"How many runs the server remembers the worker of, for incremental histories.",
-							"Per run, the worker that completed its last workflow task (32 bytes of shared memory each); "
+							"Per run, the worker that completed its last workflow task (36 bytes of shared memory each); "
 							"0 turns incremental histories off.",
 							&dex_worker_cache_runs,
 							65536, 0, 16 * 1024 * 1024,
