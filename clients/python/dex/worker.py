@@ -34,6 +34,7 @@ import json
 import logging
 import os
 import collections
+import contextlib
 import queue as _queue
 import signal
 import socket
@@ -42,7 +43,7 @@ import time
 import uuid
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -406,20 +407,28 @@ class Worker:
             except Exception:
                 pass
 
-    def _long_poll(self, conn: psycopg.Connection, queue: str) -> None:
+    @contextlib.contextmanager
+    def _waiting_on(self, conn: psycopg.Connection) -> Iterator[None]:
+        """While a call on the connection may sleep in the server: shutdown cancels it
+        (:meth:`_cancel_waits`)."""
         with self._lock:
             self._waiting.add(conn)
         try:
-            if self._stopping.is_set():
-                return
-            conn.execute("CALL dex.wait_for_tasks(%s, %s::interval)",
-                         (queue, f"{self.poll_timeout} seconds"))
-        except psycopg.errors.QueryCanceled:
-            if not self._stopping.is_set():
-                raise
+            yield
         finally:
             with self._lock:
                 self._waiting.discard(conn)
+
+    def _long_poll(self, conn: psycopg.Connection, queue: str) -> None:
+        with self._waiting_on(conn):
+            try:
+                if self._stopping.is_set():
+                    return
+                conn.execute("CALL dex.wait_for_tasks(%s, %s::interval)",
+                             (queue, f"{self.poll_timeout} seconds"))
+            except psycopg.errors.QueryCanceled:
+                if not self._stopping.is_set():
+                    raise
 
     def _can_poll_wait(self, conn: psycopg.Connection) -> bool:
         """Whether the connection may poll and long-poll in one ``CALL
@@ -444,43 +453,43 @@ class Worker:
                 self._poll_wait_ok[conn] = ok
         return ok
 
+    def _has_routines(self, conn: psycopg.Connection,
+                      known: "weakref.WeakKeyDictionary[psycopg.Connection, bool]",
+                      *signatures: str) -> bool:
+        """Whether the installed dex has all these routines (to_regprocedure signatures),
+        looked up once per connection and kept in ``known``."""
+        with self._lock:
+            ok = known.get(conn)
+        if ok is None:
+            ok = bool(conn.execute(
+                "SELECT " + " AND ".join(["to_regprocedure(%s) IS NOT NULL"] * len(signatures)),
+                signatures, prepare=False).fetchone()[0])
+            with self._lock:
+                known[conn] = ok
+        return ok
+
     def _worker_cache(self, conn: psycopg.Connection) -> bool:
         """Whether this worker's workflow polls on the connection ask for incremental
         histories (dex 1.5's ``worker_cache``): it keeps run states (a workflow cache) and the
-        installed dex has the argument (checked once per connection)."""
-        if self.cache.size == 0:
-            return False
-        with self._lock:
-            ok = self._cache_ok.get(conn)
-        if ok is None:
-            row = conn.execute(
-                "SELECT to_regprocedure(%s) IS NOT NULL AND to_regprocedure(%s) IS NOT NULL",
-                (self._wire.cache_signature(), self._wire.poll_wait_signature(True)),
-                prepare=False).fetchone()
-            ok = bool(row[0])
-            with self._lock:
-                self._cache_ok[conn] = ok
-        return ok
+        installed dex has the argument."""
+        return self.cache.size > 0 and self._has_routines(
+            conn, self._cache_ok, self._wire.cache_signature(), self._wire.poll_wait_signature(True))
 
     def _poll_wait(self, conn: psycopg.Connection, queue: str, n: int, lease: float,
                    workflow: bool) -> List[Tuple]:
         """Lease up to ``n`` tasks, waiting for some (up to ``poll_timeout``) in the same
         call; shutdown cancels the wait as it does ``_long_poll``'s (no task is leased then)."""
-        with self._lock:
-            self._waiting.add(conn)
-        try:
-            if self._stopping.is_set():
+        with self._waiting_on(conn):
+            try:
+                if self._stopping.is_set():
+                    return []
+                return self._wire.poll_wait(conn, queue, self.worker_id, n, lease,
+                                            self.poll_timeout, workflow,
+                                            workflow and self._worker_cache(conn))
+            except psycopg.errors.QueryCanceled:
+                if not self._stopping.is_set():
+                    raise
                 return []
-            return self._wire.poll_wait(conn, queue, self.worker_id, n, lease,
-                                        self.poll_timeout, workflow,
-                                        workflow and self._worker_cache(conn))
-        except psycopg.errors.QueryCanceled:
-            if not self._stopping.is_set():
-                raise
-            return []
-        finally:
-            with self._lock:
-                self._waiting.discard(conn)
 
     def _polling(self, body: Any, queue: str) -> None:
         """Run ``body(conn)`` until stopping; reconnect after connection errors."""
@@ -552,12 +561,11 @@ class Worker:
         if not done:
             return self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
         wire = self._wire
-        with self._lock:
-            self._waiting.add(conn)
         try:
-            leased, applied = wire.complete_and_poll_wait(
-                conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
-                self.poll_timeout, done, [wire.commands(c) for c in results])
+            with self._waiting_on(conn):
+                leased, applied = wire.complete_and_poll_wait(
+                    conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
+                    self.poll_timeout, done, [wire.commands(c) for c in results])
         except psycopg.errors.Error as e:
             for_shutdown = isinstance(e, psycopg.errors.QueryCanceled) and self._stopping.is_set()
             if _connection_error(e) or isinstance(e, psycopg.errors.QueryCanceled):
@@ -575,9 +583,6 @@ class Worker:
             log.warning("completion with the poll refused (%s); completing apart", e)
             self._complete_workflow_tasks(conn, done, results, states)
             return self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
-        finally:
-            with self._lock:
-                self._waiting.discard(conn)
         self._settle_workflow_tasks(done, states, {r[0] for r, ok in zip(done, applied) if ok})
         return leased
 
@@ -953,14 +958,9 @@ class Worker:
         # dex 1.5 takes the tasks' queue, so that it looks at that queue's partition only
         # (with hundreds of queues, the difference between ~1 ms and hundreds): one call per
         # queue then
-        with self._lock:
-            by_queue = self._heartbeat_by_queue.get(conn)
-        if by_queue is None:
-            by_queue = bool(conn.execute(
-                "SELECT to_regprocedure('dex.heartbeat_tasks(uuid[],integer[],bigint[],interval,"
-                "text)') IS NOT NULL", prepare=False).fetchone()[0])
-            with self._lock:
-                self._heartbeat_by_queue[conn] = by_queue
+        by_queue = self._has_routines(
+            conn, self._heartbeat_by_queue,
+            "dex.heartbeat_tasks(uuid[],integer[],bigint[],interval,text)")
         groups: Dict[Optional[str], List[_Running]] = {}
         for r in held:
             groups.setdefault(r.task.get("queue") if by_queue else None, []).append(r)
