@@ -670,14 +670,13 @@ add_pending_slot(int slot, int *pending, int *n_pending, bool *pending_all)
 void
 dex_queue_tasks_added(int32 queue_id, int64 tasks)
 {
+	PendingQueue *p;
+
 	if (pending_all_queues)
 		return;
-	for (int i = 0; i < n_pending_queues; i++)
+	p = pending_queue(queue_id);
+	if (p != NULL)
 	{
-		PendingQueue *p = &pending_queues[i];
-
-		if (p->queue_id != queue_id)
-			continue;
 		p->tasks = (p->tasks < 0 || tasks < 0) ? -1 : p->tasks + tasks;
 		return;
 	}

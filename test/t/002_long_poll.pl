@@ -19,16 +19,23 @@ $node->safe_psql('postgres', q{
 	SELECT dex.create_queue('act', 'activity');
 });
 
+# Run a statement in a psql of its own, in the background; returns the IPC::Run harness
+# and its output ref.
+sub start_call
+{
+	my ($sql) = @_;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(
+		[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-c', $sql ],
+		'>', \$out, '2>', \$err);
+	return ($h, \$out);
+}
+
 # Start a waiting worker; returns the IPC::Run harness and its output ref.
 sub start_waiter
 {
 	my ($queue, $timeout) = @_;
-	my ($out, $err) = ('', '');
-	my $h = IPC::Run::start(
-		[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'),
-		  '-c', "CALL dex.wait_for_tasks('$queue', '$timeout')" ],
-		'>', \$out, '2>', \$err);
-	return ($h, \$out);
+	return start_call("CALL dex.wait_for_tasks('$queue', '$timeout')");
 }
 
 sub wait_until_sleeping
@@ -126,11 +133,7 @@ ok($node->log_contains('connection to client lost'), 'it says why');
 # 7. a client waits for a run to end: CALL dex.wait_for_run sleeps holding no
 # snapshot and returns as soon as another session ends the run
 my $run = $node->safe_psql('postgres', q{SELECT dex.create_run('awaited', 'wf')});
-my ($run_out, $run_err) = ('', '');
-my $run_waiter = IPC::Run::start(
-	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'),
-	  '-c', "CALL dex.wait_for_run('$run', '60 s')" ],
-	'>', \$run_out, '2>', \$run_err);
+my ($run_waiter, $run_out) = start_call("CALL dex.wait_for_run('$run', '60 s')");
 ok($node->poll_query_until('postgres', q{
 	SELECT count(*) = 1 FROM pg_stat_activity
 	 WHERE query LIKE 'CALL dex.wait_for_run(%' AND wait_event_type = 'Extension'
@@ -141,7 +144,7 @@ $node->safe_psql('postgres', q{
 	SELECT dex.complete_task(run_id, 0, lock_version, '[{"completeRun": {"result": {"json": "42"}}}]')
 	  FROM dex.poll_tasks('wf', 'w', 10)});
 $run_waiter->finish;
-is($run_out, "COMPLETED|42|\n", 'it returns the status and the result as soon as the run ends');
+is($$run_out, "COMPLETED|42|\n", 'it returns the status and the result as soon as the run ends');
 cmp_ok(time() - $ended_at, '<', 10, 'woken by the end of the run, not by its 60 s timeout');
 
 # 8. a commit that makes k tasks pollable wakes k of the queue's waiting
@@ -181,11 +184,7 @@ is(join('', sort map { ${ $_->[1] } } @waiters), "t\nt\nt\nt\n", 'every woken wo
 # no snapshot and returns the task leased, in one round trip, when a run is
 # committed
 $node->safe_psql('postgres', q{SELECT dex.create_queue('pw', 'workflow')});
-my ($pw_out, $pw_err) = ('', '');
-my $pw = IPC::Run::start(
-	[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'),
-	  '-c', "CALL dex.poll_tasks_wait('pw', 'one-call', 1, '1 min', '60 s')" ],
-	'>', \$pw_out, '2>', \$pw_err);
+my ($pw, $pw_out) = start_call("CALL dex.poll_tasks_wait('pw', 'one-call', 1, '1 min', '60 s')");
 ok($node->poll_query_until('postgres', q{
 	SELECT count(*) = 1 FROM pg_stat_activity
 	 WHERE query LIKE 'CALL dex.poll_tasks_wait(%' AND wait_event_type = 'Extension'
@@ -195,7 +194,7 @@ sleep 2;
 $t0 = time;
 $node->safe_psql('postgres', q{SELECT dex.create_run('in-one-call', 'pw')});
 $pw->finish;
-like($pw_out, qr/"workflowName": "in-one-call"/, 'it returns the new run\'s task');
+like($$pw_out, qr/"workflowName": "in-one-call"/, 'it returns the new run\'s task');
 cmp_ok(time - $t0, '<', 5, 'as soon as the run was committed');
 is($node->safe_psql('postgres', q{
 	SELECT t.locked_by FROM dex.workflow_task t JOIN dex.workflow_run r ON r.id = t.run_id
@@ -228,12 +227,8 @@ my @sk;
 # "the first waiter found" would not pick it by chance
 for my $worker ('other-1', 'other-2', 'holder', 'other-3')
 {
-	my ($o, $e) = ('', '');
-	my $hh = IPC::Run::start(
-		[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'),
-		  '-c', "CALL dex.poll_tasks_wait('sk', '$worker', 1, '1 min', '60 s', NULL, true)" ],
-		'>', \$o, '2>', \$e);
-	push @sk, [ $hh, \$o, $worker ];
+	my ($hh, $o) = start_call("CALL dex.poll_tasks_wait('sk', '$worker', 1, '1 min', '60 s', NULL, true)");
+	push @sk, [ $hh, $o, $worker ];
 	ok($node->poll_query_until('postgres', qq{
 		SELECT count(*) = 1 FROM pg_stat_activity
 		 WHERE query LIKE 'CALL dex.poll_tasks_wait(''sk'', ''$worker''%' AND wait_event_type = 'Extension'}),
