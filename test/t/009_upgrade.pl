@@ -1,6 +1,6 @@
 # Upgrades: install dex 1.0, leave runs in flight (an activity leased, a timer
 # pending, a wait for an event), ALTER EXTENSION dex UPDATE to 1.1, finish
-# them, then UPDATE to 1.2, 1.3, 1.4 and to the default version (1.5); the updated database then has
+# them, then UPDATE to 1.2, 1.3, 1.4, 1.5 and to the default version (1.6); the updated database then has
 # exactly the objects of a fresh install (functions with their definitions,
 # rights and comments, tables, columns, indexes, constraints, views, grants,
 # what pg_dump dumps of the extension's tables).
@@ -146,15 +146,19 @@ ok($node->poll_query_until('postgres', qq{SELECT count(*) = 1 FROM dex.workflow_
 $node->safe_psql('postgres', qq{
 	SELECT dex.complete_task(run_id, 0, lock_version, '[{"id": 2, "startTimer": {"delay": "0.01s"}}]')
 	  FROM dex.poll_tasks('wf', 'w-inc', 10) WHERE run_id = '$run_h'});
-$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE TO '1.5'});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
-	'1.5', 'dex is updated to the default version, 1.5');
+	'1.5', 'dex is updated to 1.5');
 ok($node->poll_query_until('postgres', qq{SELECT count(*) = 1 FROM dex.workflow_task WHERE run_id = '$run_h'}),
 	'the second timer of the run fires');
 is($node->safe_psql('postgres', qq{
 	SELECT (task->>'historyOmitted') || ' of ' || (task->>'historyLength')
 	  FROM dex.poll_tasks('wf', 'w-inc', 10, '1 min', worker_cache => true) WHERE run_id = '$run_h'}),
 	'5 of 9', 'under 1.5 the worker that completed its task under 1.4 gets it without what it was shown');
+
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
+	'1.6', 'dex is updated to the default version, 1.6');
 
 # the updated schema is the fresh schema
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
@@ -204,8 +208,8 @@ my %in_f = map { $_ => 1 } @f;
 ok(@f > 100, 'the catalog comparison sees the schema (' . scalar(@f) . ' objects)');
 
 # the same for every released version updated straight to the current one:
-# "postgres" came from 1.0 through 1.1, 1.2, 1.3 and 1.4; "from_1_1" starts at 1.1, "from_1_3" at
-# 1.3, "from_1_4" at 1.4
+# "postgres" came from 1.0 through 1.1, 1.2, 1.3, 1.4 and 1.5; "from_1_1" starts at 1.1,
+# "from_1_3" at 1.3, "from_1_4" at 1.4, "from_1_5" at 1.5
 $node->safe_psql('postgres', 'CREATE DATABASE from_1_1');
 $node->safe_psql('from_1_1', q{CREATE EXTENSION dex VERSION '1.1'; SELECT dex.create_queue('wf', 'workflow');
 	SELECT dex.create_run('w', 'wf', instance_id => 'i', concurrency_key => 'k'); ALTER EXTENSION dex UPDATE});
@@ -224,7 +228,10 @@ is($node->safe_psql('from_1_3', q{SELECT status FROM dex.workflow_run WHERE work
 $node->safe_psql('postgres', 'CREATE DATABASE from_1_4');
 $node->safe_psql('from_1_4', q{CREATE EXTENSION dex VERSION '1.4'; SELECT dex.create_queue('wf', 'workflow');
 	SELECT dex.create_run('w', 'wf'); ALTER EXTENSION dex UPDATE});
-for my $db ('postgres', 'from_1_1', 'from_1_3', 'from_1_4')
+$node->safe_psql('postgres', 'CREATE DATABASE from_1_5');
+$node->safe_psql('from_1_5', q{CREATE EXTENSION dex VERSION '1.5'; SELECT dex.create_queue('wf', 'workflow');
+	SELECT dex.create_run('w', 'wf'); ALTER EXTENSION dex UPDATE});
+for my $db ('postgres', 'from_1_1', 'from_1_3', 'from_1_4', 'from_1_5')
 {
 	my @u = split /\n/, $node->safe_psql($db, $catalog);
 	my %in_u = map { $_ => 1 } @u;

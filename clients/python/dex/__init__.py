@@ -37,4 +37,4 @@ __all__ = [
     "Worker", "WorkflowContext", "activity", "activity_context", "decode", "encode",
     "format_history", "replay", "workflow",
 ]
-__version__ = "1.5"   # the extension's default_version (dex.control); tests/test_version.py
+__version__ = "1.6"   # the extension's default_version (dex.control); tests/test_version.py
