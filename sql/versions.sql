@@ -3,7 +3,8 @@
 -- worker runs: the (workflow, version) pairs on a workflow queue, the activity
 -- names on an activity queue; it then gets only those tasks, best priority
 -- and oldest first across what it declared.  What no worker takes shows in
--- dex.unserved; dex.set_run_version moves a run to another version.
+-- dex.unserved; dex.set_run_version moves a run to another version; a marker
+-- command records what ctx.patched finds on replay.
 --
 SELECT dex.create_queue('vs-wf', 'workflow'), dex.create_queue('vs-act', 'activity'),
        dex.create_queue('vs-idle', 'workflow');
@@ -121,3 +122,14 @@ SELECT count(*) = :ready_before AS nothing_leased FROM dex.workflow_task t
 -- the most a poll may declare is fine
 SELECT count(*) FROM dex.poll_tasks('vs-wf', 'x', 1, names => array_fill('nothing'::text, '{1000}'),
                                     versions => array_fill(1, '{1000}'));
+
+-- 8. markers: a workflow task records one (what ctx.patched records), the history has it;
+-- one without a name is refused, and changes nothing
+SELECT dex.create_run('marked', 'vs-wf') AS m \gset
+SELECT lock_version AS v FROM dex.poll_tasks('vs-wf', 'w', 1, names => '{marked}', versions => '{1}') \gset
+SELECT dex.complete_task(:'m', 0, :v, '[{"id": 1, "recordMarker": {"name": ""}}]');
+SELECT dex.complete_task(:'m', 0, :v, '[{"id": 1, "recordMarker": {"details": {"json": "1"}}}]');
+SELECT dex.complete_task(:'m', 0, :v,
+    '[{"id": 1, "recordMarker": {"name": "dex.patch:use-new-step", "details": {"json": "{\"deprecated\": false}"}}}]');
+SELECT event->'id' AS id, event->'markerRecorded' AS marker
+  FROM dex.run_history(:'m') WHERE event ? 'markerRecorded';

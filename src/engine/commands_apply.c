@@ -443,6 +443,11 @@ apply_command(DexAppliedTask *c, const Dex__V1__Command *cmd)
 						 dex_event_side_effect_executed(c->now, cmd->record_side_effect->name,
 														cmd->record_side_effect->result));
 			break;
+		case DEX__V1__COMMAND__KIND_RECORD_MARKER:
+			record_event(c, cmd->id,
+						 dex_event_marker_recorded(c->now, cmd->record_marker->name,
+												   cmd->record_marker->details));
+			break;
 		case DEX__V1__COMMAND__KIND_SET_CUSTOM_STATUS:
 			record_event(c, cmd->id,
 						 dex_event_custom_status_set(c->now, cmd->set_custom_status->custom_status));

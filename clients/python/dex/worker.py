@@ -54,7 +54,7 @@ from ._convert import decode
 from ._wire import PROTOBUF, Declared, Wire, wire as _wire_named
 from .registry import (ACTIVITIES, WORKFLOWS, ActivityDefinition, WorkflowDefinition,
                        activity_definition, workflow_definition)
-from ._runtime import _Replayer, fail_run_command
+from ._runtime import WorkflowTaskFailure, _Replayer, fail_run_command
 
 log = logging.getLogger("dex.worker")
 
@@ -637,12 +637,18 @@ class Worker:
     def _run_workflow_tasks(self, conn: psycopg.Connection, rows: List[Tuple]
                             ) -> Tuple[List[Tuple], List[List[dict]], List[_Replayer]]:
         """Run the leased workflow tasks: the rows run, their commands and states (a task
-        the SDK could not run is left to its lease)."""
+        the SDK could not run is left to its lease; one whose replay met a patch that the
+        code does not match is failed, to be retried after a backoff)."""
         wire = self._wire
         done, results, states = [], [], []
+        failed, failures = [], []
         for row in rows:
             try:
                 state, cmds = self._run_workflow_task(row[0], row[3], wire, conn)
+            except WorkflowTaskFailure as e:
+                failed.append(row)
+                failures.append(wire.failure(e.failure))
+                continue
             except Exception:       # a bug of the SDK: leave the task to its lease
                 log.exception("run %s: replay failed; its workflow task is left to expire",
                               row[0])
@@ -650,6 +656,8 @@ class Worker:
             done.append(row)
             results.append(cmds)
             states.append(state)
+        if failed:
+            wire.complete(conn, failed, failures, fail=True)
         return done, results, states
 
     def _run_workflow_task(self, run_id: Any, raw: Any, wire: Wire,

@@ -2,13 +2,12 @@
 activities it has, and the server hands it nothing else.  A rolling deploy loses no run: runs
 of a version no worker runs wait, shown by dex.unserved, until a worker that has it polls."""
 
-import time
 import uuid
 
-import psycopg
 import pytest
 
 import dex
+from dbtools import sql, wait_until
 
 
 @dex.activity("dv-step")
@@ -38,22 +37,7 @@ def missing(n):
 
 
 def declares_versions():
-    with psycopg.connect("", autocommit=True) as c:     # dex 1.6 or later
-        return c.execute("SELECT pronargs = 7 FROM pg_proc WHERE oid = to_regproc('dex.poll_tasks')"
-                         ).fetchone()[0]
-
-
-def sql(query, params=()):
-    with psycopg.connect("", autocommit=True) as c:
-        return c.execute(query, params).fetchall()
-
-
-def wait_until(what, predicate, timeout=30):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    return sql("SELECT pronargs = 7 FROM pg_proc WHERE oid = to_regproc('dex.poll_tasks')")[0][0]
 
 
 def workers_of(client, run_id):
