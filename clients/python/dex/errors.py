@@ -229,6 +229,11 @@ def _operational(e: BaseException) -> bool:
     return isinstance(e, psycopg.OperationalError)
 
 
+class DuplicateDefinition(DexError, ValueError):
+    """A second workflow of the same name and version, or a second activity of the same name,
+    by another function: a worker could not tell which one to run."""
+
+
 class NotJSONError(DexError, TypeError):
     """A value the SDK is to send as JSON is not JSON (nothing was sent): ``what`` names it
     (``"the run's argument"``), ``path`` is the first value in it that JSON has no form for

@@ -53,7 +53,7 @@ from ._connect import POOLER_HINT, connect as _connect_pooled, is_prepared_state
 from ._convert import decode
 from ._wire import PROTOBUF, Wire, wire as _wire_named
 from .registry import (ACTIVITIES, WORKFLOWS, ActivityDefinition, WorkflowDefinition,
-                       activity_definition, workflow_definition)
+                       activity_definition, register, workflow_definition)
 from ._runtime import _Replayer, fail_run_command
 
 log = logging.getLogger("dex.worker")
@@ -251,13 +251,13 @@ class Worker:
         else:
             self._workflows = {}
             for w in workflows:
-                d = workflow_definition(w)
-                self._workflows[(d.name, d.version)] = d
+                register(self._workflows, workflow_definition(w))
         if activities is None:
             self._activities: Dict[str, ActivityDefinition] = ACTIVITIES
         else:
-            self._activities = {activity_definition(a).name: activity_definition(a)
-                                for a in activities}
+            self._activities = {}
+            for a in activities:
+                register(self._activities, activity_definition(a))
 
         self._stopping = threading.Event()       # no more leasing
         self._stop_requested = threading.Event()  # SIGTERM / SIGINT seen
