@@ -26,6 +26,7 @@ awaitables may be awaited.  ``ctx.now()`` is the timestamp of the current task's
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import datetime as _dt
 import hashlib
@@ -166,6 +167,25 @@ class Future:
     __iter__ = __await__
 
 
+DEX_AWAITABLES = ("workflows await only ctx.activity(), ctx.sleep(), ctx.wait_event(), "
+                  "ctx.child(), ctx.all_of(), ctx.any_of() and their own coroutines, never "
+                  "asyncio (ctx.sleep() for asyncio.sleep(), ctx.all_of() for asyncio.gather())")
+
+
+class _NoAsyncio:
+    """asyncio's running loop while workflow code runs: asyncio.sleep(1), asyncio.gather(),
+    asyncio.create_task() and the like ask for the running loop first (outside any loop they
+    would fail with "no running event loop"), and get this, whose every use says what is
+    wrong."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise TypeError(f"workflow code called asyncio (its event loop's {name}), which is not "
+                        f"a dex awaitable: {DEX_AWAITABLES}")
+
+
+_NO_ASYNCIO = _NoAsyncio()
+
+
 class Task(Future):
     """A coroutine run by the workflow loop (``ctx.start(coro)``); awaitable like any future."""
 
@@ -183,7 +203,7 @@ class Task(Future):
         if self._done:
             return
         try:
-            yielded = self._coro.send(None) if exc is None else self._coro.throw(exc)
+            yielded = self._send(exc)
         except StopIteration as stop:
             self._set_result(stop.value)
         except (Exception, _ContinueAsNew) as e:
@@ -197,9 +217,19 @@ class Task(Future):
                 yielded.add_done_callback(self._wakeup)
             else:
                 self._loop.call_soon(self._throw, TypeError(
-                    f"workflow code awaited {yielded!r}, which is not a dex awaitable: workflows "
-                    "await only ctx.activity(), ctx.sleep(), ctx.wait_event(), ctx.child(), "
-                    "ctx.all_of(), ctx.any_of() and their own coroutines, never asyncio"))
+                    f"workflow code awaited {yielded!r}, which is not a dex awaitable: "
+                    f"{DEX_AWAITABLES}"))
+
+    def _send(self, exc: Optional[BaseException]) -> Any:
+        """Run the coroutine to its next await, with asyncio's running loop :data:`_NO_ASYNCIO`
+        meanwhile (and then again what it was: this thread's asyncio loop, if any, is not
+        ours)."""
+        outer = asyncio.events._get_running_loop()
+        asyncio.events._set_running_loop(_NO_ASYNCIO)
+        try:
+            return self._coro.send(None) if exc is None else self._coro.throw(exc)
+        finally:
+            asyncio.events._set_running_loop(outer)
 
     def _wakeup(self, fut: Future) -> None:
         if fut is not self._waiting:    # a wake-up that a cancellation overtook

@@ -1,5 +1,6 @@
 """Replay without a database: hand-made histories fed to dex.replay."""
 
+import asyncio
 import json
 
 import pytest
@@ -159,6 +160,45 @@ async def uses_asyncio(ctx):
 def test_awaiting_asyncio_fails_the_run_clearly():
     (cmd,) = run(uses_asyncio, [], first_task())
     assert "not a dex awaitable" in cmd["failRun"]["failure"]["message"]
+
+
+@dex.workflow("replay-asyncio-sleep")
+async def sleeps_with_asyncio(ctx):
+    await asyncio.sleep(0)                  # a bare yield: lets the others run, harmless
+    await asyncio.sleep(5)
+
+
+@dex.workflow("replay-asyncio-gather")
+async def gathers_with_asyncio(ctx):
+    await asyncio.gather(ctx.sleep(1), ctx.sleep(2))
+
+
+@pytest.mark.parametrize("fn, called", [(sleeps_with_asyncio, "create_future"),
+                                        (gathers_with_asyncio, "create_task")])
+def test_asyncio_in_a_workflow_says_it_is_not_a_dex_awaitable(fn, called):
+    """asyncio.sleep(5) and asyncio.gather() ask for asyncio's running loop: outside one they
+    failed with "RuntimeError: no running event loop"."""
+    failure = run(fn, [], first_task())[-1]["failRun"]["failure"]
+    assert failure["type"] == "TypeError"
+    assert failure["message"].startswith(f"workflow code called asyncio (its event loop's "
+                                         f"{called}), which is not a dex awaitable: ")
+    assert "ctx.sleep() for asyncio.sleep()" in failure["message"]
+
+
+def test_asyncio_in_a_workflow_inside_a_running_asyncio_loop():
+    """dex.replay called from asyncio code: the workflow still gets dex's message, and the
+    caller's loop is its running loop again afterwards."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        (cmd,) = run(sleeps_with_asyncio, [], first_task())
+        assert asyncio.get_running_loop() is loop
+        await asyncio.sleep(0.01)
+        return cmd
+
+    cmd = asyncio.run(main())
+    assert "not a dex awaitable" in cmd["failRun"]["failure"]["message"]
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        asyncio.get_running_loop()
 
 
 def test_unknown_workflow_fails_the_run():
