@@ -7,14 +7,12 @@ directory laid out as a built checkout: clients/python (this SDK) and a dex.so."
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
-import uuid
 
 import pytest
 
-import dex
+from conftest import stop_with_sigterm, worker_process
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SDK = os.path.dirname(HERE)
@@ -79,22 +77,14 @@ def built_checkout(tmp_path):
 def test_the_documented_command_runs_a_worker_in_a_built_checkout(command, built_checkout,
                                                                   client, queues):
     env, args = argv(command, queues)
-    proc = subprocess.Popen(args, cwd=built_checkout, env=dict(os.environ, **env),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
+    with worker_process(args, cwd=built_checkout, env=dict(os.environ, **env)) as proc:
         run_id = client.start("run-command-flow", 21, queue=queues[0])
         try:
             assert client.result(run_id, timeout=30) == 42
         except TimeoutError:
             proc.kill()
             pytest.fail(f"the worker ran nothing: {proc.communicate()[0][-2000:]}")
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
-        assert proc.returncode == 0, out
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_with_sigterm(proc)
 
 
 def test_without_dash_p_the_checkout_root_shadows_the_sdk(built_checkout, queues):
