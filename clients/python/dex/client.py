@@ -111,6 +111,11 @@ class Client:
     yours is used as you made it unless you say ``pooled=True`` (make it with
     ``prepare_threshold=None`` for a transaction pool).  :attr:`pooled` is whether the
     connection runs without prepared statements.
+
+    What the server refuses raises a :class:`dex.ServerError` chosen by its SQLSTATE
+    (:class:`dex.NotFound`, :class:`dex.WrongKind`, ...; see ``errors.SQLSTATE_ERRORS``), with
+    psycopg's exception as ``__cause__``; a connection that cannot be made or is lost,
+    :class:`dex.ConnectionFailed`.
     """
 
     def __init__(self, conninfo: str = "", *, connection: Optional[psycopg.Connection] = None,
