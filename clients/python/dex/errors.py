@@ -1,4 +1,5 @@
-"""Exceptions of the dex SDK, and their mapping to dex.v1.Failure."""
+"""Exceptions of the dex SDK: their mapping to dex.v1.Failure, and the server's errors by
+SQLSTATE."""
 
 from __future__ import annotations
 
@@ -217,16 +218,13 @@ def server_error(e: BaseException) -> ServerError:
     message = (diag.message_primary if diag is not None else None) or str(e) or type(e).__name__
     cls = SQLSTATE_ERRORS.get(sqlstate or "") or SQLSTATE_ERRORS.get((sqlstate or "")[:2])
     if cls is None:
-        cls = ConnectionFailed if sqlstate is None and _operational(e) else ServerError
+        cls = ConnectionFailed if sqlstate is None and isinstance(e, psycopg.OperationalError) \
+            else ServerError
     err = cls(message, sqlstate=sqlstate, detail=diag.message_detail if diag else None,
               hint=diag.message_hint if diag else None)
     for note in getattr(e, "__notes__", ()):
         err.add_note(note)
     return err
-
-
-def _operational(e: BaseException) -> bool:
-    return isinstance(e, psycopg.OperationalError)
 
 
 class DuplicateDefinition(DexError, ValueError):
