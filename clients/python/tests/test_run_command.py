@@ -4,9 +4,11 @@ be typed (issue 17): in the checkout root, which holds the server's dex.so after
 code object available for dex").  The test takes the command from the READMEs, and runs it in a
 directory laid out as a built checkout: clients/python (this SDK) and a dex.so."""
 
+import importlib.util
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -72,12 +74,9 @@ def built_checkout(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("command", [c for _, c in documented_commands()],
-                         ids=[r for r, _ in documented_commands()])
-def test_the_documented_command_runs_a_worker_in_a_built_checkout(command, built_checkout,
-                                                                  client, queues):
-    env, args = argv(command, queues)
-    with worker_process(args, cwd=built_checkout, env=dict(os.environ, **env)) as proc:
+def run_a_flow(client, queues, args, **kw):
+    """Run a workflow with the worker that ``args`` start, then stop it with SIGTERM."""
+    with worker_process(args, **kw) as proc:
         run_id = client.start("run-command-flow", 21, queue=queues[0])
         try:
             assert client.result(run_id, timeout=30) == 42
@@ -85,6 +84,14 @@ def test_the_documented_command_runs_a_worker_in_a_built_checkout(command, built
             proc.kill()
             pytest.fail(f"the worker ran nothing: {proc.communicate()[0][-2000:]}")
         stop_with_sigterm(proc)
+
+
+@pytest.mark.parametrize("command", [c for _, c in documented_commands()],
+                         ids=[r for r, _ in documented_commands()])
+def test_the_documented_command_runs_a_worker_in_a_built_checkout(command, built_checkout,
+                                                                  client, queues):
+    env, args = argv(command, queues)
+    run_a_flow(client, queues, args, cwd=built_checkout, env=dict(os.environ, **env))
 
 
 def test_without_dash_p_the_checkout_root_shadows_the_sdk(built_checkout, queues):
@@ -96,3 +103,30 @@ def test_without_dash_p_the_checkout_root_shadows_the_sdk(built_checkout, queues
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "No code object available for dex" in out.stderr
+
+
+INSTALL = re.compile(r"^\s+((?:python3 -m venv|~/dex-venv/bin/pip install) .*?)\s*(?:#.*)?$")
+
+
+def test_the_documented_install_runs_a_worker_in_a_built_checkout(tmp_path, client, queues):
+    """README.md's install (a venv that sees Debian's psycopg, pip install ./clients/python),
+    made in a built checkout, and its `dex worker` command run there."""
+    for module in ("ensurepip", "setuptools", "wheel"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"no {module} for {sys.executable} (python3-venv, python3-pip)")
+    with open(READMES[0]) as f:
+        steps = [m.group(1) for m in map(INSTALL.match, f) if m]
+    assert len(steps) == 2, steps
+    checkout = tmp_path / "checkout"
+    shutil.copytree(SDK, checkout / "clients" / "python",   # pip builds in the tree
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    (checkout / "dex.so").write_bytes(b"")
+    (checkout / "run_command_flows.py").write_text(MODULE)
+    venv = tmp_path / "dex-venv"
+    for step in steps:
+        args = [sys.executable if w == "python3" else w.replace("~/dex-venv", str(venv))
+                for w in shlex.split(step)]
+        out = subprocess.run(args, cwd=checkout, capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, f"{step}: {out.stdout[-1000:]}{out.stderr[-2000:]}"
+    run_a_flow(client, queues, [str(venv / "bin" / "dex"), "worker", "run_command_flows",
+                                "-w", queues[0], "-a", queues[1]], cwd=checkout)
