@@ -13,11 +13,13 @@ from typing import Any, Optional, Sequence, Tuple, Union
 Duration = Union[_dt.timedelta, int, float, str]
 
 
-def encode(value: Any) -> dict:
-    """A dex.v1.Payload for ``value``: JSON text, or opaque bytes for ``bytes``."""
+def encode(value: Any, what: str = "the value", name: str = "value") -> dict:
+    """A dex.v1.Payload for ``value``: JSON text, or opaque bytes for ``bytes``; a value JSON
+    cannot hold raises :class:`dex.NotJSONError` naming it (``what``, ``name``: as
+    :func:`json_text`)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"binary": base64.b64encode(bytes(value)).decode("ascii")}
-    return {"json": json.dumps(value, separators=(",", ":"), ensure_ascii=False)}
+    return {"json": json_text(value, what, name)}
 
 
 def decode(payload: Optional[dict]) -> Any:
@@ -76,11 +78,12 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:59] + "…"
 
 
-def roundtrip(value: Any) -> Any:
-    """``value`` as the workflow will see it when replayed (JSON turns tuples into lists...)."""
+def roundtrip(value: Any, what: str = "the value", name: str = "value") -> Any:
+    """``value`` as the workflow will see it when replayed (JSON turns tuples into lists...);
+    :class:`dex.NotJSONError` as :func:`encode`."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
-    return json.loads(json.dumps(value))
+    return json.loads(json_text(value, what, name))
 
 
 def seconds(d: Duration) -> float:

@@ -444,7 +444,7 @@ class WorkflowContext:
                              "@activity(queue=...) or @workflow(activity_queue=...))")
         body: Dict[str, Any] = {"name": name, "queue": queue}
         if arg is not None:
-            body["argument"] = encode(arg)
+            body["argument"] = encode(arg, f"the argument of activity {name!r}", "arg")
         policy = retry_policy_json(retry if retry is not None else (d.retry if d else None))
         if policy:
             body["retryPolicy"] = policy
@@ -502,7 +502,7 @@ class WorkflowContext:
             # recorded: command() checks kind and name, and the recorded value is returned
             _, ev = self._r.command("recordSideEffect", {"name": name})
             return decode((ev or {}).get("sideEffectExecuted", {}).get("result"))
-        value = roundtrip(fn())
+        value = roundtrip(fn(), f"the result of side effect {name!r}", "result")
         self._r.command("recordSideEffect", {"name": name, "result": encode(value)})
         return value
 
@@ -532,7 +532,7 @@ class WorkflowContext:
         if queue:
             body["queue"] = queue
         if arg is not None:
-            body["argument"] = encode(arg)
+            body["argument"] = encode(arg, f"the argument of child run {name!r}", "arg")
         if instance_id:
             body["instanceId"] = instance_id
         if priority:
@@ -957,11 +957,16 @@ class _Replayer:
 
     def _final_command(self) -> Optional[dict]:
         exc = self.main._exc
-        if exc is None:
-            return {"completeRun": {"result": encode(self.main._result)}}
-        if isinstance(exc, _ContinueAsNew):
-            body = {} if exc.argument is None else {"argument": encode(exc.argument)}
-            return {"continueAsNew": body}
+        try:
+            if exc is None:
+                return {"completeRun": {"result": encode(self.main._result,
+                                                         "the workflow's result", "result")}}
+            if isinstance(exc, _ContinueAsNew):
+                body = {} if exc.argument is None else {"argument": encode(
+                    exc.argument, "continue_as_new's argument", "arg")}
+                return {"continueAsNew": body}
+        except errors.NotJSONError as e:        # the run fails, rather than its task forever
+            exc = e
         if isinstance(exc, errors.CancelledError) and self.cancel_reason is not None:
             return cancelled_command(self.cancel_reason)
         failure = errors.failure_from_exception(exc)

@@ -36,7 +36,6 @@ queue of every worker, plus room for the other connections.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import collections
@@ -56,7 +55,7 @@ from psycopg.types.json import Jsonb
 
 from . import errors
 from ._connect import POOLER_HINT, connect as _connect_pooled, is_prepared_statement_error
-from ._convert import decode
+from ._convert import decode, json_text
 from ._wire import PROTOBUF, Wire, wire as _wire_named
 from .registry import (ACTIVITIES, WORKFLOWS, ActivityDefinition, WorkflowDefinition,
                        activity_definition, register, workflow_definition)
@@ -875,10 +874,9 @@ class Worker:
             else:
                 result = d.fn(arg) if d.takes_arg else d.fn()
             try:
-                json.dumps(result)
-            except (TypeError, ValueError) as e:
-                raise errors.NonRetryableError(f"activity {info.name!r} returned a value that is "
-                                               f"not JSON: {e}", type="TypeError") from None
+                json_text(result, f"the result of activity {info.name!r}", "result")
+            except errors.NotJSONError as e:
+                raise errors.NonRetryableError(str(e), type="TypeError") from None
             outcome: Tuple[str, Any] = ("complete", result)
         except BaseException as e:        # activity code may raise anything
             outcome = ("fail", errors.failure_from_exception(e))

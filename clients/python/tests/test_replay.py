@@ -201,6 +201,37 @@ def test_asyncio_in_a_workflow_inside_a_running_asyncio_loop():
         asyncio.get_running_loop()
 
 
+@dex.workflow("replay-set-result")
+async def returns_a_set(ctx):
+    return {"ids": {1, 2}}
+
+
+@dex.workflow("replay-set-argument")
+async def schedules_a_set(ctx):
+    return await ctx.activity("a", {"s": {1}}, queue="q")
+
+
+@dex.workflow("replay-set-side-effect")
+async def records_a_set(ctx):
+    return ctx.side_effect(lambda: {3}, name="ids")
+
+
+@pytest.mark.parametrize("fn, message", [
+    (returns_a_set, "the workflow's result is not JSON: result['ids'] is a set ({1, 2}), which "
+                    "has no JSON form"),
+    (schedules_a_set, "the argument of activity 'a' is not JSON: arg['s'] is a set ({1}), which "
+                      "has no JSON form"),
+    (records_a_set, "the result of side effect 'ids' is not JSON: result is a set ({3}), which "
+                    "has no JSON form")])
+def test_a_value_that_is_not_json_fails_the_run_and_names_it(fn, message):
+    """A workflow result that JSON cannot hold made the replay itself raise, and the worker left
+    the task to its lease, again and again; the others failed the run with json's message."""
+    (cmd,) = run(fn, [], first_task())
+    failure = cmd["failRun"]["failure"]
+    assert failure["type"] == "NotJSONError"
+    assert failure["message"] == message
+
+
 def test_unknown_workflow_fails_the_run():
     (cmd,) = dex.replay(task([], first_task()), None)
     assert cmd["failRun"]["failure"]["type"] == "dex.UnknownWorkflow"

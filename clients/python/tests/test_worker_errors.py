@@ -106,3 +106,18 @@ def test_a_queue_refused_after_it_was_polled_is_said_once_and_retried(monkeypatc
                     "first: SELECT dex.create_queue('q', 'workflow'); trying again, less and "
                     "less often",
                     "workflow queue 'q': polled again"]
+
+
+@dex.activity("worker-errors-set")
+def gives_a_set():
+    return {"ids": {1}}
+
+
+def test_an_activity_result_that_is_not_json_fails_it_for_good_and_names_it():
+    w = dex.Worker("", ["q"], ["a"], activities=[gives_a_set])
+    r = dex.worker._Running((uuid.uuid4(), 1, 1, None), {"name": "worker-errors-set"}, w)
+    w._execute(r)
+    kind, failure = r.outcome
+    assert kind == "fail" and failure["terminal"] and failure["type"] == "TypeError"
+    assert failure["message"] == ("the result of activity 'worker-errors-set' is not JSON: "
+                                  "result['ids'] is a set ({1}), which has no JSON form")
