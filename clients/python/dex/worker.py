@@ -18,8 +18,8 @@ finish and report; those still running then are failed as retryable
 (``dex.WorkerShutdown``), so their retry does not wait for the lease to expire.
 
 A queue that the server refuses at the first poll for a reason that polling again will not
-mend (it does not exist or the role may not use it, 42704; no dex in the database, ...: SQLSTATE
-classes 42 and 3F) stops the worker: it says so in one line that names the queue and its kind,
+mend (it does not exist or the role may not use it, 42704; a queue of the other kind; no dex in
+the database, ...: SQLSTATE classes 42, 3F and 22) stops the worker: it says so in one line that names the queue and its kind,
 and :meth:`Worker.run` raises the error (``python3 -m dex worker`` exits 1).  A queue refused
 after it was polled is said once and tried again with backoff (1 s, doubling, up to 30 s).
 
@@ -205,11 +205,13 @@ def _connection_error(e: BaseException) -> bool:
 
 
 def _refused_for_good(e: BaseException) -> bool:
-    """Whether the server refused a call for a reason that calling again will not mend: the
-    queue does not exist or the role may not use it (42704), a queue of the wrong kind
-    (42809), no privilege (42501), dex is not installed in the database (3F000) or has not
-    the routine (42883): SQLSTATE classes 42 and 3F."""
-    return isinstance(e, psycopg.Error) and (_sqlstate(e) or "")[:2] in ("42", "3F")
+    """Whether the server refused a call of a poller for a reason that calling again will not
+    mend: the queue does not exist or the role may not use it (42704), a queue of the wrong
+    kind (42809; with dex 1.6, a poll that declares workflows on an activity queue or the
+    other way round is 22023), no privilege (42501), dex is not installed in the database
+    (3F000) or has not the routine (42883): SQLSTATE classes 42, 3F and 22 (what escapes a
+    poller's loop is its polls' and waits': it deals with refused completions itself)."""
+    return isinstance(e, psycopg.Error) and (_sqlstate(e) or "")[:2] in ("42", "3F", "22")
 
 
 def _queue_error(kind: str, queue: str, e: BaseException) -> errors.ServerError:
@@ -217,9 +219,15 @@ def _queue_error(kind: str, queue: str, e: BaseException) -> errors.ServerError:
     queue and its kind (and, for a queue that does not exist, how to create it)."""
     error = errors.server_error(e)
     error.__cause__ = e
-    hint = (f"; create it first: SELECT dex.create_queue('{queue}', '{kind}')"
-            if error.sqlstate == "42704" and error.hint is None
-            and f'queue "{queue}"' in error.message else "")
+    other = "activity" if kind == "workflow" else "workflow"
+    if f'{other} queue "{queue}"' in error.message:
+        hint = (f"; it is {'an' if other == 'activity' else 'a'} {other} queue: give it as "
+                f"one (python3 -m dex worker -{other[0]} {queue}, or "
+                f"Worker({other}_queues=[...]))")
+    elif error.sqlstate == "42704" and error.hint is None and f'queue "{queue}"' in error.message:
+        hint = f"; create it first: SELECT dex.create_queue('{queue}', '{kind}')"
+    else:
+        hint = ""
     error.args = (f"{kind} queue {queue!r}: " + str(error).replace("\n", "; ") + hint,)
     return error
 

@@ -47,6 +47,23 @@ def test_a_worker_of_a_queue_that_does_not_exist_says_so_once_and_exits(queues, 
         "stops")
 
 
+def test_a_queue_given_as_the_other_kind_is_said_so(queues):
+    """-w with an activity queue, or -a with a workflow queue: the server refuses the poll,
+    which declares what the worker runs (22023), and the worker says which kind the queue is."""
+    for flags, kind, other, flag in ((["-w", queues[1]], "workflow", "an activity", "-a"),
+                                     (["-a", queues[0]], "activity", "a workflow", "-w")):
+        out = run_cli_worker(*flags)
+        assert out.returncode == 1 and "Traceback" not in out.stderr
+        said = [line for line in out.stderr.splitlines() if "the worker stops" in line]
+        assert len(said) == 1, out.stderr
+        queue = flags[1]
+        assert f"dex.worker {kind} queue '{queue}': " in said[0]
+        assert "(SQLSTATE 22023)" in said[0]
+        assert said[0].endswith(f"; it is {other} queue: give it as one (python3 -m dex worker "
+                                f"{flag} {queue}, or Worker({other.split()[1]}_queues=[...]))"
+                                "; the worker stops")
+
+
 def test_worker_run_raises_what_stopped_it(conninfo, queues):
     missing = f"no-such-{uuid.uuid4().hex[:8]}"
     w = dex.Worker(conninfo, [missing], [queues[1]], poll_timeout=2, shutdown_timeout=2)
