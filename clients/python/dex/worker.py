@@ -733,7 +733,14 @@ class Worker:
             results.append(cmds)
             states.append(state)
         if failed:
-            wire.complete(conn, failed, failures, fail=True)
+            try:
+                wire.complete(conn, failed, failures, fail=True)
+            except psycopg.errors.Error as e:
+                if _connection_error(e):
+                    raise
+                # refused (a failure too large, ...): they fail when their leases expire
+                log.error("%d workflow task(s) could not be failed (%s); left to their leases",
+                          len(failed), e)
         return done, results, states
 
     def _run_workflow_task(self, run_id: Any, raw: Any, wire: Wire,

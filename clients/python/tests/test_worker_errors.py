@@ -138,3 +138,22 @@ def test_an_activity_result_that_is_not_json_fails_it_for_good_and_names_it():
     assert kind == "fail" and failure["terminal"] and failure["type"] == "TypeError"
     assert failure["message"] == ("the result of activity 'worker-errors-set' is not JSON: "
                                   "result['ids'] is a set ({1}), which has no JSON form")
+
+
+def test_a_refused_workflow_task_failure_stays_in_the_batch(monkeypatch, caplog):
+    """dex.fail_tasks refusing a workflow task's failure (22023, 54000) is the completion's
+    business: it must not escape to the poller's loop, which would take it for the queue's
+    poll being refused and stop the worker."""
+    w = dex.Worker("", ["q"], pooled=False)
+
+    def fails(run_id, raw, wire, conn):
+        raise dex._runtime.WorkflowTaskFailure({"message": "a patch does not match"})
+    monkeypatch.setattr(w, "_run_workflow_task", fails)
+
+    class Refusing:
+        def execute(self, *args, **kwargs):
+            raise psycopg.errors.InvalidParameterValue("the failure is refused")
+
+    assert w._run_workflow_tasks(Refusing(), [(uuid.uuid4(), 1, 1, b"")]) == ([], [], [])
+    assert any("1 workflow task(s) could not be failed (the failure is refused); left to their "
+               "leases" in r.getMessage() for r in caplog.records)
