@@ -1,6 +1,7 @@
 """The workflow cache (sticky execution): a run's next task resumes its cached workflow state
 and gives the same commands as a full replay; anything unexpected falls back to replay."""
 
+import dataclasses
 import time
 
 import psycopg
@@ -412,7 +413,7 @@ def test_the_determinism_check_still_works_with_the_cache(client, queues, start_
     run_id = client.start(nd_v1, queue=queues[0])
     wait_for_history(client, run_id, "externalEventWaitStarted")
     # the code changes under a running worker: its cached state runs the old code on ...
-    w._workflows[("cache-nd", 1)] = workflow_definition(dex.workflow("cache-nd")(nd_v2))
+    w._workflows[("cache-nd", 1)] = dataclasses.replace(workflow_definition(nd_v1), fn=nd_v2)
     client.send_event(run_id, "go")
     wait_for_history(client, run_id, "externalEventWaitStarted", 2)
     assert w.stats["cache_hits"] == 2
