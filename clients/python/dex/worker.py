@@ -309,7 +309,11 @@ class Worker:
         self._free = self.concurrency
         self._inflight: Dict[Tuple[Any, int], _Running] = {}
         self._results: "_queue.Queue[Optional[_Running]]" = _queue.Queue()
-        self._waiting: set = set()               # connections inside wait_for_tasks
+        # connections whose call may sleep in the server, and whether dex.stop_waiting ends it
+        # (a CALL dex.poll_tasks_wait) or only a cancel does (dex.wait_for_tasks)
+        self._waiting: Dict[psycopg.Connection, bool] = {}
+        self._stopper: Optional[psycopg.Connection] = None    # shutdown's, for dex.stop_waiting
+        self._can_stop_waits = True              # False: the installed dex has no stop_waiting
         # per connection, whether an idle poller may take its tasks with one CALL
         # dex.poll_tasks_wait(_pb) (None: not checked yet); False for pooled connections
         self._poll_wait_ok: "weakref.WeakKeyDictionary[psycopg.Connection, Optional[bool]]" = \
@@ -385,11 +389,12 @@ class Worker:
         self._stopping.set()
         with self._slots:
             self._slots.notify_all()
-        # wake the long polls; again and again, in case one was just entering its CALL
+        # end the long polls; again and again, in case one was just entering its CALL
         while any(t.is_alive() for t in self._threads):
             self._cancel_waits()
             for t in self._threads:
                 t.join(0.2)
+        self._close_stopper()
         deadline = time.monotonic() + (self.shutdown_timeout if timeout is None else timeout)
         while time.monotonic() < deadline:
             with self._lock:
@@ -458,25 +463,63 @@ class Worker:
                 time.sleep(1)
 
     def _cancel_waits(self) -> None:
+        """End the calls sleeping in the server: ``dex.stop_waiting`` (1.6) ends this worker's
+        ``CALL dex.poll_tasks_wait`` as at its timeout, leaving nothing in the server's log; a
+        call it cannot end (``dex.wait_for_tasks``, or a dex without it) is cancelled, which
+        the server logs as an error.  Shutdown calls this until its threads are done, so a
+        call that entered its wait after one round is ended by the next."""
         with self._lock:
-            conns = list(self._waiting)
-        for c in conns:
+            waits = dict(self._waiting)
+        if not waits:
+            return
+        stopped = any(waits.values()) and self._stop_waits()
+        for c, stoppable in waits.items():
+            if stoppable and stopped:
+                continue
             try:
                 c.cancel()
             except Exception:
                 pass
 
+    def _stop_waits(self) -> bool:
+        """``SELECT dex.stop_waiting(worker_id)`` on a connection of its own; whether it
+        ran."""
+        if not self._can_stop_waits:
+            return False
+        try:
+            if self._stopper is None or self._stopper.closed:
+                self._stopper, _ = _connect_pooled(
+                    self.conninfo, self.pooled,
+                    application_name=f"dex worker {self.worker_id} (stop)"[:63])
+            self._stopper.execute("SELECT dex.stop_waiting(%s)", (self.worker_id,), prepare=False)
+            return True
+        except psycopg.errors.UndefinedFunction:
+            self._can_stop_waits = False            # a dex before 1.6
+        except psycopg.Error as e:
+            log.warning("worker %s: dex.stop_waiting failed (%s); cancelling the waits",
+                        self.worker_id, e)
+        return False
+
+    def _close_stopper(self) -> None:
+        if self._stopper is not None:
+            try:
+                self._stopper.close()
+            except Exception:
+                pass
+            self._stopper = None
+
     @contextlib.contextmanager
-    def _waiting_on(self, conn: psycopg.Connection) -> Iterator[None]:
-        """While a call on the connection may sleep in the server: shutdown cancels it
-        (:meth:`_cancel_waits`)."""
+    def _waiting_on(self, conn: psycopg.Connection, stoppable: bool = False) -> Iterator[None]:
+        """While a call on the connection may sleep in the server: shutdown ends it
+        (:meth:`_cancel_waits`); ``stoppable``: a ``CALL dex.poll_tasks_wait``, which
+        ``dex.stop_waiting`` ends."""
         with self._lock:
-            self._waiting.add(conn)
+            self._waiting[conn] = stoppable
         try:
             yield
         finally:
             with self._lock:
-                self._waiting.discard(conn)
+                self._waiting.pop(conn, None)
 
     def _long_poll(self, conn: psycopg.Connection, queue: str) -> None:
         with self._waiting_on(conn):
@@ -567,7 +610,7 @@ class Worker:
                    workflow: bool) -> List[Tuple]:
         """Lease up to ``n`` tasks, waiting for some (up to ``poll_timeout``) in the same
         call; shutdown cancels the wait as it does ``_long_poll``'s (no task is leased then)."""
-        with self._waiting_on(conn):
+        with self._waiting_on(conn, stoppable=True):
             try:
                 if self._stopping.is_set():
                     return []
@@ -672,7 +715,7 @@ class Worker:
             return self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
         wire = self._wire
         try:
-            with self._waiting_on(conn):
+            with self._waiting_on(conn, stoppable=True):
                 leased, applied = wire.complete_and_poll_wait(
                     conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
                     self.poll_timeout, done, [wire.commands(c) for c in results],

@@ -298,9 +298,10 @@ def wait_for_history(client, run_id, kind, count=1, timeout=10):
 
 def test_eviction_makes_the_next_task_a_full_replay(client, queues, start_worker):
     w = start_worker(workflows=[waits], workflow_cache_size=2)
-    ids = [client.start(waits, i, queue=queues[0]) for i in range(4)]
-    for run_id in ids:                         # one at a time: the cache's order is known
-        wait_for_history(client, run_id, "externalEventWaitStarted")
+    ids = []
+    for i in range(4):                         # one at a time: the cache's order is known
+        ids.append(client.start(waits, i, queue=queues[0]))
+        wait_for_history(client, ids[-1], "externalEventWaitStarted")
     assert len(w.cache) == 2 and ids[2] in {str(k) for k in w.cache._runs}
     for run_id in ids:
         client.send_event(run_id, "a", 10)
