@@ -1,0 +1,53 @@
+"""Cursor pagination of GET /v1/runs is stable under concurrent inserts: paging through while
+another session keeps creating runs returns every run that existed when paging began exactly
+once, newest first, and none of the pages shifts."""
+
+import threading
+import time
+
+import psycopg
+
+from serve_support import call, env, server, sql  # noqa: F401  (fixtures)
+
+
+def test_pages_are_stable_while_runs_are_created(server, env, sql, conninfo):
+    wf = f"page-{env.tag}"
+    existing = [r[0] for r in sql.execute(
+        "SELECT dex.create_runs(%s, %s, array_fill(NULL::jsonb, ARRAY[230]))", (wf, env.wf)).fetchall()]
+    stop = threading.Event()
+    made = []
+
+    def insert():
+        with psycopg.connect(conninfo, autocommit=True) as c:
+            while not stop.is_set():
+                made.extend(r[0] for r in c.execute(
+                    "SELECT dex.create_runs(%s, %s, array_fill(NULL::jsonb, ARRAY[7]))", (wf, env.wf)))
+
+    th = threading.Thread(target=insert)
+    th.start()
+    try:
+        seen, pages, cursor = [], 0, None
+        while True:
+            q = f"/v1/runs?workflow={wf}&limit=25" + (f"&cursor={cursor}" if cursor else "")
+            code, _, page = call(server, "GET", q, env.tokens["client"])
+            assert code == 200, page
+            seen += [r["id"] for r in page["runs"]]
+            pages += 1
+            cursor = page["next_cursor"]
+            if cursor is None:
+                break
+            # the insertions run on while paging
+            while len(made) < pages * 7 and th.is_alive():
+                time.sleep(0.005)
+    finally:
+        stop.set()
+        th.join()
+    assert len(made) >= 7 * (pages - 1) > 0
+    assert len(seen) == len(set(seen)), "a run was listed twice"
+    assert seen == sorted(seen, reverse=True), "not newest first"
+    existing_ids = {str(i) for i in existing}
+    assert existing_ids <= set(seen), "a run that existed when paging began was skipped"
+    # what the pages held beyond the runs that existed is only runs made meanwhile
+    assert set(seen) - existing_ids <= {str(i) for i in made}
+    assert pages >= 10
+    sql.execute("SELECT dex.terminate_run(id) FROM dex.runs WHERE workflow_name = %s AND status = 'CREATED'", (wf,))
