@@ -69,6 +69,11 @@ def create_app(conninfo: str = "", *, pool_size: int = 10, sample_interval: floa
             return ui.problem_page(request, p)
         return problem_response(p)
 
+    @app.exception_handler(Exception)
+    def _bug(request: Request, e: Exception):
+        log.exception("%s %s failed", request.method, request.url.path)
+        return problem_response(Problem(500, "Internal Server Error", f"{type(e).__name__}: {e}"))
+
     @app.get("/healthz", tags=["server"], summary="200 when the database answers, else 503",
              responses={503: {"description": "database unavailable"}})
     def healthz() -> Dict[str, Any]:

@@ -176,13 +176,13 @@ def timeline_svg(bars: List[Bar], now: dt.datetime, start: Optional[dt.datetime]
     return "".join(out)
 
 
-def line_chart(points: Sequence[Tuple[dt.datetime, Dict[str, float]]], series: Sequence[str],
+def line_chart(points: Sequence[Tuple[dt.datetime, Dict[str, float]]], series: Sequence[Tuple[str, str]],
                now: dt.datetime, title: str, window: dt.timedelta = dt.timedelta(hours=1),
-               width: int = 460, height: int = 150) -> str:
-    """Lines of ``series`` (keys of each point's values) over the last ``window``."""
-    left, bottom, top = 44, 20, 18
+               width: int = 460, height: int = 170) -> str:
+    """Lines of ``series`` ((key of each point's values, legend) pairs) over the last ``window``."""
+    left, bottom, top = 44, 20, 36
     t0 = now - window
-    ymax = max([v.get(s, 0) or 0 for _, v in points for s in series] + [1])
+    ymax = max([v.get(k, 0) or 0 for _, v in points for k, _ in series] + [1])
     pw, ph = width - left - 8, height - top - bottom
 
     def x(t: dt.datetime) -> float:
@@ -202,11 +202,12 @@ def line_chart(points: Sequence[Tuple[dt.datetime, Dict[str, float]]], series: S
         t = now - dt.timedelta(minutes=minutes)
         out.append(f'<text class="tick" x="{x(t):.1f}" y="{height - 4}" text-anchor="middle">'
                    f'{"now" if minutes == 0 else f"-{minutes} min"}</text>')
-    for i, s in enumerate(series):
-        pts = " ".join(f"{x(t):.1f},{y(v.get(s, 0) or 0):.1f}" for t, v in points if t >= t0)
+    for i, (key, legend) in enumerate(series):
+        pts = " ".join(f"{x(t):.1f},{y(v.get(key, 0) or 0):.1f}" for t, v in points if t >= t0)
         if pts:
             out.append(f'<polyline class="series s{i}" points="{pts}"/>')
-        out.append(f'<text class="legend s{i}" x="{left + 120 + i * 110}" y="12">{escape(s)}</text>')
+        out.append(f'<rect class="s{i}" x="{left + i * 100}" y="20" width="10" height="3"/>'
+                   f'<text class="legend" x="{left + 14 + i * 100}" y="25">{escape(legend)}</text>')
     if not points:
         out.append(f'<text class="tick" x="{left + pw / 2}" y="{top + ph / 2}" text-anchor="middle">'
                    'no samples yet</text>')

@@ -15,6 +15,7 @@ import hmac
 import json
 import os
 import uuid
+from urllib.parse import quote
 from typing import Any, Dict, List, Optional
 
 from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
@@ -71,9 +72,9 @@ def _check_csrf(request: Request, csrf: str) -> None:
         raise Problem(403, "Forbidden", "the form is stale or from elsewhere: reload the page and try again")
 
 
-def _page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
+def _page(request: Request, template: str, **ctx: Any) -> HTMLResponse:
     ctx.update(request=request, csrf=_csrf(request), role=getattr(request.state, "role", None))
-    return templates.TemplateResponse(name, ctx)
+    return templates.TemplateResponse(template, ctx)
 
 
 def problem_page(request: Request, p: Problem) -> HTMLResponse:
@@ -243,33 +244,35 @@ def act(request: Request, run_id: uuid.UUID, action: str, csrf: str = Form(""),
     return RedirectResponse(f"/ui/runs/{target}?done={action}", status_code=303)
 
 
-def _queues_context(request: Request, conn, may: Dict[str, bool]) -> Dict[str, Any]:
-    qs = R.queues(conn)
+DEPTH_SERIES = (("ready", "ready"), ("leased", "leased"), ("delayed", "delayed"))
+RATE_SERIES = (("completed_per_minute", "completed"), ("failed_per_minute", "failed"))
+
+
+def _queues_context(request: Request, conn, may: Dict[str, bool], name: str) -> Dict[str, Any]:
+    qs = [q for q in R.queues(conn) if name in q["name"]]
     now = conn.execute("SELECT now() AS now").fetchone()["now"]
     since = now - dt.timedelta(hours=1)
     sampler = request.app.state.sampler
     for q in qs:
         series = sampler.series(q["name"])
-        q["depth_chart"] = svg.line_chart([(s["at"], s) for s in series], ("ready", "leased", "delayed"),
-                                          now, f"{q['name']}: tasks")
-        q["rate_chart"] = svg.line_chart([(s["at"], s) for s in series],
-                                         ("completed_per_minute", "failed_per_minute"), now,
-                                         f"{q['name']}: per minute")
+        points = [(s["at"], s) for s in series]
+        q["depth_chart"] = svg.line_chart(points, DEPTH_SERIES, now, "depth (tasks)")
+        q["rate_chart"] = svg.line_chart(points, RATE_SERIES, now, "throughput (tasks per minute)")
         q["latency"] = R.latency(conn, q["name"], since) if q["kind"] == "workflow" else None
-    return {"queues": qs, "may_alter": may.get("alter_queue"), "sampler_error": sampler.error}
+    return {"queues": qs, "may_alter": may.get("alter_queue"), "sampler_error": sampler.error, "name": name}
 
 
 @router.get("/queues", response_class=HTMLResponse)
-def queues_page(request: Request, done: str = ""):
+def queues_page(request: Request, done: str = "", name: str = ""):
     with Caller(request) as c:
-        ctx = _queues_context(request, c.conn, c.may)
+        ctx = _queues_context(request, c.conn, c.may, name)
     return _page(request, "queues.html", done=done, **ctx)
 
 
 @router.get("/queues-live", response_class=HTMLResponse)
-def queues_live(request: Request):
+def queues_live(request: Request, name: str = ""):
     with Caller(request) as c:
-        ctx = _queues_context(request, c.conn, c.may)
+        ctx = _queues_context(request, c.conn, c.may, name)
     return _page(request, "_queues_live.html", **ctx)
 
 
@@ -286,4 +289,4 @@ def alter_queue(request: Request, name: str, csrf: str = Form(""), paused: str =
     pause = {"true": True, "false": False}.get(paused)
     with Caller(request) as c:
         c.conn.execute("SELECT dex.alter_queue(%s, %s, %s)", (name, cap, pause))
-    return RedirectResponse(f"/ui/queues?done={name}", status_code=303)
+    return RedirectResponse(f"/ui/queues?done={quote(name)}&name={quote(name)}", status_code=303)
