@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -33,8 +34,8 @@ class Server:
     def __init__(self, conninfo: str, sample_interval: float = 1.0):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = open(os.path.join(os.environ.get("TMPDIR", "/tmp"),
-                                     f"dex-serve-{self.port}.log"), "w+")
+        self.log = tempfile.NamedTemporaryFile("w+", prefix=f"dex-serve-{self.port}-", suffix=".log",
+                                               delete=False)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dex", "--conninfo", conninfo, "serve",
              "--listen", f"127.0.0.1:{self.port}", "--sample-interval", str(sample_interval),

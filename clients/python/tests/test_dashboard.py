@@ -155,6 +155,7 @@ def test_find_a_failed_run_restart_it_and_see_it_complete(server, env, sql, brow
     WebDriverWait(d, 15).until(lambda d: d.find_element(By.ID, "status").text == "COMPLETED")
     assert d.execute_script("return window.__notReloaded === true")
     assert "R-1042" in d.find_element(By.ID, "result").text
+    assert "runCompleted" in d.find_element(By.ID, "history").text      # the history too, live
     assert len(d.find_elements(By.CSS_SELECTOR, "#timeline rect.bar.ok")) >= 4
     d.save_screenshot(os.path.join(shots, "run-completed.png"))
     # the list, filtered by workflow, shows the new run as it completes
@@ -216,5 +217,19 @@ def test_another_tenant_sees_nothing_of_the_queue(server, env, sql, browser, sho
     d.get(server.url + f"/ui/runs/{rid}")
     actions = {a.get_attribute("id") for a in d.find_elements(By.CSS_SELECTOR, "#actions a")}
     assert {"action-cancel", "action-terminate", "action-restart", "action-event"} <= actions, actions
+    assert "action-suspend" not in actions and "action-resume" not in actions     # not running
     assert sql.execute("SELECT status FROM dex.runs WHERE id = %s", (rid,)).fetchone()[0] == "CREATED"
-    sql.execute("SELECT dex.terminate_run(%s)", (rid,))
+    # sends it an event, then cancels it (not executing: it ends at once), each confirmed first
+    d.find_element(By.ID, "action-event").click()
+    d.find_element(By.ID, "event-id").send_keys("approval")
+    d.find_element(By.ID, "payload").send_keys('{"by": "ana"}')
+    d.find_element(By.ID, "confirm").click()
+    WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "done")))
+    assert sql.execute("SELECT dex.send_external_event(%s, 'approval')", (rid,)).fetchone()[0] is False
+    d.find_element(By.ID, "action-cancel").click()
+    d.find_element(By.ID, "reason").send_keys("customer asked")
+    d.save_screenshot(os.path.join(shots, "confirm-cancel.png"))
+    d.find_element(By.ID, "confirm").click()
+    WebDriverWait(d, 10).until(lambda d: d.find_element(By.ID, "status").text == "CANCELLED")
+    assert "customer asked" in d.find_element(By.ID, "history").text
+    assert {a.get_attribute("id") for a in d.find_elements(By.CSS_SELECTOR, "#actions a")} == {"action-restart"}

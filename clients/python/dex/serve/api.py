@@ -68,13 +68,15 @@ class Run(BaseModel):
 
 
 class RunPage(BaseModel):
-    runs: List[Run]
+    runs: List[Run] = Field(..., description="newest first; fewer than limit (even none) when the search "
+                                             "ran out of its time budget: follow next_cursor")
     next_cursor: Optional[str] = Field(None, description="pass as cursor for the next page; null on the last")
 
 
 class RunCounts(BaseModel):
-    counts: Dict[str, int] = Field(..., description="runs by status among the newest 10,000 that match")
-    capped: bool = Field(..., description="more than 10,000 runs match: the counts are of the newest")
+    counts: Dict[str, int] = Field(..., description="runs by status that match, counted newest first")
+    since: Optional[dt.datetime] = Field(..., description="the counts are of the runs created since then (past "
+                                                          "10,000 runs or the time budget); null: of all")
 
 
 class RunCreate(BaseModel):
@@ -321,8 +323,8 @@ def count_runs(request: Request, token: str = Depends(caller),
                created_after: Optional[dt.datetime] = None, created_before: Optional[dt.datetime] = None):
     flt = R.RunFilter(None, queue, workflow, instance_id, label, None, created_after, created_before)
     with db(request).as_caller(token) as conn:
-        counts, capped = R.count_runs(conn, flt)
-    return {"counts": counts, "capped": capped}
+        counts, since = R.count_runs(conn, flt)
+    return {"counts": counts, "since": since}
 
 
 @router.post("/runs", response_model=Run, status_code=201, responses=ERRORS, tags=["runs"],

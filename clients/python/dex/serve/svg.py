@@ -19,7 +19,7 @@ def _ts(value: Any) -> Optional[dt.datetime]:
     return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
 
 
-def _subject(event: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
+def subject(event: Dict[str, Any]) -> Tuple[str, Dict[str, Any]]:
     for k, v in event.items():
         if k not in ("id", "timestamp"):
             return k, v if isinstance(v, dict) else {}
@@ -44,7 +44,7 @@ def timeline_bars(history: Sequence[Dict[str, Any]], attempts: Sequence[Dict[str
     wft_start: Optional[dt.datetime] = None
     for row in history:
         ev = row["event"]
-        kind, body = _subject(ev)
+        kind, body = subject(ev)
         t = _ts(ev.get("timestamp"))
         if t is None:
             continue

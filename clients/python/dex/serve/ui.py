@@ -142,12 +142,12 @@ def run_filter(status: str = "", queue: str = "", workflow: str = "", instance_i
 
 def _runs_context(request: Request, conn, flt: R.RunFilter, cursor: Optional[str]) -> Dict[str, Any]:
     rows, next_cursor = R.list_runs(conn, flt, 50, cursor or None)
-    counts, capped = R.count_runs(conn, R.RunFilter(
+    counts, since = R.count_runs(conn, R.RunFilter(
         None, flt.queue, flt.workflow, flt.instance_id,
         [f"{k}={v}" for k, v in (flt.labels or {}).items()] or None, None,
         flt.created_after, flt.created_before))
     params = [(k, v) for k, v in request.query_params.multi_items() if k != "cursor"]
-    return {"runs": rows, "next_cursor": next_cursor, "counts": counts, "capped": capped,
+    return {"runs": rows, "next_cursor": next_cursor, "counts": counts, "since": since,
             "statuses": R.STATUSES, "params": params, "flt": flt}
 
 
@@ -179,7 +179,9 @@ def _run_context(conn, may: Dict[str, bool], run_id: uuid.UUID) -> Dict[str, Any
         actions.remove("reset")
     return {"run": run, "history": hist, "attempts": atts, "children": children,
             "timeline": svg.timeline_svg(bars, now, run["created_at"], run["completed_at"]),
-            "actions": actions, "kinds": [svg._subject(h["event"])[0] for h in hist]}
+            "actions": actions, "kinds": [svg.subject(h["event"])[0] for h in hist],
+            "pending": [b for b in bars if b.outcome in ("PENDING", "RUNNING")]
+                       if run["status"] in R.ACTIVE else []}
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
