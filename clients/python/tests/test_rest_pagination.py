@@ -51,3 +51,43 @@ def test_pages_are_stable_while_runs_are_created(server, env, sql, conninfo):
     assert set(seen) - existing_ids <= {str(i) for i in made}
     assert pages >= 10
     sql.execute("SELECT dex.terminate_run(id) FROM dex.runs WHERE workflow_name = %s AND status = 'CREATED'", (wf,))
+
+
+def test_short_pages_go_on_where_the_search_stopped(env, sql, conninfo, monkeypatch):
+    """A search that runs out of its budget answers a short page (even an empty one) whose
+    cursor continues where it stopped: with no budget at all, each page is one window of
+    the search, and following the cursors still lists every run once, newest first."""
+    from psycopg.rows import dict_row
+
+    from dex.serve import runs as R
+    wf = f"budget-{env.tag}"
+    made = []
+    for _ in range(8):      # 8 bursts of 5 runs, 80 ms apart: windows of 50 ms hold one each
+        made += [str(r[0]) for r in sql.execute(
+            "SELECT dex.create_runs(%s, %s, array_fill(NULL::jsonb, ARRAY[5]))", (wf, env.wf)).fetchall()]
+        time.sleep(0.08)
+    sql.execute("ANALYZE dex.workflow_run")
+    monkeypatch.setattr(R, "WINDOW_ROWS", 5)
+    with psycopg.connect(conninfo, autocommit=True, row_factory=dict_row) as conn:
+        conn.execute(f"SET ROLE {env.roles['client']}")
+        flt = R.RunFilter(workflow=wf)
+        seen, cursor, pages, short = [], None, 0, 0
+        while True:
+            rows, cursor = R.list_runs(conn, flt, 15, cursor, budget=0)
+            seen += [str(r["id"]) for r in rows]
+            pages += 1
+            short += len(rows) < 15 and cursor is not None
+            if cursor is None:
+                break
+            assert pages < 1000
+        assert seen == sorted(made, reverse=True)
+        assert short > 0 and pages > 3, (short, pages)
+        # and with the default window and budget, three full pages
+        monkeypatch.undo()
+        rows1, c1 = R.list_runs(conn, flt, 15)
+        rows2, c2 = R.list_runs(conn, flt, 15, c1)
+        rows3, c3 = R.list_runs(conn, flt, 15, c2)
+        assert [len(rows1), len(rows2), len(rows3), c3] == [15, 15, 10, None]
+        counts, since = R.count_runs(conn, flt)
+        assert counts == {"CREATED": 40} and since is None
+    sql.execute("SELECT dex.terminate_run(id) FROM dex.runs WHERE workflow_name = %s", (wf,))
