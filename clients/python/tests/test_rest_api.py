@@ -349,3 +349,17 @@ def test_database_unavailable_is_503(env):
         assert call(down, "GET", "/healthz")[0] == 503
     finally:
         down.stop()
+
+
+def test_declared_polls_get_only_what_they_run(server, env):
+    """A worker declares the (workflow, version) pairs it runs (dex 1.6): it gets only those."""
+    a = new_run(server, env, workflow_name=f"decl-a-{env.tag}")
+    b = new_run(server, env, workflow_name=f"decl-b-{env.tag}", workflow_version=2)
+    code, _, body = call(server, "POST", f"/v1/queues/{env.wf}/poll", env.tokens["worker"],
+                         {"worker_id": "decl", "max_tasks": 100, "names": [f"decl-b-{env.tag}"],
+                          "versions": [2], "wait_seconds": 1})
+    assert code == 200 and [t["run_id"] for t in body["tasks"]] == [b["id"]], body
+    assert_problem(call(server, "POST", f"/v1/queues/{env.wf}/poll", env.tokens["worker"],
+                        {"worker_id": "decl", "names": ["x"], "versions": [1, 2]}), 400, "22023")
+    for r in (a, b):
+        call(server, "POST", f"/v1/runs/{r['id']}/terminate", env.tokens["client"], {})

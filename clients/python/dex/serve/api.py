@@ -6,6 +6,7 @@ routes is checked in as ``clients/python/openapi.json`` (``python3 -m dex serve
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 from typing import Any, Dict, List, Optional
 
@@ -201,6 +202,9 @@ class Poll(BaseModel):
     max_tasks: int = 1
     lease_seconds: float = 300
     wait_seconds: float = Field(0, description="with no task ready, wait up to this long for one (long poll)")
+    names: Optional[List[str]] = Field(None, description="what the worker runs: the workflows (with versions) "
+                                                         "or the activities it declares; null: every task")
+    versions: Optional[List[int]] = Field(None, description="on a workflow queue, the version of each name")
 
 
 class Task(BaseModel):
@@ -270,25 +274,21 @@ def _interval(seconds: Optional[float], name: str) -> Optional[dt.timedelta]:
         raise Problem(400, "Bad Request", f"{name} is out of range") from None
 
 
-PRIVILEGES = {
-    "create_run": "dex.create_run(text,text,jsonb,integer,text,integer,jsonb,text,text,timestamptz,interval)",
-    "cancel_run": "dex.cancel_run(uuid,text)", "suspend_run": "dex.suspend_run(uuid,text)",
-    "resume_run": "dex.resume_run(uuid,text)", "terminate_run": "dex.terminate_run(uuid,text)",
-    "restart_run": "dex.restart_run(uuid)", "reset_run": "dex.reset_run(uuid,integer,text)",
-    "send_external_event": "dex.send_external_event(uuid,text,jsonb)",
-    "alter_queue": "dex.alter_queue(text,integer,boolean)",
-    "create_queue": "dex.create_queue(text,text,integer)",
-    "poll_tasks": "dex.poll_tasks(text,text,integer,interval,boolean)",
-    "queue_depth": "dex.queue_depth()",
-}
+# the calls whose privilege the dashboard and /v1/whoami show, by name (whatever their signature)
+PRIVILEGES = ("create_run", "cancel_run", "suspend_run", "resume_run", "terminate_run", "restart_run",
+              "reset_run", "send_external_event", "alter_queue", "create_queue", "poll_tasks", "queue_depth")
 
 
-def privileges(conn) -> Dict[str, bool]:
-    """Which of dex's calls the current role may make."""
-    cols = ", ".join(f"has_function_privilege('{sig}', 'EXECUTE') AS {name}"
-                     for name, sig in PRIVILEGES.items())
-    row = conn.execute(f"SELECT current_user AS role, {cols}").fetchone()
-    return row
+def privileges(conn) -> Dict[str, Any]:
+    """The current role ("role") and which of dex's calls it may make."""
+    may: Dict[str, Any] = {name: False for name in PRIVILEGES}
+    for r in conn.execute(
+            "SELECT p.proname AS name, bool_or(has_function_privilege(p.oid, 'EXECUTE')) AS may "
+            "FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'dex'::regnamespace "
+            "AND p.proname = ANY(%s) GROUP BY p.proname", (list(PRIVILEGES),)):
+        may[r["name"]] = r["may"]
+    may["role"] = conn.execute("SELECT current_user AS role").fetchone()["role"]
+    return may
 
 
 @router.get("/whoami", response_model=WhoAmI, responses=ERRORS, tags=["tokens"],
@@ -452,13 +452,15 @@ def poll(name: str, body: Poll, request: Request, token: str = Depends(caller)):
     if not 0 <= body.wait_seconds <= 300:
         raise Problem(400, "Bad Request", "wait_seconds must be 0 to 300")
     q = ("SELECT kind, run_id, task_id, lock_version, locked_until, task "
-         "FROM dex.poll_tasks(%s, %s, %s, %s)")
-    args = (name, body.worker_id, body.max_tasks, lease)
+         "FROM dex.poll_tasks(%s, %s, %s, %s, names => %s, versions => %s)")
+    args = (name, body.worker_id, body.max_tasks, lease, body.names, body.versions)
+    deadline = time.monotonic() + body.wait_seconds
     with db(request).as_caller_session(token) as conn:
         tasks = conn.execute(q, args).fetchall()
-        if not tasks and body.wait_seconds > 0:
+        # a wake-up may be for a task another poller took, or that this one does not run
+        while not tasks and time.monotonic() < deadline:
             conn.execute("CALL dex.wait_for_tasks(%s, %s)",
-                         (name, dt.timedelta(seconds=body.wait_seconds)))
+                         (name, dt.timedelta(seconds=deadline - time.monotonic())))
             tasks = conn.execute(q, args).fetchall()
     return {"tasks": tasks}
 
