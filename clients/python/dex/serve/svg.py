@@ -33,11 +33,11 @@ class Bar:
             lane, start, end, outcome, title, href
 
 
-def timeline_bars(history: Sequence[Dict[str, Any]], attempts: Sequence[Dict[str, Any]],
-                  now: dt.datetime) -> List[Bar]:
+def timeline_bars(history: Sequence[Dict[str, Any]], attempts: Sequence[Dict[str, Any]]) -> List[Bar]:
     """The bars of a run's timeline: workflow tasks, each activity attempt, timers, waits for
     external events and child runs, from the history and ``dex.run_attempts``; what has not
-    ended yet (a pending activity or timer, a wait) runs to now or to its due time."""
+    ended yet (a pending activity or timer, a wait) has no end (drawn to now), or a pending
+    timer its due time."""
     bars: List[Bar] = []
     created: Dict[Tuple[str, int], Tuple[dt.datetime, Dict[str, Any]]] = {}
     ended: Dict[Tuple[str, int], Tuple[dt.datetime, str]] = {}

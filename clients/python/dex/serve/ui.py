@@ -171,7 +171,7 @@ def _run_context(conn, may: Dict[str, bool], run_id: uuid.UUID) -> Dict[str, Any
     hist = R.history(conn, run_id)
     atts = R.attempts(conn, run_id)
     now = conn.execute("SELECT now() AS now").fetchone()["now"]
-    bars = svg.timeline_bars(hist, atts, now)
+    bars = svg.timeline_bars(hist, atts)
     children, _ = R.list_runs(conn, R.RunFilter(parent_id=run_id), R.MAX_PAGE)
     actions = [a for a, (fn, states, _) in ACTIONS.items()
                if may.get(fn) and run["status"] in states]
