@@ -455,13 +455,13 @@ def poll(name: str, body: Poll, request: Request, token: str = Depends(caller)):
          "FROM dex.poll_tasks(%s, %s, %s, %s, names => %s, versions => %s)")
     args = (name, body.worker_id, body.max_tasks, lease, body.names, body.versions)
     deadline = time.monotonic() + body.wait_seconds
-    with db(request).as_caller_session(token) as conn:
-        tasks = conn.execute(q, args).fetchall()
-        # a wake-up may be for a task another poller took, or that this one does not run
-        while not tasks and time.monotonic() < deadline:
-            conn.execute("CALL dex.wait_for_tasks(%s, %s)",
-                         (name, dt.timedelta(seconds=deadline - time.monotonic())))
+    while True:
+        with db(request).as_caller(token) as conn:
             tasks = conn.execute(q, args).fetchall()
+        # a wake-up may be for a task another poller took, or that this one does not run
+        if tasks or time.monotonic() >= deadline:
+            break
+        db(request).wait_for_tasks(name, deadline - time.monotonic())
     return {"tasks": tasks}
 
 

@@ -5,9 +5,10 @@ API tokens map to.  A request takes a connection from a small pool, and in one t
 turns its token into a role (``dex.authenticate_api_token``, which answers only for roles
 the login role is a member of), ``SET LOCAL ROLE`` to it, and runs dex's SQL functions: so
 PostgreSQL's grants and dex's queue grants decide what it may do, and the role ends with the
-transaction whatever happens.  The long poll (``dex.wait_for_tasks``) must run outside a
-transaction block; it runs under a session ``SET ROLE`` that is reset before the connection
-goes back to the pool, and a connection whose reset fails is closed.
+transaction whatever happens.  No role is ever set for a session, so the server may sit
+behind a pooler in transaction mode: the long poll's wait (``dex.wait_for_tasks``, which must
+run outside a transaction block) runs with the server's own role, between two polls made as
+the caller (``Database.wait_for_tasks``).
 
 Errors become :class:`Problem` (``application/problem+json``) with the HTTP status of their
 SQLSTATE (:func:`http_status`).
@@ -16,8 +17,10 @@ SQLSTATE (:func:`http_status`).
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import queue as queue_mod
 import threading
+import time
 from typing import Any, Dict, Iterator, Optional
 
 import psycopg
@@ -167,23 +170,20 @@ class Database:
             except psycopg.Error as e:
                 raise problem_from(e) from e
 
-    @contextlib.contextmanager
-    def as_caller_session(self, token: Optional[str]) -> Iterator[psycopg.Connection]:
-        """The same outside a transaction block (for procedures that commit, such as the
-        long poll): ``SET ROLE`` for the session, reset before the connection is reused."""
+    def wait_for_tasks(self, queue: str, seconds: float) -> None:
+        """The long poll's wait, with the server's own role and no role switched: a session
+        ``SET ROLE`` would outlive its statement on a connection that a pooler in transaction
+        mode hands to other clients.  Only called after a poll as the caller's role found the
+        queue empty (so the caller may use it, and learns nothing here).  Without the right to
+        wait on the queue (the login role does not inherit a worker role), it sleeps a little
+        instead, and the caller polls again."""
         with self.connection() as conn:
             try:
-                role = self._role_of(conn, token)
-                conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(role)))
-                try:
-                    yield conn
-                finally:
-                    try:
-                        conn.execute("RESET ROLE")
-                    except psycopg.Error:
-                        conn.close()
+                conn.execute("CALL dex.wait_for_tasks(%s, %s)", (queue, dt.timedelta(seconds=seconds)))
             except psycopg.Error as e:
-                raise problem_from(e) from e
+                if e.sqlstate not in ("42501", "42883"):
+                    raise problem_from(e) from e
+                time.sleep(min(0.5, seconds))
 
     @staticmethod
     def _role_of(conn: psycopg.Connection, token: Optional[str]) -> str:
