@@ -27,6 +27,8 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
+from .._connect import connect
+
 
 class Problem(Exception):
     """An error answered as RFC 7807 ``application/problem+json``.
@@ -119,9 +121,11 @@ class Database:
         self._slots = threading.BoundedSemaphore(size)
 
     def _connect(self) -> psycopg.Connection:
-        return psycopg.connect(self.conninfo, autocommit=True, row_factory=dict_row,
-                               connect_timeout=self.connect_timeout,
-                               application_name="dex serve")
+        # behind a pooler in transaction mode: no prepared statements (see dex._connect)
+        conn, _ = connect(self.conninfo, None, connect_timeout=self.connect_timeout,
+                          application_name="dex serve")
+        conn.row_factory = dict_row
+        return conn
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
