@@ -163,6 +163,21 @@ def test_find_a_failed_run_restart_it_and_see_it_complete(server, env, sql, brow
     first = d.find_elements(By.CSS_SELECTOR, "#runs tr.run")[0]
     assert first.get_attribute("data-id") == new_id and "COMPLETED" in first.text
 
+    # the failed run reset to its first workflow task: a new run that goes back there
+    d.get(server.url + f"/ui/runs/{rid}")
+    d.find_element(By.ID, "action-reset").click()
+    options = Select(d.find_element(By.ID, "event-id")).options
+    assert len(options) == 2        # the run completed two workflow tasks
+    Select(d.find_element(By.ID, "event-id")).select_by_index(0)
+    d.find_element(By.ID, "reason").send_keys("retry the charge")
+    d.find_element(By.ID, "confirm").click()
+    WebDriverWait(d, 10).until(EC.presence_of_element_located((By.ID, "origin")))
+    reset_id = d.find_element(By.ID, "run-id").text
+    assert d.find_element(By.ID, "done").text.startswith("reset")
+    assert sql.execute("SELECT origin, origin_run_id::text FROM dex.runs WHERE id = %s",
+                       (reset_id,)).fetchone() == ("RESET", rid)
+    sql.execute("SELECT dex.terminate_run(%s)", (reset_id,))
+
 
 def test_queues_page_pause_and_resume(server, env, sql, browser, shots):
     d = browser
