@@ -1179,6 +1179,11 @@ commands_flaw(const Dex__V1__WorkflowTaskCompletion *completion)
 			case DEX__V1__COMMAND__KIND_RECORD_SIDE_EFFECT:
 				creates = true;
 				break;
+			case DEX__V1__COMMAND__KIND_RECORD_MARKER:
+				creates = true;
+				if (!name_ok(cmd->record_marker->name, true))
+					return "a marker name missing or too long";
+				break;
 			case DEX__V1__COMMAND__KIND_FAIL_RUN:
 				if (cmd->fail_run->failure == NULL)
 					return "failRun without a failure";
