@@ -5,7 +5,7 @@ import type { WorkflowDefinition } from "./definitions.js";
 import {
   RunCancelledError, RunFailedError, RunTerminatedError, RunTimedOutError, WaitTimeoutError,
 } from "./errors.js";
-import { type ConnectionOptions, translate } from "./pg.js";
+import { type ConnectionOptions, isConnectionError, translate } from "./pg.js";
 
 /** The statuses of a run that has ended (the others: DELAYED, CREATED, RUNNING, SUSPENDED, BLOCKED). */
 export const TERMINAL = ["COMPLETED", "FAILED", "CANCELLED", "TERMINATED", "TIMED_OUT"] as const;
@@ -104,18 +104,28 @@ export class Client {
     await this.#pool.end();
   }
 
-  async #query(text: string, values: unknown[] = []): Promise<pg.QueryResult> {
-    try {
-      return await this.#pool.query(text, values);
-    } catch (e) {
-      throw translate(e);
+  /**
+   * One statement on a connection of the pool.  A connection the server dropped (a restart)
+   * is only noticed when used: the statement is tried again on another one when it was not
+   * sent (EPIPE) or when it may run twice (`idempotent`).
+   */
+  async #query(text: string, values: unknown[] = [], idempotent = true): Promise<pg.QueryResult> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.#pool.query(text, values);
+      } catch (e) {
+        const unsent = (e as { code?: string }).code === "EPIPE";
+        // every idle connection may be dead: as many tries as the pool has connections
+        if (attempt > this.#pool.options.max + 2 || !isConnectionError(e) || !(unsent || idempotent)) throw translate(e);
+        if (!unsent) await new Promise((resolve) => setTimeout(resolve, 200 * Math.min(attempt, 5)));
+      }
     }
   }
 
   /** Create a workflow or activity queue; false if it existed (and existOk, the default). */
   async createQueue(name: string, kind: "workflow" | "activity", options: { capacity?: number; existOk?: boolean } = {}): Promise<boolean> {
     try {
-      await this.#query("SELECT dex.create_queue($1, $2, $3)", [name, kind, options.capacity ?? null]);
+      await this.#query("SELECT dex.create_queue($1, $2, $3)", [name, kind, options.capacity ?? null], false);
       return true;
     } catch (e) {
       if ((e as { code?: string }).code === "42710" && (options.existOk ?? true)) return false;
@@ -136,7 +146,7 @@ export class Client {
       "execution_timeout => make_interval(secs => $11)) AS id",
       [name, options.queue, jsonParam(arg, `the argument of workflow '${name}'`), version, options.instanceId ?? null,
        options.priority ?? 0, jsonParam(options.labels, "labels"), options.concurrencyKey ?? null,
-       options.ifActive ?? "error", options.startAt ?? null, interval(options.executionTimeout)]);
+       options.ifActive ?? "error", options.startAt ?? null, interval(options.executionTimeout)], false);
     return res.rows[0].id;
   }
 
@@ -147,7 +157,7 @@ export class Client {
     const res = await this.#query(
       "SELECT id FROM dex.create_runs($1, $2, $3::jsonb[], $4, $5, $6::jsonb, $7, make_interval(secs => $8)) AS id",
       [name, options.queue, args.map((a, i) => jsonParam(a, `argument ${i} of workflow '${name}'`)), version,
-       options.priority ?? 0, jsonParam(options.labels, "labels"), options.startAt ?? null, interval(options.executionTimeout)]);
+       options.priority ?? 0, jsonParam(options.labels, "labels"), options.startAt ?? null, interval(options.executionTimeout)], false);
     return res.rows.map((r) => r.id);
   }
 

@@ -162,6 +162,7 @@ function detailsPayload(details: unknown): Message {
 
 /** The SQLSTATE of a node-postgres error, if it has one. */
 export function sqlstate(e: unknown): string | undefined {
-  const code = (e as { code?: unknown } | null)?.code;
-  return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
+  // a server's error has a severity; a system error's code ("EPIPE") can look like a SQLSTATE
+  const { code, severity } = (e ?? {}) as { code?: unknown; severity?: unknown };
+  return typeof code === "string" && typeof severity === "string" && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
 }

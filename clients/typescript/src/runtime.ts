@@ -434,6 +434,17 @@ function sameEvent(a: Message, b: Message): boolean {
   return JSON.stringify(a) === JSON.stringify(b);
 }
 
+/** Take the future of command `id` out of `map` and settle it: with the payload's value, or the error made for it. */
+function settleFrom<F extends DexFuture<any>>(map: Map<number, F>, id: unknown, ok: boolean, payload: Message | undefined,
+                                              error: (f: F) => unknown): void {
+  const key = Number(id ?? 0);
+  const f = map.get(key);
+  if (!f) return;
+  map.delete(key);
+  if (ok) f._resolve(decode(payload));
+  else f._reject(error(f));
+}
+
 export function failRunCommand(message: string, type: string): Message {
   return { failRun: { failure: { message, type, terminal: true } } };
 }
@@ -586,15 +597,10 @@ export class Replayer {
         this.generation = Number(b.generation ?? 0);
         break;
       case "activityTaskCompleted":
-      case "activityTaskFailed": {
-        const id = Number(b.activityTaskCreatedEventId ?? 0);
-        const h = this.pendingActivities.get(id);
-        if (!h) break;
-        this.pendingActivities.delete(id);
-        if (k === "activityTaskCompleted") h._resolve(decode(b.result));
-        else h._reject(new ActivityError(h.name, h.id, b.failure ?? {}, Number(b.attempts ?? 0)));
+      case "activityTaskFailed":
+        settleFrom(this.pendingActivities, b.activityTaskCreatedEventId, k === "activityTaskCompleted", b.result,
+                   (h) => new ActivityError(h.name, h.id, b.failure ?? {}, Number(b.attempts ?? 0)));
         break;
-      }
       case "timerElapsed": {
         const id = Number(b.timerCreatedEventId ?? 0);
         const t = this.timers.get(id);
@@ -633,15 +639,10 @@ export class Replayer {
         }
         break;
       case "childRunCompleted":
-      case "childRunFailed": {
-        const id = Number(b.childRunCreatedEventId ?? 0);
-        const h = this.children.get(id);
-        if (!h) break;
-        this.children.delete(id);
-        if (k === "childRunCompleted") h._resolve(decode(b.result));
-        else h._reject(new ChildRunError(h.workflowName, h.runId, b.failure ?? {}));
+      case "childRunFailed":
+        settleFrom(this.children, b.childRunCreatedEventId, k === "childRunCompleted", b.result,
+                   (h) => new ChildRunError(h.workflowName, h.runId, b.failure ?? {}));
         break;
-      }
       default:
         // runSuspended, runResumed and anything unknown: nothing for workflow code
         break;
