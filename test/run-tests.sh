@@ -204,7 +204,7 @@ suite_node() {
   local dir=$DEX_SRC/clients/typescript
   [[ -f $dir/package.json ]] || { skip node "no clients/typescript"; return; }
   [[ -d $dir/node_modules ]] || { record node 0 1 "no clients/typescript/node_modules (test/deps.sh installs it)"; return; }
-  run_logged node "$dir" env DEX_PGDATA="$DEX_PGDATA" DEX_LOG="$DEX_LOG" PG_BINDIR="$PG_BINDIR" \
+  run_logged node "$dir" env TMPDIR="$DEX_SCRATCH" DEX_PGDATA="$DEX_PGDATA" DEX_LOG="$DEX_LOG" PG_BINDIR="$PG_BINDIR" \
     DEX_PYTHON="${DEX_PYTHON:-/usr/bin/python3}" sh -c 'node_modules/.bin/tsc -p . &&
       node --test --test-concurrency=1 --test-reporter=tap dist/test/*.test.js'
   settle node "$(tap_count pass)" "$(tap_count fail)"
