@@ -206,7 +206,7 @@ suite_node() {
   [[ -d $dir/node_modules ]] || { record node 0 1 "no clients/typescript/node_modules (test/deps.sh installs it)"; return; }
   run_logged node "$dir" env TMPDIR="$DEX_SCRATCH" DEX_PGDATA="$DEX_PGDATA" DEX_LOG="$DEX_LOG" PG_BINDIR="$PG_BINDIR" \
     DEX_PYTHON="${DEX_PYTHON:-/usr/bin/python3}" sh -c 'node_modules/.bin/tsc -p . &&
-      node --test --test-concurrency=1 --test-reporter=tap dist/test/*.test.js'
+      node_modules/.bin/tsc -p ../../examples/typescript && node --test --test-concurrency=1 --test-reporter=tap dist/test/*.test.js'
   settle node "$(tap_count pass)" "$(tap_count fail)"
 }
 

@@ -122,6 +122,11 @@ export class Client {
     }
   }
 
+  /** Any SQL statement on a connection of the pool (for what the client has no method for): its rows. */
+  async sql<R extends Record<string, any> = Record<string, any>>(text: string, values: unknown[] = []): Promise<R[]> {
+    return (await this.#query(text, values, false)).rows as R[];
+  }
+
   /** Create a workflow or activity queue; false if it existed (and existOk, the default). */
   async createQueue(name: string, kind: "workflow" | "activity", options: { capacity?: number; existOk?: boolean } = {}): Promise<boolean> {
     try {
@@ -198,6 +203,16 @@ export class Client {
   async sendEvent(runId: string, eventId: string, payload?: unknown): Promise<boolean> {
     const res = await this.#query("SELECT dex.send_external_event($1, $2, $3::jsonb) AS ok",
                                   [runId, eventId, jsonParam(payload, `the payload of event '${eventId}'`)]);
+    return res.rows[0].ok;
+  }
+
+  /**
+   * Send an external event to the active run of a workflow instance; false if it already had
+   * one with that id.  Without `queue`, an instance id active on several queues is an error.
+   */
+  async sendEventToInstance(instanceId: string, eventId: string, payload?: unknown, queue?: string): Promise<boolean> {
+    const res = await this.#query("SELECT dex.send_external_event_to_instance($1, $2, $3::jsonb, $4) AS ok",
+                                  [instanceId, eventId, jsonParam(payload, `the payload of event '${eventId}'`), queue ?? null]);
     return res.rows[0].ok;
   }
 
