@@ -170,6 +170,13 @@ class WorkflowCache {
   }
 }
 
+/** dex.run_history failed while a workflow task was being run. */
+class HistoryReadError extends Error {
+  constructor(cause: unknown) {
+    super("the run's history could not be read", { cause });
+  }
+}
+
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
@@ -459,9 +466,10 @@ export class Worker {
         const [state, cmds] = await this.#runWorkflowTask(conn, row);
         done.push([row, cmds, state]);
       } catch (e) {
-        // a bug of the SDK or a lost connection: leave the task to its lease
+        // the history could not be read: the connection's loop deals with it
+        if (e instanceof HistoryReadError) throw e.cause;
+        // a bug of the SDK: leave the task to its lease
         this.#log.error(`dex: run ${row.runId}: replay failed; its workflow task is left to expire:`, e);
-        if (isConnectionError(e) && sqlstate(e) !== undefined) throw e;
       }
     }
     return done;
@@ -510,7 +518,12 @@ export class Worker {
   /** The task with its whole history (as it was when leased: only its completion adds to it). */
   async #wholeTask(conn: pg.Client, runId: string, task: Message): Promise<Message> {
     const length = Number(task.historyLength ?? 0);
-    const res = await conn.query("SELECT event FROM dex.run_history($1) ORDER BY sequence", [runId]);
+    let res: pg.QueryResult;
+    try {
+      res = await conn.query("SELECT event FROM dex.run_history($1) ORDER BY sequence", [runId]);
+    } catch (e) {
+      throw new HistoryReadError(e);
+    }
     const history = res.rows.map((r: { event: Message }) => r.event);
     if (history.length < length) throw new DexError(`run ${runId}: its history has ${history.length} events, the task says ${length}`);
     this.stats.historyReads++;

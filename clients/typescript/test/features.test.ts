@@ -282,3 +282,56 @@ test("client errors are typed: an unknown run is NotFoundError, a wait that ends
   await assert.rejects(client().result(id, { timeout: 0.2 }), WaitTimeoutError);
   void t;
 });
+
+// -- the worker's limits, the client's lists ---------------------------------------------------
+
+let running = 0, most = 0;
+const busy = activity("busy", async () => {
+  running++;
+  most = Math.max(most, running);
+  await sleep(100);
+  running--;
+  return most;
+});
+const crowd = workflow("crowd", async (ctx, n: number) => ctx.all(Array.from({ length: n }, () => ctx.activity(busy))));
+
+test("a worker runs at most `concurrency` activities at once", async (t) => {
+  const qs = await queues();
+  running = 0;
+  most = 0;
+  await startWorker(t, qs, { workflows: [crowd], activities: [busy], concurrency: 3 });
+  const id = await client().start(crowd, 9, { queue: qs[0] });
+  const r: number[] = await client().result(id, { timeout: 30 });
+  assert.equal(r.length, 9);
+  assert.equal(most, 3);
+});
+
+const unknownActivity = workflow("unknown-activity", async (ctx) => {
+  try {
+    await ctx.activity("no-such-activity", null, { retry: { maxAttempts: 2, initialDelay: 0.01 } });
+    return "ran";
+  } catch (e) {
+    return (e as ActivityError).type + " " + (e as ActivityError).attempts;
+  }
+});
+
+test("an activity the worker does not have fails its attempts with dex.UnknownActivity", async (t) => {
+  const qs = await queues();
+  await startWorker(t, qs, { workflows: [unknownActivity], activities: [] });
+  const id = await client().start(unknownActivity, null, { queue: qs[0] });
+  assert.equal(await client().result(id, { timeout: 20 }), "dex.UnknownActivity 2");
+});
+
+test("startMany starts one run per argument; list finds them; formatHistory prints a run's events", async (t) => {
+  const qs = await queues();
+  await startWorker(t, qs, { workflows: [square] });
+  const ids = await client().startMany(square, [1, 2, 3], { queue: qs[0], labels: { batch: qs[0] } });
+  assert.equal(ids.length, 3);
+  assert.deepEqual(await Promise.all(ids.map((id) => client().result(id, { timeout: 20 }))), [1, 4, 9]);
+  const listed = await client().list({ labels: { batch: qs[0] }, status: "COMPLETED" });
+  assert.deepEqual(listed.map((r) => r.id).sort(), [...ids].sort());
+  assert.ok(listed.every((r) => r.done && r.workflowName === "square"));
+  const table = await client().formatHistory(ids[1]!);
+  assert.match(table, /^seq \| at +\| event +\| id \| details/);
+  assert.match(table, /runCompleted +\| +\| result=4/);
+});
