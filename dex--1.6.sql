@@ -186,12 +186,18 @@ CREATE TABLE dex.workflow_task (
     lock_version    bigint NOT NULL DEFAULT 0,
     started_at      timestamptz,
     inbox_ids       bigint[],
+    workflow_name   text NOT NULL,      -- the run's, for polls that declare what they run
+    workflow_version integer NOT NULL,
     PRIMARY KEY (run_id, queue_id)
 ) PARTITION BY LIST (queue_id);
 COMMENT ON TABLE dex.workflow_task IS
     'Pending and leased workflow tasks, one per run with visible unseen events; rebuilt from runs and inbox after a crash.';
 CREATE INDEX workflow_task_poll_idx ON dex.workflow_task (queue_id, priority DESC, created_at);
 CREATE INDEX workflow_task_lease_idx ON dex.workflow_task (locked_until) WHERE locked_by IS NOT NULL;
+-- Polls that declare the (workflow, version) pairs they run read one range
+-- of this index per pair.
+CREATE INDEX workflow_task_version_idx
+    ON dex.workflow_task (queue_id, workflow_name, workflow_version, priority DESC, created_at);
 
 CREATE TABLE dex.activity_task (
     queue_id        integer NOT NULL,
@@ -224,6 +230,9 @@ CREATE INDEX activity_task_due_idx ON dex.activity_task (visible_from)
     WHERE status = 'CREATED';
 CREATE INDEX activity_task_lease_idx ON dex.activity_task (locked_until)
     WHERE locked_by IS NOT NULL;
+-- Polls that declare the activities they run read one range of this index per name.
+CREATE INDEX activity_task_name_idx ON dex.activity_task (queue_id, name, priority DESC, created_at)
+    WHERE status = 'QUEUED' AND locked_by IS NULL;
 
 -- The logged record of an activity's retries, the one piece of activity state
 -- that its history does not hold: a row while an activity that failed an
@@ -492,6 +501,15 @@ AS 'MODULE_PATHNAME', 'dex_restart_run';
 COMMENT ON FUNCTION dex.restart_run(uuid) IS
     'Start a new run with the workflow, version, argument, queue, priority, labels and concurrency key of a run (and its instance id once that run has ended; no start_at or execution timeout); returns the new run''s id. The new run records where it came from (origin_run_id, origin RESTART).';
 
+CREATE FUNCTION dex.set_run_version(run_id uuid, version integer)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_set_run_version';
+COMMENT ON FUNCTION dex.set_run_version(uuid, integer) IS
+    'Move a run that has not ended to another version of its workflow: its next workflow tasks go to workers that declared (workflow, version). For an operator who has checked that the new version''s code replays the run''s history. Refused for an ended run (55000).';
+
 CREATE FUNCTION dex.reset_run(run_id uuid, event_id integer, reason text DEFAULT NULL)
 RETURNS uuid
 LANGUAGE C
@@ -620,29 +638,33 @@ CREATE FUNCTION dex.poll_tasks(
     worker_id text,
     max_tasks integer DEFAULT 1,
     lease_duration interval DEFAULT '5 minutes',
-    worker_cache boolean DEFAULT false)
+    worker_cache boolean DEFAULT false,
+    names text[] DEFAULT NULL,
+    versions integer[] DEFAULT NULL)
 RETURNS TABLE (kind text, run_id uuid, task_id integer, lock_version bigint,
                locked_until timestamptz, task jsonb)
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_poll_tasks';
-COMMENT ON FUNCTION dex.poll_tasks(text, text, integer, interval, boolean) IS
-    'Lease up to max_tasks tasks of a queue to a worker; each row''s task is a dex.v1.WorkflowTask or dex.v1.ActivityTask as JSON. With worker_cache (the worker keeps the state of runs whose workflow tasks it completed), a workflow task of a run this worker completed last leaves out the history it has seen (historyOmitted).';
+COMMENT ON FUNCTION dex.poll_tasks(text, text, integer, interval, boolean, text[], integer[]) IS
+    'Lease up to max_tasks tasks of a queue to a worker; each row''s task is a dex.v1.WorkflowTask or dex.v1.ActivityTask as JSON. With worker_cache (the worker keeps the state of runs whose workflow tasks it completed), a workflow task of a run this worker completed last leaves out the history it has seen (historyOmitted). A worker that declares what it runs gets only those tasks: on a workflow queue names and versions are the (workflow, version) pairs it runs, on an activity queue names are its activities (versions NULL); NULL names: every task of the queue.';
 
 CREATE FUNCTION dex.poll_tasks_pb(
     queue text,
     worker_id text,
     max_tasks integer DEFAULT 1,
     lease_duration interval DEFAULT '5 minutes',
-    worker_cache boolean DEFAULT false)
+    worker_cache boolean DEFAULT false,
+    names text[] DEFAULT NULL,
+    versions integer[] DEFAULT NULL)
 RETURNS TABLE (kind text, run_id uuid, task_id integer, lock_version bigint,
                locked_until timestamptz, task bytea)
 LANGUAGE C
 SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_poll_tasks_pb';
-COMMENT ON FUNCTION dex.poll_tasks_pb(text, text, integer, interval, boolean) IS
+COMMENT ON FUNCTION dex.poll_tasks_pb(text, text, integer, interval, boolean, text[], integer[]) IS
     'dex.poll_tasks with each task protobuf-encoded, for SDKs.';
 
 CREATE FUNCTION dex.complete_task(run_id uuid, task_id integer, lock_version bigint, result jsonb)
@@ -694,21 +716,23 @@ CREATE PROCEDURE dex.poll_tasks_wait(queue text, worker_id text, max_tasks integ
                                      INOUT tasks jsonb DEFAULT NULL, worker_cache boolean DEFAULT false,
                                      run_ids uuid[] DEFAULT NULL, task_ids integer[] DEFAULT NULL,
                                      lock_versions bigint[] DEFAULT NULL, results jsonb[] DEFAULT NULL,
-                                     INOUT completed boolean[] DEFAULT NULL)
+                                     INOUT completed boolean[] DEFAULT NULL,
+                                     names text[] DEFAULT NULL, versions integer[] DEFAULT NULL)
 LANGUAGE C
 AS 'MODULE_PATHNAME', 'dex_poll_tasks_wait';
-COMMENT ON PROCEDURE dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean, uuid[], integer[], bigint[], jsonb[], boolean[]) IS
-    'The poll and the long poll in one call: leases up to max_tasks tasks of the queue and returns them as a JSON array of task messages (as dex.poll_tasks''s task column, worker_cache as there), waiting for some, holding no snapshot, until the timeout (then an empty array). Completions given (run_ids, task_ids, lock_versions, results, as dex.complete_tasks) are made first, in the same transaction as the first look; completed says whether each was applied (false: its lease was lost). Call outside a transaction block.';
+COMMENT ON PROCEDURE dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean, uuid[], integer[], bigint[], jsonb[], boolean[], text[], integer[]) IS
+    'The poll and the long poll in one call: leases up to max_tasks tasks of the queue and returns them as a JSON array of task messages (as dex.poll_tasks''s task column, worker_cache as there), waiting for some, holding no snapshot, until the timeout (then an empty array). Completions given (run_ids, task_ids, lock_versions, results, as dex.complete_tasks) are made first, in the same transaction as the first look; completed says whether each was applied (false: its lease was lost). names and versions declare what the worker runs, as for dex.poll_tasks. Call outside a transaction block.';
 
 CREATE PROCEDURE dex.poll_tasks_wait_pb(queue text, worker_id text, max_tasks integer DEFAULT 1,
                                         lease interval DEFAULT '5 min', timeout interval DEFAULT '60 s',
                                         INOUT tasks bytea[] DEFAULT NULL, worker_cache boolean DEFAULT false,
                                         run_ids uuid[] DEFAULT NULL, task_ids integer[] DEFAULT NULL,
                                         lock_versions bigint[] DEFAULT NULL, results bytea[] DEFAULT NULL,
-                                        INOUT completed boolean[] DEFAULT NULL)
+                                        INOUT completed boolean[] DEFAULT NULL,
+                                        names text[] DEFAULT NULL, versions integer[] DEFAULT NULL)
 LANGUAGE C
 AS 'MODULE_PATHNAME', 'dex_poll_tasks_wait_pb';
-COMMENT ON PROCEDURE dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean, uuid[], integer[], bigint[], bytea[], boolean[]) IS
+COMMENT ON PROCEDURE dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean, uuid[], integer[], bigint[], bytea[], boolean[], text[], integer[]) IS
     'dex.poll_tasks_wait with the tasks as encoded dex.v1.WorkflowTask or dex.v1.ActivityTask messages, and results as encoded dex.v1.WorkflowTaskCompletion or dex.v1.Payload (as dex.complete_tasks_pb).';
 
 -- No SET clause, as dex.wait_for_tasks: its statements qualify every object and operator.
@@ -1019,12 +1043,57 @@ HAVING pg_catalog.round((1 OPERATOR(pg_catalog.-) pg_catalog.sum(m.frequency))
 COMMENT ON VIEW dex.runs_by_status IS
     'Runs by workflow and status. Exact while dex.workflow_run is at most 8 MB; past that estimated (estimated = true) from the statistics ANALYZE keeps on (workflow_name, status), scaled to the table''s current size, with the pairs too rare to be sampled in one row of null workflow_name and status (nothing before the first ANALYZE). Never counts a large table: about a millisecond at any size.';
 
+-- What waits for a worker that never comes: ready tasks of a (workflow,
+-- version) or activity that no polling worker has declared lately, during a
+-- rolling deploy or after the last worker of an old version stopped.
+
+CREATE FUNCTION dex.last_polled(queue_id integer, name text DEFAULT NULL, version integer DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE C STABLE
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_last_polled';
+COMMENT ON FUNCTION dex.last_polled(integer, text, integer) IS
+    'When a worker that could take the queue''s tasks of this workflow (name and version) or activity (name, NULL version) last polled the queue: one that declared it, or one that declared nothing; NULL name: any poll of the queue. NULL if none did since the server started. From shared memory, to the second.';
+
+CREATE FUNCTION dex.unserved(
+    idle interval DEFAULT '1 minute',
+    OUT queue text, OUT kind text, OUT name text, OUT version integer,
+    OUT tasks bigint, OUT waiting_since timestamptz, OUT last_polled timestamptz)
+RETURNS SETOF record
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS $$
+SELECT q.name, q.kind, w.name, w.version, w.tasks, w.since, p.at
+  FROM (SELECT t.queue_id, t.workflow_name AS name, t.workflow_version AS version,
+               count(*) AS tasks, min(t.created_at) AS since
+          FROM dex.workflow_task t
+         WHERE t.locked_until IS NULL OR t.locked_until <= now()
+         GROUP BY t.queue_id, t.workflow_name, t.workflow_version
+        UNION ALL
+        SELECT a.queue_id, a.name, NULL::integer, count(*), min(a.created_at)
+          FROM dex.activity_task a
+         WHERE a.status = 'QUEUED' AND a.locked_by IS NULL
+         GROUP BY a.queue_id, a.name) w
+  JOIN dex.queue q ON q.id = w.queue_id AND q.status = 'ACTIVE'
+ CROSS JOIN LATERAL (SELECT dex.last_polled(w.queue_id, w.name, w.version) AS at) p
+ WHERE w.since <= now() - idle AND (p.at IS NULL OR p.at <= now() - idle)
+ ORDER BY q.name, w.name, w.version
+$$;
+COMMENT ON FUNCTION dex.unserved(interval) IS
+    'Ready tasks that no worker serves (the view dex.unserved, with idle one minute): per queue and workflow (name, version) or activity (name), how many wait, since when, and when a worker that could take them last polled (NULL: none since the server started); only those waiting longer than idle on which no such worker polled for idle. Paused queues are left out. Reads the ready tasks of every queue.';
+
+CREATE VIEW dex.unserved AS SELECT * FROM dex.unserved();
+COMMENT ON VIEW dex.unserved IS
+    'Ready tasks that no worker serves: per queue and workflow (name, version) or activity (name), the tasks waiting over a minute on which no worker that declared them, nor one that declared nothing, polled for a minute; since when they wait, and when such a worker last polled (NULL: none since the server started).';
+
 GRANT USAGE ON SCHEMA dex TO pg_monitor;
-GRANT SELECT ON dex.stat_queues, dex.stat_database, dex.queue_depth, dex.runs_by_status TO pg_monitor;
+GRANT SELECT ON dex.stat_queues, dex.stat_database, dex.queue_depth, dex.runs_by_status, dex.unserved TO pg_monitor;
 -- what dex.queue_depth() reads: no payload, no run id
 GRANT SELECT (id, name, kind, status, capacity, partition) ON dex.queue TO pg_monitor;
-GRANT SELECT (queue_id, priority, created_at, locked_by, locked_until) ON dex.workflow_task TO pg_monitor;
-GRANT SELECT (queue_id, priority, status, created_at, locked_by, locked_until)
+GRANT SELECT (queue_id, priority, created_at, locked_by, locked_until, workflow_name, workflow_version)
+    ON dex.workflow_task TO pg_monitor;
+GRANT SELECT (queue_id, priority, status, created_at, locked_by, locked_until, name)
     ON dex.activity_task TO pg_monitor;
 
 -- a new install (after DROP EXTENSION, queue ids start again) starts from zero
@@ -1113,8 +1182,8 @@ GRANT EXECUTE ON PROCEDURE dex.wait_for_run(uuid, interval, text, jsonb, jsonb),
     dex.wait_for_runs(uuid[], interval, text, uuid[]) TO dex_client;
 GRANT SELECT ON dex.runs TO dex_client;
 GRANT EXECUTE ON FUNCTION
-    dex.poll_tasks(text, text, integer, interval, boolean),
-    dex.poll_tasks_pb(text, text, integer, interval, boolean),
+    dex.poll_tasks(text, text, integer, interval, boolean, text[], integer[]),
+    dex.poll_tasks_pb(text, text, integer, interval, boolean, text[], integer[]),
     dex.complete_task(uuid, integer, bigint, jsonb), dex.complete_task_pb(uuid, integer, bigint, bytea),
     dex.complete_tasks(uuid[], integer[], bigint[], jsonb[]),
     dex.complete_tasks_pb(uuid[], integer[], bigint[], bytea[]),
@@ -1124,23 +1193,26 @@ GRANT EXECUTE ON FUNCTION
     dex.heartbeat_tasks(uuid[], integer[], bigint[], interval, text)
     TO dex_worker;
 GRANT EXECUTE ON PROCEDURE dex.wait_for_tasks(text, interval, boolean),
-    dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean, uuid[], integer[], bigint[], jsonb[], boolean[]),
-    dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean, uuid[], integer[], bigint[], bytea[], boolean[]) TO dex_worker;
+    dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean, uuid[], integer[], bigint[], jsonb[], boolean[], text[], integer[]),
+    dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean, uuid[], integer[], bigint[], bytea[], boolean[], text[], integer[]) TO dex_worker;
 GRANT EXECUTE ON FUNCTION dex.run_history(uuid), dex.run_history_pb(uuid) TO dex_client, dex_worker;
 GRANT EXECUTE ON FUNCTION
     dex.create_queue(text, text, integer), dex.alter_queue(text, integer, boolean),
     dex.grant_queue(text, regrole), dex.revoke_queue(text, regrole),
     dex.reset_stats(), dex.stat_counters(), dex.queue_depth(),
     dex.terminate_run(uuid, text), dex.purge_run(uuid), dex.purge_runs(text, text, timestamptz, integer),
-    dex.restart_run(uuid), dex.reset_run(uuid, integer, text), dex.run_attempts(uuid)
+    dex.restart_run(uuid), dex.reset_run(uuid, integer, text), dex.run_attempts(uuid),
+    dex.set_run_version(uuid, integer), dex.last_polled(integer, text, integer), dex.unserved(interval)
     TO dex_admin;
 GRANT SELECT ON dex.stat_queues, dex.stat_database, dex.queue_depth, dex.runs_by_status,
-    dex.queue_privileges TO dex_admin;
+    dex.queue_privileges, dex.unserved TO dex_admin;
 -- the monitoring views run their functions with the reader's rights
-GRANT EXECUTE ON FUNCTION dex.stat_counters(), dex.queue_depth() TO pg_monitor;
+GRANT EXECUTE ON FUNCTION dex.stat_counters(), dex.queue_depth(), dex.last_polled(integer, text, integer),
+    dex.unserved(interval) TO pg_monitor;
 GRANT SELECT (id, name, kind, status, capacity, partition) ON dex.queue TO dex_admin;
-GRANT SELECT (queue_id, priority, created_at, locked_by, locked_until) ON dex.workflow_task TO dex_admin;
-GRANT SELECT (queue_id, priority, status, created_at, locked_by, locked_until)
+GRANT SELECT (queue_id, priority, created_at, locked_by, locked_until, workflow_name, workflow_version)
+    ON dex.workflow_task TO dex_admin;
+GRANT SELECT (queue_id, priority, status, created_at, locked_by, locked_until, name)
     ON dex.activity_task TO dex_admin;
 
 /*

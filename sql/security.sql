@@ -19,9 +19,9 @@ INSERT INTO security_unpinned_ok VALUES
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
     ('dex.wait_for_runs(uuid[],interval,text,uuid[])',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
-    ('dex.poll_tasks_wait(text,text,integer,interval,interval,jsonb,boolean,uuid[],integer[],bigint[],jsonb[],boolean[])',
+    ('dex.poll_tasks_wait(text,text,integer,interval,interval,jsonb,boolean,uuid[],integer[],bigint[],jsonb[],boolean[],text[],integer[])',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path'),
-    ('dex.poll_tasks_wait_pb(text,text,integer,interval,interval,bytea[],boolean,uuid[],integer[],bigint[],bytea[],boolean[])',
+    ('dex.poll_tasks_wait_pb(text,text,integer,interval,interval,bytea[],boolean,uuid[],integer[],bigint[],bytea[],boolean[],text[],integer[])',
      'a procedure that commits cannot have a SET clause; dex_api_enter pins the path');
 
 -- routines of dex that do not pin the path and are not exceptions: none
@@ -324,6 +324,10 @@ CALL dex.wait_for_tasks('sec-wf', '0.1 s');
 -- timeout, no task
 CALL dex.poll_tasks_wait('sec-act', 'sec-w', 5, '1 min', '0.1 s');
 CALL dex.poll_tasks_wait_pb('sec-act', 'sec-w', 5, '1 min', '0 s');
+-- and declaring what the worker runs: none of the queue's tasks is of these
+CALL dex.poll_tasks_wait('sec-act', 'sec-w', 5, '1 min', '0 s', names => ARRAY['nothing']);
+SELECT pg_catalog.count(*) AS leased
+  FROM dex.poll_tasks('sec-wf', 'sec-w', 5, names => ARRAY['sec'], versions => ARRAY[9]);
 SELECT lock_version AS v FROM dex.poll_tasks('sec-wf', 'sec-w') \gset
 SELECT dex.complete_task(:'r1', 0, :v, '[
     {"id": 1, "scheduleActivity": {"name": "a1", "queue": "sec-act", "argument": {"json": "1"},
@@ -448,6 +452,13 @@ SELECT workflow_name, status, runs, estimated
 SELECT queue, role FROM dex.queue_privileges WHERE queue OPERATOR(pg_catalog.~~) 'sec-%'
  ORDER BY queue, role::pg_catalog.text;
 SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 AS counters FROM dex.stat_counters();
+-- a run moves to version 2, where no worker waits for it, and ends
+SELECT dex.create_run('sec-v', 'sec-wf') AS r5 \gset
+SELECT dex.set_run_version(:'r5', 2);
+SELECT queue, kind, name, version, tasks FROM dex.unserved('0 s')
+ WHERE name OPERATOR(pg_catalog.=) 'sec-v';
+SELECT dex.terminate_run(:'r5');
+SELECT dex.last_polled(q.id) IS NOT NULL AS polled FROM dex.queue q WHERE q.name OPERATOR(pg_catalog.=) 'sec-wf';
 SELECT dex.reset_stats();
 -- the terminated run is purged, and the cancelled one with the others of its status
 SELECT dex.purge_run(:'r4');

@@ -30,6 +30,8 @@
  * names, instance ids, concurrency keys, event ids, worker ids.
  */
 #define DEX_NAME_MAX_LEN 255
+/* most names (workflows with versions, or activities) one poll may declare */
+#define DEX_MAX_DECLARED 1000
 
 /* the search_path of every statement dex runs: nothing a user can create */
 #define DEX_SEARCH_PATH "pg_catalog, pg_temp"

@@ -23,6 +23,15 @@
  * (from its scheduling, across attempts).  A lease that expires counts as a
  * failed attempt (the scheduler reclaims it).
  *
+ * A worker may declare what it runs (1.6): the (workflow, version) pairs on a
+ * workflow queue, the activity names on an activity queue.  Its poll then
+ * reads, per declared pair or name, the first ready tasks from an index of
+ * that key (workflow_task_version_idx, activity_task_name_idx), locking up
+ * to max_tasks of each with SKIP LOCKED, and leases the best max_tasks of
+ * them by priority and age: its cost grows with what it declares, not with
+ * the tasks of other versions in the queue.  The others it locked stay
+ * locked, not leased, until its transaction ends (other polls skip them).
+ *
  * The LIMIT subqueries of the lease statements are MATERIALIZED CTEs: as a
  * plain subquery the planner may rescan it inside a nested loop (it does with
  * statistics taken on an empty partition), and every rescan skips the rows
@@ -59,19 +68,54 @@ static DexPlan lease_workflow_plan = {
 	5, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}
 };
 
+/* $6, $7: the declared (workflow, version) pairs */
+static DexPlan lease_declared_workflow_plan = {
+	"WITH c AS MATERIALIZED (SELECT s.run_id FROM "
+	"      (SELECT DISTINCT k.n, k.v FROM unnest($6::text[], $7::integer[]) AS k(n, v)) k, "
+	"      LATERAL (SELECT t.run_id, t.priority, t.created_at FROM dex.workflow_task t "
+	"               WHERE t.queue_id = $1 AND t.workflow_name = k.n AND t.workflow_version = k.v "
+	"               AND (t.locked_until IS NULL OR t.locked_until <= $5) "
+	"               ORDER BY t.priority DESC, t.created_at LIMIT $2 FOR UPDATE SKIP LOCKED) s "
+	"      ORDER BY s.priority DESC, s.created_at LIMIT $2) "
+	"UPDATE dex.workflow_task t SET locked_by = $3, locked_until = $5 + $4, "
+	"lock_version = nextval('dex.lease_version'), started_at = $5, "
+	"inbox_ids = ARRAY(SELECT i.id FROM dex.workflow_inbox i "
+	"                   WHERE i.run_id = t.run_id AND i.visible_from <= clock_timestamp() "
+	"                   ORDER BY i.visible_from, i.id) "
+	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id "
+	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids",
+	7, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID, INT4ARRAYOID}
+};
+
+#define LEASE_ACTIVITY_SET \
+	"UPDATE dex.activity_task t SET locked_by = $3, lock_version = nextval('dex.lease_version'), " \
+	"attempt_started_at = $5, " \
+	"locked_until = LEAST($5 + $4, " \
+	"    $5 + make_interval(secs => coalesce(t.start_to_close_ms, 1e12) / 1000.0), " \
+	"    $5 + make_interval(secs => coalesce(t.heartbeat_timeout_ms, 1e12) / 1000.0), " \
+	"    coalesce(t.schedule_deadline, 'infinity')) " \
+	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id AND t.event_id = c.event_id " \
+	"RETURNING t.run_id, t.event_id, t.lock_version, t.locked_until, t.name, t.argument, " \
+	"t.attempt, t.retry_policy, t.last_failure, t.heartbeat_details"
+
+/* $6: the declared activity names */
+static DexPlan lease_declared_activity_plan = {
+	"WITH c AS MATERIALIZED (SELECT s.run_id, s.event_id FROM "
+	"      (SELECT DISTINCT k.n FROM unnest($6::text[]) AS k(n)) k, "
+	"      LATERAL (SELECT t.run_id, t.event_id, t.priority, t.created_at FROM dex.activity_task t "
+	"               WHERE t.queue_id = $1 AND t.name = k.n AND t.status = 'QUEUED' "
+	"               AND t.locked_by IS NULL "
+	"               ORDER BY t.priority DESC, t.created_at LIMIT $2 FOR UPDATE SKIP LOCKED) s "
+	"      ORDER BY s.priority DESC, s.created_at LIMIT $2) "
+	LEASE_ACTIVITY_SET,
+	6, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID}
+};
+
 static DexPlan lease_activity_plan = {
 	"WITH c AS MATERIALIZED (SELECT run_id, event_id FROM dex.activity_task "
 	"      WHERE queue_id = $1 AND status = 'QUEUED' AND locked_by IS NULL "
 	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
-	"UPDATE dex.activity_task t SET locked_by = $3, lock_version = nextval('dex.lease_version'), "
-	"attempt_started_at = $5, "
-	"locked_until = LEAST($5 + $4, "
-	"    $5 + make_interval(secs => coalesce(t.start_to_close_ms, 1e12) / 1000.0), "
-	"    $5 + make_interval(secs => coalesce(t.heartbeat_timeout_ms, 1e12) / 1000.0), "
-	"    coalesce(t.schedule_deadline, 'infinity')) "
-	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id AND t.event_id = c.event_id "
-	"RETURNING t.run_id, t.event_id, t.lock_version, t.locked_until, t.name, t.argument, "
-	"t.attempt, t.retry_policy, t.last_failure, t.heartbeat_details",
+	LEASE_ACTIVITY_SET,
 	5, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}
 };
 
@@ -131,12 +175,99 @@ dex_queue_room(const DexQueue *queue, bool lock, TimestampTz at)
 typedef DexPollArgs PollArgs;
 
 /*
+ * What a poll declares it runs (1.6): names, argument names_arg, and
+ * versions, the next one, if the function has them; checked here, and
+ * against the queue's kind by check_declared.  Copied: a procedure uses
+ * them after commits.
+ */
+static void
+read_declared(FunctionCallInfo fcinfo, int names_arg, PollArgs *args)
+{
+	Datum	   *names;
+	Datum	   *versions = NULL;
+	int			n_versions = 0;
+
+	args->n_names = 0;
+	args->names = NULL;
+	args->versions = NULL;
+	args->keys = NULL;
+	if (PG_NARGS() <= names_arg + 1)
+		return;
+	if (PG_ARGISNULL(names_arg))
+	{
+		if (!PG_ARGISNULL(names_arg + 1))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("versions are given without names"),
+					 errhint("Declare the workflows with names and their versions with versions, one per name.")));
+		return;
+	}
+	names = dex_batch_array(fcinfo, names_arg, TEXTOID, "names", false, NULL, &args->n_names);
+	if (args->n_names == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("names is empty: the worker would run no task"),
+				 errhint("A worker that runs every task of the queue passes NULL.")));
+	if (args->n_names > DEX_MAX_DECLARED)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("a poll declares at most %d names", DEX_MAX_DECLARED),
+				 errdetail("This one declares %d.", args->n_names)));
+	if (!PG_ARGISNULL(names_arg + 1))
+	{
+		versions = dex_batch_array(fcinfo, names_arg + 1, INT4OID, "versions", false, NULL, &n_versions);
+		if (n_versions != args->n_names)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("names and versions must have one element per (workflow, version) pair"),
+					 errdetail("There are %d names and %d versions.", args->n_names, n_versions)));
+		args->versions = palloc(sizeof(int32) * args->n_names);
+	}
+	args->names = palloc(sizeof(char *) * args->n_names);
+	args->keys = palloc(sizeof(uint64) * args->n_names);
+	for (int i = 0; i < args->n_names; i++)
+	{
+		args->names[i] = TextDatumGetCString(names[i]);
+		dex_check_name(args->names[i], versions ? "workflow name" : "name");
+		if (versions)
+		{
+			args->versions[i] = DatumGetInt32(versions[i]);
+			if (args->versions[i] < 1)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("workflow versions must be positive"),
+						 errdetail("Workflow \"%s\" has version %d.", args->names[i], args->versions[i])));
+		}
+		args->keys[i] = dex_task_key(args->names[i], versions ? args->versions[i] : 0);
+	}
+}
+
+/* What a poll declared fits its queue: (workflow, version) pairs, or activity names */
+static void
+check_declared(const DexQueue *queue, const PollArgs *args)
+{
+	if (args->n_names == 0)
+		return;
+	if (queue->is_workflow && args->versions == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a poll of workflow queue \"%s\" declares (workflow, version) pairs: versions are missing",
+						queue->name)));
+	if (!queue->is_workflow && args->versions != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a poll of activity queue \"%s\" declares activity names, without versions",
+						queue->name)));
+}
+
+/*
  * The arguments 0 to 3 of a poll (dex.poll_tasks, dex.poll_tasks_wait):
- * queue, worker id, max tasks, lease duration; checked; and worker_cache
- * (1.5), argument worker_cache_arg if the function has it (NULL: false).
+ * queue, worker id, max tasks, lease duration; checked; worker_cache (1.5),
+ * argument worker_cache_arg if the function has it (NULL: false); names
+ * and versions (1.6) from argument names_arg on.
  */
 static PollArgs
-read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg)
+read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg, int names_arg)
 {
 	PollArgs	args;
 
@@ -157,13 +288,14 @@ read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg)
 				 errmsg("max tasks must be between 1 and %d", MAX_TASKS_PER_POLL),
 				 errdetail("It was %d.", args.max_tasks)));
 	dex_check_lease_duration(args.lease);
+	read_declared(fcinfo, names_arg, &args);
 	return args;
 }
 
 DexPollArgs
-dex_read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg)
+dex_read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg, int names_arg)
 {
-	return read_poll_args(fcinfo, worker_cache_arg);
+	return read_poll_args(fcinfo, worker_cache_arg, names_arg);
 }
 
 /*
@@ -174,9 +306,13 @@ static uint64
 lease_tasks(const DexQueue *queue, const PollArgs *args)
 {
 	TimestampTz start = dex_poll_lease_start(args);
-	int32		max_tasks = Min(args->max_tasks, dex_queue_room(queue, true, start));
-	Datum		values[5];
+	int32		max_tasks;
+	Datum		values[7];
+	DexPlan    *plan;
 
+	check_declared(queue, args);
+	dex_polled(queue->id, args->keys, args->n_names);
+	max_tasks = Min(args->max_tasks, dex_queue_room(queue, true, start));
 	if (max_tasks <= 0)
 		return 0;
 	values[0] = Int32GetDatum(queue->id);
@@ -184,8 +320,28 @@ lease_tasks(const DexQueue *queue, const PollArgs *args)
 	values[2] = CStringGetTextDatum(args->worker_id);
 	values[3] = IntervalPGetDatum(args->lease);
 	values[4] = TimestampTzGetDatum(start);
-	dex_spi_exec(queue->is_workflow ? &lease_workflow_plan : &lease_activity_plan,
-				 values, NULL, 0);
+	if (args->n_names == 0)
+		plan = queue->is_workflow ? &lease_workflow_plan : &lease_activity_plan;
+	else
+	{
+		Datum	   *names = palloc(sizeof(Datum) * args->n_names);
+
+		for (int i = 0; i < args->n_names; i++)
+			names[i] = CStringGetTextDatum(args->names[i]);
+		values[5] = PointerGetDatum(construct_array(names, args->n_names, TEXTOID, -1, false,
+													TYPALIGN_INT));
+		if (queue->is_workflow)
+		{
+			Datum	   *versions = palloc(sizeof(Datum) * args->n_names);
+
+			for (int i = 0; i < args->n_names; i++)
+				versions[i] = Int32GetDatum(args->versions[i]);
+			values[6] = PointerGetDatum(construct_array(versions, args->n_names, INT4OID, 4, true,
+														TYPALIGN_INT));
+		}
+		plan = queue->is_workflow ? &lease_declared_workflow_plan : &lease_declared_activity_plan;
+	}
+	dex_spi_exec(plan, values, NULL, 0);
 	return SPI_processed;
 }
 
@@ -515,7 +671,8 @@ dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks, in
 	queue = dex_existing_queue(args->queue_name, NULL);
 	dex_check_queue_use(&queue);
 	*queue_id = queue.id;
-	dex_queue_wait_begin(queue.id, dex_worker_hash(args->worker_id));
+	check_declared(&queue, args);
+	dex_queue_wait_begin(queue.id, dex_worker_hash(args->worker_id), args->keys, args->n_names);
 
 	leases = read_leases(queue.is_workflow, lease_tasks(&queue, args));
 	if (queue.is_workflow && leases.n > 0)
@@ -553,7 +710,7 @@ static Datum
 poll_tasks(FunctionCallInfo fcinfo, bool protobuf)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	PollArgs	args = read_poll_args(fcinfo, 4);
+	PollArgs	args = read_poll_args(fcinfo, 4, 5);
 	DexQueue	queue;
 	Leases		leases;
 	HTAB	   *runs = NULL;

@@ -345,15 +345,21 @@ run_history_pb(PG_FUNCTION_ARGS)
 #define MAX_CREATE_BATCH 10000
 
 /* $8: whether the runs are delayed (no task until they start) */
-static DexPlan insert_runs_plan = {
-	"WITH r AS (INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, "
-	"                   priority, labels, argument, created_at, status) "
-	"           SELECT id, $3, $4, $5, $6, $7, argument, now(), "
-	"                  CASE WHEN $8 THEN 'DELAYED' ELSE 'CREATED' END "
-	"             FROM unnest($1::uuid[], $2::bytea[]) AS a(id, argument) "
-	"           RETURNING id) "
-	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) SELECT $5, id, $6 FROM r WHERE NOT $8",
-	8, {UUIDARRAYOID, BYTEAARRAYOID, TEXTOID, INT4OID, INT4OID, INT2OID, JSONBOID, BOOLOID}
+/* [1] 1.6: the tasks with their runs' workflow and version */
+#define INSERT_RUNS_SQL(cols, vals) \
+	"WITH r AS (INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, " \
+	"                   priority, labels, argument, created_at, status) " \
+	"           SELECT id, $3, $4, $5, $6, $7, argument, now(), " \
+	"                  CASE WHEN $8 THEN 'DELAYED' ELSE 'CREATED' END " \
+	"             FROM unnest($1::uuid[], $2::bytea[]) AS a(id, argument) " \
+	"           RETURNING id) " \
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority" cols ") " \
+	"SELECT $5, id, $6" vals " FROM r WHERE NOT $8"
+static DexPlan insert_runs_plans[2] = {
+	{INSERT_RUNS_SQL("", ""), 8,
+	{UUIDARRAYOID, BYTEAARRAYOID, TEXTOID, INT4OID, INT4OID, INT2OID, JSONBOID, BOOLOID}},
+	{INSERT_RUNS_SQL(DEX_TASK_RUN_COLS, ", $3, $4"), 8,
+	{UUIDARRAYOID, BYTEAARRAYOID, TEXTOID, INT4OID, INT4OID, INT2OID, JSONBOID, BOOLOID}}
 };
 
 /*
@@ -428,9 +434,10 @@ create_runs(PG_FUNCTION_ARGS)
 		else
 			nulls[6] = 'n';
 		values[7] = BoolGetDatum(sched.delayed);
-		dex_spi_exec(&insert_runs_plan, values, nulls, 0);
+		dex_spi_exec(&insert_runs_plans[dex_schema_1_6()], values, nulls, 0);
 		if (SPI_processed > 0)
-			dex_queue_tasks_added(queue.id, (int64) SPI_processed);
+			dex_queue_keyed_tasks_added(queue.id, dex_task_key(workflow_name, version),
+										(int64) SPI_processed);
 		dex_stat_add(queue.id, DEX_STAT_TASKS_CREATED, (int64) SPI_processed);
 		add_run_timers(values[0], &sched);
 	}
@@ -665,6 +672,29 @@ terminate_run(PG_FUNCTION_ARGS)
 	PG_RETURN_VOID();
 }
 
+/*
+ * dex.set_run_version(run_id, version): the run goes on under another
+ * version of its workflow (see lifecycle.c).
+ */
+static Datum
+set_run_version(PG_FUNCTION_ARGS)
+{
+	int32		version;
+
+	dex_args_not_null(fcinfo, 2, "run id and version");
+	version = PG_GETARG_INT32(1);
+	if (version < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("workflow version must be positive"),
+				 errdetail("It was %d.", version)));
+	SPI_connect();
+	dex_wait_for_rebuild();
+	dex_set_run_version_internal(PG_GETARG_UUID_P(0), version);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
 /* dex.purge_run(run_id): a run that ended goes now, with all its rows */
 static Datum
 purge_run(PG_FUNCTION_ARGS)
@@ -870,6 +900,7 @@ DEX_API_ENTRY_POINT(dex_send_external_event, send_external_event_to_run);
 DEX_API_ENTRY_POINT(dex_send_external_event_to_instance, send_external_event_to_instance);
 DEX_API_ENTRY_POINT(dex_cancel_run, cancel_run);
 DEX_API_ENTRY_POINT(dex_terminate_run, terminate_run);
+DEX_API_ENTRY_POINT(dex_set_run_version, set_run_version);
 DEX_API_ENTRY_POINT(dex_restart_run, restart_run);
 DEX_API_ENTRY_POINT(dex_reset_run, reset_run);
 DEX_API_ENTRY_POINT(dex_purge_run, purge_run);

@@ -94,9 +94,9 @@ dex_check_task_args(FunctionCallInfo fcinfo)
  * ----------------------------------------------------------------
  */
 
-static Datum *
-batch_array(FunctionCallInfo fcinfo, int arg, Oid elemtype, const char *what,
-			bool allow_null_elems, bool **nulls_out, int *n)
+Datum *
+dex_batch_array(FunctionCallInfo fcinfo, int arg, Oid elemtype, const char *what,
+				bool allow_null_elems, bool **nulls_out, int *n)
 {
 	ArrayType  *array;
 	int16		typlen;
@@ -147,12 +147,12 @@ dex_read_task_batch_at(FunctionCallInfo fcinfo, int first, Oid value_type, const
 				n4;
 
 	memset(&b, 0, sizeof(b));
-	b.run_ids = batch_array(fcinfo, first, UUIDOID, "run ids", false, NULL, &n1);
-	b.task_ids = batch_array(fcinfo, first + 1, INT4OID, "task ids", false, NULL, &n2);
-	b.lock_versions = batch_array(fcinfo, first + 2, INT8OID, "lock versions", false, NULL, &n3);
+	b.run_ids = dex_batch_array(fcinfo, first, UUIDOID, "run ids", false, NULL, &n1);
+	b.task_ids = dex_batch_array(fcinfo, first + 1, INT4OID, "task ids", false, NULL, &n2);
+	b.lock_versions = dex_batch_array(fcinfo, first + 2, INT8OID, "lock versions", false, NULL, &n3);
 	n4 = n1;
 	if (value_type != InvalidOid)
-		b.values = batch_array(fcinfo, first + 3, value_type, value_name, true, &b.value_nulls, &n4);
+		b.values = dex_batch_array(fcinfo, first + 3, value_type, value_name, true, &b.value_nulls, &n4);
 	if (n1 != n2 || n1 != n3 || n1 != n4)
 		ereport(ERROR,
 				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),

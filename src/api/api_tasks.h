@@ -38,6 +38,8 @@ typedef struct DexTaskBatch
 	bool	   *value_nulls;
 } DexTaskBatch;
 
+extern Datum *dex_batch_array(FunctionCallInfo fcinfo, int arg, Oid elemtype, const char *what,
+							  bool allow_null_elems, bool **nulls_out, int *n);
 extern DexTaskBatch dex_read_task_batch(FunctionCallInfo fcinfo, Oid value_type,
 										const char *value_name);
 extern DexTaskBatch dex_read_task_batch_at(FunctionCallInfo fcinfo, int first, Oid value_type,
@@ -60,9 +62,18 @@ typedef struct DexPollArgs
 	Interval   *lease;
 	bool		worker_cache;	/* the worker keeps run states: incremental histories */
 	TimestampTz lease_start;	/* 0: now(); see dex_poll_lease_start */
+	/*
+	 * What the worker declared it runs (1.6): n_names workflow or activity
+	 * names, with versions (workflow queues) or without (NULL); keys, their
+	 * dex_task_key()s.  n_names 0: it declared nothing, it runs any task.
+	 */
+	int			n_names;
+	char	  **names;
+	int32	   *versions;
+	uint64	   *keys;
 } DexPollArgs;
 extern TimestampTz dex_poll_lease_start(const DexPollArgs *args);
-extern DexPollArgs dex_read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg);
+extern DexPollArgs dex_read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg, int names_arg);
 extern int	dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks,
 								   int32 *queue_id);
 

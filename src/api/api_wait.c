@@ -77,7 +77,7 @@ look_at_queue(const char *queue_name, DexQueue *queue, bool *ready)
 	*queue = dex_existing_queue(queue_name, NULL);
 	dex_check_queue_use(queue);
 
-	dex_queue_wait_begin(queue->id, 0);
+	dex_queue_wait_begin(queue->id, 0, NULL, 0);
 	values[0] = Int32GetDatum(queue->id);
 	*ready = false;
 	if (dex_queue_room(queue, false, GetCurrentTimestamp()) > 0)
@@ -604,7 +604,7 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 	bool		result_null[2] = {false, true};
 
 	require_nonatomic_call(fcinfo, protobuf ? "poll_tasks_wait_pb" : "poll_tasks_wait");
-	look.args = dex_read_poll_args(fcinfo, 6);
+	look.args = dex_read_poll_args(fcinfo, 6, 12);
 	/*
 	 * The arguments are used after the commits below: the lease is copied
 	 * here (a cast of a bound parameter is evaluated in memory that a commit
@@ -654,7 +654,7 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 	PG_END_TRY();
 	/* a commit that woke us after the last look made a task that another waiter is to take */
 	if (dex_queue_wait_end())
-		dex_queue_pass_wakeup_on(look.queue_id);
+		dex_queue_pass_wakeup_on(look.queue_id, look.args.keys, look.args.n_names);
 
 	/*
 	 * The task messages live out of SPI's memory (SPI_datumTransfer), but

@@ -236,6 +236,15 @@ check_command(const Dex__V1__Command *cmd)
 		case DEX__V1__COMMAND__KIND_RECORD_SIDE_EFFECT:
 			require_positive_id(cmd);
 			break;
+		case DEX__V1__COMMAND__KIND_RECORD_MARKER:
+			require_positive_id(cmd);
+			if (cmd->record_marker->name == NULL || cmd->record_marker->name[0] == '\0' ||
+				strlen(cmd->record_marker->name) > DEX_NAME_MAX_LEN)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("command recordMarker %d needs a name of 1 to %d bytes",
+								cmd->id, DEX_NAME_MAX_LEN)));
+			break;
 		case DEX__V1__COMMAND__KIND_FAIL_RUN:
 			if (cmd->fail_run->failure == NULL)
 				ereport(ERROR,
@@ -246,7 +255,7 @@ check_command(const Dex__V1__Command *cmd)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("command %d has no kind", cmd->id),
-					 errhint("Set exactly one of scheduleActivity, startTimer, cancelTimer, waitExternalEvent, startChildRun, recordSideEffect, setCustomStatus, completeRun, failRun, cancelRun, continueAsNew.")));
+					 errhint("Set exactly one of scheduleActivity, startTimer, cancelTimer, waitExternalEvent, startChildRun, recordSideEffect, recordMarker, setCustomStatus, completeRun, failRun, cancelRun, continueAsNew.")));
 			break;
 		default:
 			/* setCustomStatus, completeRun, cancelRun, continueAsNew: nothing to check */

@@ -70,7 +70,7 @@ apply_schedule_activity(DexAppliedTask *c, const Dex__V1__Command *cmd)
 	dex_activity_rows_add(&c->rows->activities, queue.id, c->run_id, cmd->id,
 						  ev->activity_task_created, policy, c->now);
 	c->started_work++;
-	dex_queue_work_added(queue.id);
+	dex_queue_keyed_tasks_added(queue.id, dex_task_key(sa->name, 0), 1);
 	dex_stat_add(queue.id, DEX_STAT_TASKS_CREATED, 1);
 }
 
@@ -220,18 +220,25 @@ apply_continue_as_new(DexAppliedTask *c, const Dex__V1__Command *cmd)
 	c->new_status = "CREATED";
 }
 
-/* [0] before 1.4: no parent close policy ($13) */
-#define INSERT_CHILD_SQL(policy_col, policy) \
+/*
+ * [0] before 1.4: no parent close policy ($13); [2] 1.6: the task with the
+ * child's workflow and version
+ */
+#define INSERT_CHILD_SQL(policy_col, policy, task_cols, task_vals) \
 	"WITH r AS (INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, instance_id, " \
 	"                   priority, labels, concurrency_key, argument, parent_id, parent_event_id, " \
 	"                   created_at" policy_col ") " \
 	"           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now()" policy ") RETURNING id) " \
-	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) SELECT $4, id, $6 FROM r WHERE $12"
-static DexPlan insert_child_plans[2] = {
-	{INSERT_CHILD_SQL("", ""), 12,
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority" task_cols ") " \
+	"SELECT $4, id, $6" task_vals " FROM r WHERE $12"
+static DexPlan insert_child_plans[3] = {
+	{INSERT_CHILD_SQL("", "", "", ""), 12,
 		{UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID, UUIDOID, INT4OID,
 	BOOLOID}},
-	{INSERT_CHILD_SQL(", parent_close_policy", ", $13"), 13,
+	{INSERT_CHILD_SQL(", parent_close_policy", ", $13", "", ""), 13,
+		{UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID, UUIDOID, INT4OID,
+	BOOLOID, TEXTOID}},
+	{INSERT_CHILD_SQL(", parent_close_policy", ", $13", DEX_TASK_RUN_COLS, ", $2, $3"), 13,
 		{UUIDOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INT2OID, JSONBOID, TEXTOID, BYTEAOID, UUIDOID, INT4OID,
 	BOOLOID, TEXTOID}}
 };
@@ -293,7 +300,7 @@ insert_child_run(DexAppliedTask *c, int32 id, pg_uuid_t *child_id, const Dex__V1
 	Datum		values[13];
 	char		nulls[13] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	const char *policy = close_policy_text(sc->parent_close_policy);
-	int			v = dex_schema_1_4();
+	int			v = dex_schema_1_6() ? 2 : dex_schema_1_4();
 
 	values[0] = UUIDPGetDatum(child_id);
 	values[1] = CStringGetTextDatum(sc->workflow_name);
@@ -328,7 +335,7 @@ insert_child_run(DexAppliedTask *c, int32 id, pg_uuid_t *child_id, const Dex__V1
 				 errmsg("child run %d: a parent close policy and an execution timeout need dex 1.4", id),
 				 errhint("Run ALTER EXTENSION dex UPDATE.")));
 	dex_spi_exec(&insert_child_plans[v], values, nulls, 0);
-	dex_queue_work_added(queue->id);
+	dex_queue_keyed_tasks_added(queue->id, dex_task_key(sc->workflow_name, version), 1);
 	dex_stat_add(queue->id, DEX_STAT_TASKS_CREATED, (int64) SPI_processed);
 	if (sc->execution_timeout != NULL)
 		dex_add_run_timers(dex_uuid_array(&child_id, 1), "DEADLINE",
@@ -435,6 +442,11 @@ apply_command(DexAppliedTask *c, const Dex__V1__Command *cmd)
 			record_event(c, cmd->id,
 						 dex_event_side_effect_executed(c->now, cmd->record_side_effect->name,
 														cmd->record_side_effect->result));
+			break;
+		case DEX__V1__COMMAND__KIND_RECORD_MARKER:
+			record_event(c, cmd->id,
+						 dex_event_marker_recorded(c->now, cmd->record_marker->name,
+												   cmd->record_marker->details));
 			break;
 		case DEX__V1__COMMAND__KIND_SET_CUSTOM_STATUS:
 			record_event(c, cmd->id,

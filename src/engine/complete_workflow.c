@@ -322,14 +322,16 @@ apply_tasks(DexWorkflowCompletion *items, int n, HTAB *runs, DexBatchRows *rows)
  * handed over a timer that fell due since (its task insert waited for our
  * delete of the task row), and that timer must not be left without a task.
  */
-static DexPlan requeue_plan = {
-	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
-	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r WHERE r.id = ANY ($1) "
-	"AND r.status = ANY ('{CREATED,RUNNING}'::text[]) "
-	"AND EXISTS (SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id "
-	"            AND i.visible_from <= clock_timestamp()) "
-	"ORDER BY r.id ON CONFLICT DO NOTHING RETURNING queue_id",
-	1, {UUIDARRAYOID}
+#define REQUEUE_SQL(cols, run_cols) \
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority" cols ") " \
+	"SELECT r.queue_id, r.id, r.priority" run_cols " FROM dex.workflow_run r WHERE r.id = ANY ($1) " \
+	"AND r.status = ANY ('{CREATED,RUNNING}'::text[]) " \
+	"AND EXISTS (SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id " \
+	"            AND i.visible_from <= clock_timestamp()) " \
+	"ORDER BY r.id ON CONFLICT DO NOTHING RETURNING queue_id"
+static DexPlan requeue_plans[2] = {
+	{REQUEUE_SQL("", ""), 1, {UUIDARRAYOID}},
+	{REQUEUE_SQL(DEX_TASK_RUN_COLS, ", r.workflow_name, r.workflow_version"), 1, {UUIDARRAYOID}}
 };
 
 /*
@@ -348,7 +350,7 @@ wake_runs(DexBatchRows *rows)
 	if (rows->n_open > 0)
 	{
 		values[0] = dex_array_result(rows->open);
-		dex_spi_exec(&requeue_plan, values, NULL, 0);
+		dex_spi_exec(&requeue_plans[dex_schema_1_6()], values, NULL, 0);
 		dex_queue_work_added_spi(1);
 		dex_stat_count_spi(DEX_STAT_TASKS_CREATED, 1);
 	}

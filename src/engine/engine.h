@@ -93,6 +93,14 @@ typedef struct DexRun
 } DexRun;
 
 extern int	dex_schema_1_4(void);
+extern int	dex_schema_1_6(void);
+
+/*
+ * The columns of a workflow task row since 1.6 beyond the queue, run and
+ * priority: its run's workflow name and version.  Statements that insert
+ * tasks come in two forms, [dex_schema_1_6()], the second with these.
+ */
+#define DEX_TASK_RUN_COLS ", workflow_name, workflow_version"
 extern struct HTAB *dex_load_runs(Datum ids, bool lock);
 extern DexRun *dex_find_run(struct HTAB *runs, pg_uuid_t *id);
 extern void dex_load_histories(struct HTAB *runs, Datum ids, Datum seen);
@@ -215,6 +223,7 @@ extern void dex_activity_rows_insert(DexActivityRows *rows);
 /* lifecycle.c: cancel, suspend, resume; the end of runs */
 extern void dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active);
 extern void dex_terminate_run_internal(pg_uuid_t *run_id, const char *reason);
+extern void dex_set_run_version_internal(pg_uuid_t *run_id, int32 version);
 extern void dex_time_out_run_internal(pg_uuid_t *run_id, TimestampTz deadline);
 extern void dex_suspend_run_internal(pg_uuid_t *run_id, const char *reason);
 extern void dex_resume_run_internal(pg_uuid_t *run_id, const char *reason);

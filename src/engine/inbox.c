@@ -120,9 +120,14 @@ dex_insert_inbox(pg_uuid_t *run_id, Dex__V1__WorkflowEvent *event,
 	dex_inbox_batch_flush(&b);
 }
 
-static DexPlan first_task_plan = {
-	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) VALUES ($1, $2, $3)",
-	3, {INT4OID, UUIDOID, INT2OID}
+/* 1.6: the run's workflow and version too, read from its row (the caller's, just written) */
+static DexPlan first_task_plans[2] = {
+	{"INSERT INTO dex.workflow_task (queue_id, run_id, priority) VALUES ($1, $2, $3)",
+	3, {INT4OID, UUIDOID, INT2OID}},
+	{"INSERT INTO dex.workflow_task (queue_id, run_id, priority" DEX_TASK_RUN_COLS ") "
+		"SELECT $1, r.id, $3, r.workflow_name, r.workflow_version FROM dex.workflow_run r WHERE r.id = $2 "
+		"RETURNING workflow_name, workflow_version",
+	3, {INT4OID, UUIDOID, INT2OID}}
 };
 
 /*
@@ -135,8 +140,17 @@ dex_insert_first_task(pg_uuid_t *run_id, int32 queue_id, int32 priority)
 	Datum		values[3] = {Int32GetDatum(queue_id), UUIDPGetDatum(run_id),
 	Int16GetDatum((int16) priority)};
 
-	dex_spi_exec(&first_task_plan, values, NULL, 0);
-	dex_queue_work_added(queue_id);
+	int			v = dex_schema_1_6();
+
+	dex_spi_exec(&first_task_plans[v], values, NULL, 0);
+	if (v && SPI_processed == 1)
+	{
+		char	   *name = dex_spi_gettext_copy(0, 1);
+
+		dex_queue_keyed_tasks_added(queue_id, dex_task_key(name, (int32) dex_spi_getint64(0, 2)), 1);
+	}
+	else
+		dex_queue_work_added(queue_id);
 	dex_stat_add(queue_id, DEX_STAT_TASKS_CREATED, 1);
 }
 
@@ -145,15 +159,18 @@ dex_insert_first_task(pg_uuid_t *run_id, int32 queue_id, int32 priority)
  * protocol in src/README.md); ON CONFLICT only meets a task inserted by a transaction still
  * in progress, which holds the run lock too and does not wait for us.
  */
-static DexPlan ensure_tasks_plan = {
-	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
-	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r "
-	"WHERE r.id = ANY ($1) AND r.status = ANY ('{CREATED,RUNNING}'::text[]) "
-	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id) "
-	"AND (r.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM dex.concurrency_wait w "
-	"     WHERE w.key = r.concurrency_key AND w.run_id = r.id)) "
-	"ORDER BY r.id ON CONFLICT DO NOTHING RETURNING queue_id, run_id",
-	1, {UUIDARRAYOID}
+#define ENSURE_TASKS_SQL(cols, run_cols) \
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority" cols ") " \
+	"SELECT r.queue_id, r.id, r.priority" run_cols " FROM dex.workflow_run r " \
+	"WHERE r.id = ANY ($1) AND r.status = ANY ('{CREATED,RUNNING}'::text[]) " \
+	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id) " \
+	"AND (r.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM dex.concurrency_wait w " \
+	"     WHERE w.key = r.concurrency_key AND w.run_id = r.id)) " \
+	"ORDER BY r.id ON CONFLICT DO NOTHING RETURNING queue_id, run_id" cols
+/* [1] 1.6: the tasks with their runs' workflow and version, returned for the wake-ups */
+static DexPlan ensure_tasks_plans[2] = {
+	{ENSURE_TASKS_SQL("", ""), 1, {UUIDARRAYOID}},
+	{ENSURE_TASKS_SQL(DEX_TASK_RUN_COLS, ", r.workflow_name, r.workflow_version"), 1, {UUIDARRAYOID}}
 };
 
 /*
@@ -164,8 +181,9 @@ void
 dex_ensure_workflow_tasks(Datum run_ids)
 {
 	Datum		values[1] = {run_ids};
+	int			v = dex_schema_1_6();
 
-	dex_spi_exec(&ensure_tasks_plan, values, NULL, 0);
-	dex_queue_run_tasks_added_spi(1, 2);
+	dex_spi_exec(&ensure_tasks_plans[v], values, NULL, 0);
+	dex_queue_run_tasks_added_spi(1, 2, v ? 3 : 0);
 	dex_stat_count_spi(DEX_STAT_TASKS_CREATED, 1);
 }

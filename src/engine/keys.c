@@ -106,14 +106,16 @@ static DexPlan next_waiting_plans[2] = {
  * $1 key, $2 run, $3 queue.
  */
 #define ADMIT_RUN \
-	"WITH r AS MATERIALIZED (SELECT id, queue_id, priority, status FROM dex.workflow_run " \
-	"                        WHERE id = $2 FOR NO KEY UPDATE), "
-#define ADMIT_TASK \
-	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) " \
-	"SELECT r.queue_id, r.id, r.priority FROM r JOIN slot ON slot.run_id = r.id " \
+	"WITH r AS MATERIALIZED (SELECT id, queue_id, priority, status, workflow_name, workflow_version " \
+	"                        FROM dex.workflow_run WHERE id = $2 FOR NO KEY UPDATE), "
+#define ADMIT_TASK_SQL(cols, run_cols) \
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority" cols ") " \
+	"SELECT r.queue_id, r.id, r.priority" run_cols " FROM r JOIN slot ON slot.run_id = r.id " \
 	"WHERE r.status = ANY ('{CREATED,RUNNING}'::text[]) " \
 	"RETURNING queue_id, (SELECT count(*) FROM slot)"
-static DexPlan admit_plans[2] = {
+#define ADMIT_TASK ADMIT_TASK_SQL("", "")
+/* [0] keys global (1.1), [1] per queue, [2] 1.6: tasks with their runs' workflow and version */
+static DexPlan admit_plans[3] = {
 	{ADMIT_RUN
 		"     w AS (DELETE FROM dex.concurrency_wait w USING r "
 		"           WHERE w.key = $1 AND w.run_id = r.id RETURNING w.run_id), "
@@ -127,6 +129,13 @@ static DexPlan admit_plans[2] = {
 		"     slot AS (INSERT INTO dex.concurrency_slot (queue_id, key, run_id) SELECT $3, $1, run_id FROM w "
 		"              RETURNING run_id) "
 		ADMIT_TASK,
+	3, {TEXTOID, UUIDOID, INT4OID}},
+	{ADMIT_RUN
+		"     w AS (DELETE FROM dex.concurrency_wait w USING r "
+		"           WHERE w.queue_id = $3 AND w.key = $1 AND w.run_id = r.id RETURNING w.run_id), "
+		"     slot AS (INSERT INTO dex.concurrency_slot (queue_id, key, run_id) SELECT $3, $1, run_id FROM w "
+		"              RETURNING run_id) "
+		ADMIT_TASK_SQL(DEX_TASK_RUN_COLS, ", r.workflow_name, r.workflow_version"),
 	3, {TEXTOID, UUIDOID, INT4OID}}
 };
 
@@ -169,7 +178,7 @@ dex_release_keys(Datum run_ids)
 			memcpy(&next, DatumGetUUIDP(dex_spi_getdatum(0, 1, &isnull)), sizeof(pg_uuid_t));
 			values[1] = UUIDPGetDatum(&next);
 			values[2] = Int32GetDatum(queues[i]);
-			dex_spi_exec(&admit_plans[v], values, NULL, 0);
+			dex_spi_exec(&admit_plans[dex_schema_1_6() ? 2 : v], values, NULL, 0);
 			if (SPI_processed > 0)
 			{
 				dex_queue_work_added_spi(1);

@@ -2,7 +2,7 @@
  *
  * lifecycle.c
  *	  A run's life outside its workflow tasks: cancel, suspend and resume,
- *	  and everything that follows the end of runs.
+ *	  the version it runs under, and everything that follows the end of runs.
  *
  * An operator's request (the API) or the engine itself (a parent that ended
  * cancels its children) changes a run here.  Each function runs in the
@@ -507,5 +507,42 @@ dex_end_runs(Datum run_ids)
 		else if (strcmp(policies[i], "REQUEST_CANCEL") == 0)
 			dex_cancel_run_internal(&children[i], "the parent run ended", true);
 		/* ABANDON: the child runs on */
+	}
+}
+
+/* ----------------------------------------------------------------
+ * Moving a run to another version of its workflow (1.6)
+ * ----------------------------------------------------------------
+ */
+
+/* the run and its workflow task, if it has one, take the version; the task's key for wake-ups */
+static DexPlan set_version_plan = {
+	"WITH r AS (UPDATE dex.workflow_run SET workflow_version = $2, updated_at = now() "
+	"           WHERE id = $1 RETURNING id, workflow_name) "
+	"UPDATE dex.workflow_task t SET workflow_version = $2 FROM r "
+	"WHERE t.run_id = r.id RETURNING t.queue_id, r.workflow_name",
+	2, {UUIDOID, INT4OID}
+};
+
+/*
+ * dex.set_run_version: a run that has not ended goes on under "version" of
+ * its workflow; its workflow task, if it has one, is for workers that
+ * declared that version from now on, and they are woken for it.  Nothing is
+ * recorded in the history: the workflow's code must replay it as it is.
+ */
+void
+dex_set_run_version_internal(pg_uuid_t *run_id, int32 version)
+{
+	Datum		values[2] = {UUIDPGetDatum(run_id), Int32GetDatum(version)};
+	char	   *status = lock_run(run_id, NULL, true);
+
+	if (dex_status_is_terminal(status))
+		illegal_transition(run_id, "change the version of", status);
+	dex_spi_exec(&set_version_plan, values, NULL, 0);
+	if (SPI_processed == 1)
+	{
+		char	   *name = dex_spi_gettext_copy(0, 2);
+
+		dex_queue_keyed_tasks_added((int32) dex_spi_getint64(0, 1), dex_task_key(name, version), 1);
 	}
 }

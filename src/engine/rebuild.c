@@ -62,18 +62,23 @@ static DexPlan mark_valid_plan = {
 	0, {0}
 };
 
-/* [0]: a 1.1 schema, concurrency keys global; [1]: keys per queue (keys.c) */
-#define REBUILD_WORKFLOW_TASKS(key_match) \
-	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) " \
-	"SELECT r.queue_id, r.id, r.priority FROM dex.workflow_run r " \
+/*
+ * [0]: a 1.1 schema, concurrency keys global; [1]: keys per queue (keys.c);
+ * [2]: 1.6, tasks with their runs' workflow and version
+ */
+#define REBUILD_WORKFLOW_TASKS(key_match, cols, run_cols) \
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority" cols ") " \
+	"SELECT r.queue_id, r.id, r.priority" run_cols " FROM dex.workflow_run r " \
 	"WHERE (r.status = 'CREATED' AND NOT EXISTS (" \
 	"         SELECT 1 FROM dex.concurrency_wait w WHERE " key_match " AND w.run_id = r.id)) " \
 	"   OR (r.status = 'RUNNING' AND EXISTS (" \
 	"         SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id AND i.visible_from <= now())) " \
 	"ON CONFLICT DO NOTHING"
-static DexPlan rebuild_workflow_tasks_plans[2] = {
-	{REBUILD_WORKFLOW_TASKS("w.key = r.concurrency_key"), 0, {0}},
-	{REBUILD_WORKFLOW_TASKS("w.queue_id = r.queue_id AND w.key = r.concurrency_key"), 0, {0}}
+static DexPlan rebuild_workflow_tasks_plans[3] = {
+	{REBUILD_WORKFLOW_TASKS("w.key = r.concurrency_key", "", ""), 0, {0}},
+	{REBUILD_WORKFLOW_TASKS("w.queue_id = r.queue_id AND w.key = r.concurrency_key", "", ""), 0, {0}},
+	{REBUILD_WORKFLOW_TASKS("w.queue_id = r.queue_id AND w.key = r.concurrency_key",
+							DEX_TASK_RUN_COLS, ", r.workflow_name, r.workflow_version"), 0, {0}}
 };
 
 /* the runs whose activities are rebuilt: running ones, and suspended ones (held) */
@@ -426,7 +431,8 @@ dex_rebuild_tasks_if_needed(void)
 
 	/* Only the scheduler takes this lock strongly, so the upgrade is safe. */
 	dex_lock_for_rebuild();
-	dex_spi_exec(&rebuild_workflow_tasks_plans[dex_keys_per_queue()], NULL, NULL, 0);
+	dex_spi_exec(&rebuild_workflow_tasks_plans[dex_schema_1_6() ? 2 : dex_keys_per_queue()],
+				 NULL, NULL, 0);
 	memset(&after, 0, sizeof(after));
 	while (rebuild_activities(&after, &last) == REBUILD_BATCH)
 		after = last;

@@ -56,6 +56,17 @@ dex_schema_1_4(void)
 }
 
 /*
+ * Whether the schema is 1.6 or later: a workflow task row carries its run's
+ * workflow name and version (DEX_TASK_RUN_COLS), for polls that declare what
+ * they run.
+ */
+int
+dex_schema_1_6(void)
+{
+	return dex_column_exists("workflow_task", "workflow_name") ? 1 : 0;
+}
+
+/*
  * The runs with the given ids (a uuid[] datum); with "lock", locked to be
  * written, in id order (the locking protocol in src/README.md).  Runs that do
  * not exist are absent from the table.

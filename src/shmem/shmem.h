@@ -35,12 +35,14 @@ extern void dex_warn_if_not_preloaded(const char *what);
 extern void dex_queue_tasks_added(int32 queue_id, int64 tasks);
 extern void dex_queue_work_added(int32 queue_id);
 extern void dex_queue_work_added_spi(int col);
-extern void dex_queue_run_task_added(int32 queue_id, const pg_uuid_t *run_id);
-extern void dex_queue_run_tasks_added_spi(int queue_col, int run_col);
-extern void dex_queue_wait_begin(int32 queue_id, uint32 worker);
+extern void dex_queue_activities_added_spi(int queue_col, int name_col);
+extern void dex_queue_run_task_added(int32 queue_id, const pg_uuid_t *run_id, uint64 key);
+extern void dex_queue_run_tasks_added_spi(int queue_col, int run_col, int name_col);
+extern void dex_queue_keyed_tasks_added(int32 queue_id, uint64 key, int64 tasks);
+extern void dex_queue_wait_begin(int32 queue_id, uint32 worker, const uint64 *keys, int n_keys);
 extern bool dex_queue_wait(long timeout_ms);
 extern bool dex_queue_wait_end(void);
-extern void dex_queue_pass_wakeup_on(int32 queue_id);
+extern void dex_queue_pass_wakeup_on(int32 queue_id, const uint64 *keys, int n);
 extern void dex_runs_ended(Datum run_ids);
 extern void dex_run_waiter(bool begin);
 extern uint64 dex_run_generation(const pg_uuid_t *run_id);
@@ -54,6 +56,12 @@ extern void dex_run_holder_set(const pg_uuid_t *run_id, const char *worker_id, i
 							   int32 history_length);
 extern void dex_run_holder_forget(const pg_uuid_t *run_id);
 extern uint32 dex_run_holder(const pg_uuid_t *run_id, int32 history_length, int32 *history_seen);
+
+/* pollers.c: when a worker that could take each kind of task last polled */
+extern Size dex_pollers_shmem_size(void);
+extern void dex_pollers_shmem_startup(void);
+extern uint64 dex_task_key(const char *name, int32 version);
+extern void dex_polled(int32 queue_id, const uint64 *keys, int n);
 
 /* stats.c: the counters of dex.stat_counters(), per (database, queue) */
 typedef enum DexStatCounter

@@ -27,6 +27,16 @@
  * by a worker that was not waiting leaves nothing behind: each task was
  * answered by one wake-up or one poll.
  *
+ * A waiter may have declared what it runs (1.6): the keys of the workflow
+ * versions or activities it takes (pollers.c), kept in its entry (up to
+ * DEX_WAIT_KEYS; with more it is "wide").  A commit that knows the keys of
+ * the tasks it made wakes, per task, one waiter that declared nothing
+ * (counted as above) and one that declared the task's key; a wide waiter, or
+ * one on a queue where the commit added tasks it could not key, is woken
+ * whenever its queue gets tasks.  So a task is never left to a sleeping
+ * worker that could take it while one that cannot takes its wake-up; the
+ * cost is an extra wake-up where both kinds of waiter wait on a queue.
+ *
  * Sessions waiting for runs (dex.wait_for_run(s)) sleep on a condition
  * variable of their run's wait slot: a commit that ends runs bumps the
  * slot's generation and wakes its sleepers, and a waiter sleeps only while
@@ -68,6 +78,7 @@
 #include "shmem/shmem.h"
 
 #define DEX_WAIT_SLOTS 256
+#define DEX_WAIT_KEYS 32
 
 typedef struct DexWaitSlot
 {
@@ -95,6 +106,8 @@ typedef struct DexQueueWaiter
 	Oid			dbid;
 	int32		queue_id;
 	uint32		worker;			/* dex_worker_hash of its worker id; 0: unknown */
+	int			n_keys;			/* declared: 0 none (any task), -1 wide (more than fit) */
+	uint64		keys[DEX_WAIT_KEYS];
 	Latch	   *latch;
 } DexQueueWaiter;
 
@@ -132,16 +145,28 @@ typedef struct PendingQueue
 {
 	int32		queue_id;
 	int64		tasks;			/* -1: not counted, wake every waiter */
+	bool		unkeyed;		/* some without a known key: wake every declaring waiter */
 } PendingQueue;
 static PendingQueue pending_queues[MAX_PENDING_SLOTS];
 static int	n_pending_queues = 0;
 static bool pending_all_queues = false;	/* too many: wake every waiter */
+
+/* of those tasks, how many of each key, for the waiters that declared keys */
+typedef struct PendingKey
+{
+	int32		queue_id;
+	uint64		key;
+	int64		tasks;
+} PendingKey;
+static PendingKey pending_keys[MAX_PENDING_SLOTS];
+static int	n_pending_keys = 0;
 
 /* of those tasks, the ones whose run a known worker holds (run_cache.c) */
 typedef struct PendingHolder
 {
 	int32		queue_id;
 	uint32		worker;
+	uint64		key;			/* the task's, 0 if unknown */
 } PendingHolder;
 static PendingHolder pending_holders[MAX_PENDING_SLOTS];
 static int	n_pending_holders = 0;
@@ -161,6 +186,7 @@ dex_shmem_request(void)
 {
 	RequestAddinShmemSpace(MAXALIGN(DEX_SHARED_SIZE(MaxBackends)));
 	RequestAddinShmemSpace(dex_run_cache_shmem_size());
+	RequestAddinShmemSpace(dex_pollers_shmem_size());
 	dex_stats_shmem_request();
 }
 
@@ -200,6 +226,7 @@ dex_shmem_startup(void)
 	}
 	dex_stats_shmem_startup();
 	dex_run_cache_shmem_startup();
+	dex_pollers_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -466,6 +493,60 @@ pending_queue(int32 queue_id)
 	return NULL;
 }
 
+/* Whether the waiter declared the key */
+static bool
+waiter_has_key(const DexQueueWaiter *w, uint64 key)
+{
+	for (int i = 0; i < w->n_keys; i++)
+		if (w->keys[i] == key)
+			return true;
+	return false;
+}
+
+/* The pending count of a key of the queue that the waiter declared, with tasks left, or NULL */
+static PendingKey *
+pending_key_for(const DexQueueWaiter *w)
+{
+	for (int k = 0; k < n_pending_keys; k++)
+	{
+		PendingKey *pk = &pending_keys[k];
+
+		if (pk->queue_id == w->queue_id && pk->tasks > 0 && waiter_has_key(w, pk->key))
+			return pk;
+	}
+	return NULL;
+}
+
+/*
+ * Whether a commit's tasks p of the waiter's queue wake it (NULL p: every
+ * waiter is woken), taking the wake-up from their count.  A waiter that
+ * declared nothing takes one of p's tasks; one that declared keys one of its
+ * keys' (the tasks without a key, or a wide waiter, wake it uncounted).
+ */
+static bool
+take_wakeup(const DexQueueWaiter *w, PendingQueue *p)
+{
+	PendingKey *pk;
+
+	if (p == NULL)
+		return true;
+	if (w->n_keys == 0)
+	{
+		if (p->tasks == 0)
+			return false;
+		if (p->tasks > 0)
+			p->tasks--;
+		return true;
+	}
+	if (p->unkeyed || p->tasks < 0 || w->n_keys < 0)
+		return true;
+	pk = pending_key_for(w);
+	if (pk == NULL)
+		return false;
+	pk->tasks--;
+	return true;
+}
+
 /*
  * Sticky wake-ups: a task whose run a worker holds (it completed the run's
  * last workflow task, run_cache.c) wakes that worker if it waits on the
@@ -493,10 +574,20 @@ wake_holders(Latch **latches)
 			if (!w->waiting || w->woken || w->dbid != MyDatabaseId ||
 				w->queue_id != ph->queue_id || w->worker != ph->worker)
 				continue;
+			/* a holder that no longer declares the run's version cannot take the task */
+			if (w->n_keys > 0 && (ph->key == 0 || !waiter_has_key(w, ph->key)))
+				break;
 			w->woken = true;
 			latches[n++] = w->latch;
 			if (p != NULL && p->tasks > 0)
 				p->tasks--;
+			for (int k = 0; k < n_pending_keys; k++)
+				if (pending_keys[k].queue_id == ph->queue_id && pending_keys[k].key == ph->key &&
+					pending_keys[k].tasks > 0)
+				{
+					pending_keys[k].tasks--;
+					break;
+				}
 			break;
 		}
 	}
@@ -545,13 +636,14 @@ wake_pending_queues(void)
 			{
 				PendingQueue *p = pending_all_queues ? NULL : &pending_queues[q];
 
-				if (p != NULL && (p->queue_id != w->queue_id || p->tasks == 0))
+				if (p != NULL && p->queue_id != w->queue_id)
 					continue;
-				w->woken = true;
-				latches[n_latches++] = w->latch;
-				if (p != NULL && p->tasks > 0)
-					p->tasks--;
-				more = n_latches == lengthof(latches);
+				if (take_wakeup(w, p))
+				{
+					w->woken = true;
+					latches[n_latches++] = w->latch;
+					more = n_latches == lengthof(latches);
+				}
 				break;
 			}
 		}
@@ -562,6 +654,7 @@ wake_pending_queues(void)
 	}
 	n_pending_queues = 0;
 	pending_all_queues = false;
+	n_pending_keys = 0;
 	n_pending_holders = 0;
 }
 
@@ -663,12 +756,9 @@ add_pending_slot(int slot, int *pending, int *n_pending, bool *pending_all)
 		pending[(*n_pending)++] = slot;
 }
 
-/*
- * This transaction made "tasks" tasks pollable on the queue (-1: it cannot
- * tell how many): wake as many of its waiting workers when it commits.
- */
-void
-dex_queue_tasks_added(int32 queue_id, int64 tasks)
+/* Count "tasks" new tasks of the queue, of key "key" (0: unknown), for the commit's wake-ups */
+static void
+add_pending(int32 queue_id, uint64 key, int64 tasks)
 {
 	PendingQueue *p;
 
@@ -676,17 +766,59 @@ dex_queue_tasks_added(int32 queue_id, int64 tasks)
 		return;
 	p = pending_queue(queue_id);
 	if (p != NULL)
-	{
 		p->tasks = (p->tasks < 0 || tasks < 0) ? -1 : p->tasks + tasks;
-		return;
-	}
-	if (n_pending_queues == MAX_PENDING_SLOTS)
+	else if (n_pending_queues == MAX_PENDING_SLOTS)
 	{
 		pending_all_queues = true;
 		return;
 	}
-	pending_queues[n_pending_queues].queue_id = queue_id;
-	pending_queues[n_pending_queues++].tasks = tasks;
+	else
+	{
+		p = &pending_queues[n_pending_queues++];
+		p->queue_id = queue_id;
+		p->tasks = tasks;
+		p->unkeyed = false;
+	}
+	if (key == 0 || tasks < 0)
+	{
+		p->unkeyed = true;
+		return;
+	}
+	for (int k = 0; k < n_pending_keys; k++)
+		if (pending_keys[k].queue_id == queue_id && pending_keys[k].key == key)
+		{
+			pending_keys[k].tasks += tasks;
+			return;
+		}
+	if (n_pending_keys == MAX_PENDING_SLOTS)
+		p->unkeyed = true;
+	else
+	{
+		pending_keys[n_pending_keys].queue_id = queue_id;
+		pending_keys[n_pending_keys].key = key;
+		pending_keys[n_pending_keys++].tasks = tasks;
+	}
+}
+
+/*
+ * This transaction made "tasks" tasks pollable on the queue (-1: it cannot
+ * tell how many): wake as many of its waiting workers when it commits.
+ */
+void
+dex_queue_tasks_added(int32 queue_id, int64 tasks)
+{
+	add_pending(queue_id, 0, tasks);
+}
+
+/*
+ * As dex_queue_tasks_added, for tasks of one key (dex_task_key: a workflow
+ * version, an activity): a waiter that declared keys is woken only for its
+ * own.
+ */
+void
+dex_queue_keyed_tasks_added(int32 queue_id, uint64 key, int64 tasks)
+{
+	add_pending(queue_id, key, tasks);
 }
 
 /* One task made pollable on the queue */
@@ -705,16 +837,32 @@ dex_queue_work_added_spi(int col)
 }
 
 /*
+ * Activity tasks made pollable, one per row of the current SPI result: its
+ * queue and activity name in columns queue_col and name_col.
+ */
+void
+dex_queue_activities_added_spi(int queue_col, int name_col)
+{
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		char	   *name = dex_spi_gettext_copy(i, name_col);
+
+		add_pending((int32) dex_spi_getint64(i, queue_col), dex_task_key(name, 0), 1);
+		pfree(name);
+	}
+}
+
+/*
  * A workflow task of the run made pollable on the queue: as
  * dex_queue_work_added, and the worker that holds the run, if one does and
  * is waiting then, is the one woken.
  */
 void
-dex_queue_run_task_added(int32 queue_id, const pg_uuid_t *run_id)
+dex_queue_run_task_added(int32 queue_id, const pg_uuid_t *run_id, uint64 key)
 {
 	uint32		worker;
 
-	dex_queue_work_added(queue_id);
+	add_pending(queue_id, key, 1);
 	if (n_pending_holders == MAX_PENDING_SLOTS || dex_shared == NULL ||
 		pg_atomic_read_u32(&dex_shared->queue_waiters) == 0)
 		return;
@@ -722,19 +870,32 @@ dex_queue_run_task_added(int32 queue_id, const pg_uuid_t *run_id)
 	if (worker == 0)
 		return;
 	pending_holders[n_pending_holders].queue_id = queue_id;
+	pending_holders[n_pending_holders].key = key;
 	pending_holders[n_pending_holders++].worker = worker;
 }
 
-/* dex_queue_run_task_added for each row of the current SPI result: queue and run in columns */
+/*
+ * dex_queue_run_task_added for each row of the current SPI result: queue and
+ * run in columns; the workflow name and version in name_col and the next
+ * column (0: not known, a schema before 1.6).
+ */
 void
-dex_queue_run_tasks_added_spi(int queue_col, int run_col)
+dex_queue_run_tasks_added_spi(int queue_col, int run_col, int name_col)
 {
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
+		uint64		key = 0;
 
+		if (name_col > 0)
+		{
+			char	   *name = dex_spi_gettext_copy(i, name_col);
+
+			key = dex_task_key(name, (int32) dex_spi_getint64(i, name_col + 1));
+			pfree(name);
+		}
 		dex_queue_run_task_added((int32) dex_spi_getint64(i, queue_col),
-								 DatumGetUUIDP(dex_spi_getdatum(i, run_col, &isnull)));
+								 DatumGetUUIDP(dex_spi_getdatum(i, run_col, &isnull)), key);
 	}
 }
 
@@ -896,30 +1057,69 @@ dex_queue_wait_end(void)
 	return woken;
 }
 
+/* Whether waiter w can take every task a waiter that declared keys[n] (0: none) can */
+static bool
+waiter_covers(const DexQueueWaiter *w, const uint64 *keys, int n)
+{
+	if (w->n_keys == 0)
+		return true;
+	if (w->n_keys < 0 || n == 0)
+		return false;
+	for (int i = 0; i < n; i++)
+		if (!waiter_has_key(w, keys[i]))
+			return false;
+	return true;
+}
+
 /*
  * dex.poll_tasks_wait leased tasks and returns, but a commit woke its entry
  * meanwhile: that wake-up was for a task it may not have taken, so another
- * waiter of the queue (not woken yet) gets it now.  The task is committed.
+ * waiter of the queue (not woken yet) gets it now: one that can take all it
+ * could (it declared keys[n]); if none, every waiter that declared keys,
+ * one of which may take it.  The task is committed.
  */
 void
-dex_queue_pass_wakeup_on(int32 queue_id)
+dex_queue_pass_wakeup_on(int32 queue_id, const uint64 *keys, int n)
 {
-	Latch	   *latch = NULL;
+	Latch	   *latches[64];
+	int			n_latches = 0;
+	bool		covered = false;
+	bool		more = true;
 
-	SpinLockAcquire(&dex_shared->waiters_mutex);
-	for (int i = 0; i < dex_shared->n_waiter_entries && latch == NULL; i++)
+	while (more)
 	{
-		DexQueueWaiter *w = &dex_shared->waiters[i];
-
-		if (w->waiting && !w->woken && w->dbid == MyDatabaseId && w->queue_id == queue_id)
+		/* at most 64 latches per pass, set outside the lock */
+		more = false;
+		SpinLockAcquire(&dex_shared->waiters_mutex);
+		for (int i = 0; i < dex_shared->n_waiter_entries && !covered && n_latches == 0; i++)
 		{
-			w->woken = true;
-			latch = w->latch;
+			DexQueueWaiter *w = &dex_shared->waiters[i];
+
+			if (w->waiting && !w->woken && w->dbid == MyDatabaseId && w->queue_id == queue_id &&
+				waiter_covers(w, keys, n))
+			{
+				w->woken = true;
+				latches[n_latches++] = w->latch;
+				covered = true;
+			}
 		}
+		for (int i = 0; i < dex_shared->n_waiter_entries && !covered && !more; i++)
+		{
+			DexQueueWaiter *w = &dex_shared->waiters[i];
+
+			if (w->waiting && !w->woken && w->dbid == MyDatabaseId && w->queue_id == queue_id &&
+				w->n_keys != 0)
+			{
+				w->woken = true;
+				latches[n_latches++] = w->latch;
+				more = n_latches == lengthof(latches);
+			}
+		}
+		SpinLockRelease(&dex_shared->waiters_mutex);
+		for (int i = 0; i < n_latches; i++)
+			SetLatch(latches[i]);
+		n_latches = 0;
 	}
-	SpinLockRelease(&dex_shared->waiters_mutex);
-	if (latch != NULL)
-		SetLatch(latch);
 }
 
 static void
@@ -933,7 +1133,7 @@ queue_wait_at_exit(int code, Datum arg)
  * a commit that makes a task pollable from here on may wake this backend.
  */
 void
-dex_queue_wait_begin(int32 queue_id, uint32 worker)
+dex_queue_wait_begin(int32 queue_id, uint32 worker, const uint64 *keys, int n_keys)
 {
 	static bool exit_callback = false;
 
@@ -952,6 +1152,9 @@ dex_queue_wait_begin(int32 queue_id, uint32 worker)
 	my_waiter->dbid = MyDatabaseId;
 	my_waiter->queue_id = queue_id;
 	my_waiter->worker = worker;
+	my_waiter->n_keys = n_keys <= DEX_WAIT_KEYS ? n_keys : -1;
+	if (n_keys > 0 && n_keys <= DEX_WAIT_KEYS)
+		memcpy(my_waiter->keys, keys, sizeof(uint64) * n_keys);
 	my_waiter->latch = MyLatch;
 	my_waiter->woken = false;
 	my_waiter->waiting = true;

@@ -221,6 +221,17 @@ dex_event_side_effect_executed(TimestampTz ts, char *name, Dex__V1__Payload *res
 	return ev;
 }
 
+Dex__V1__WorkflowEvent *
+dex_event_marker_recorded(TimestampTz ts, char *name, Dex__V1__Payload *details)
+{
+	Dex__V1__WorkflowEvent *ev;
+
+	NEW_EVENT(ev, ts, marker_recorded, MARKER_RECORDED);
+	ev->marker_recorded->name = name;
+	ev->marker_recorded->details = details;
+	return ev;
+}
+
 /* ----------------------------------------------------------------
  * Activities
  * ----------------------------------------------------------------

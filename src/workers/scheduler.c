@@ -73,21 +73,25 @@ PGDLLEXPORT void dex_scheduler_main(Datum main_arg);
  * event when polled, or its completion, which must lock the run after us,
  * re-creates it.
  */
-static DexPlan due_events_plan = {
-	"WITH batch AS MATERIALIZED (SELECT run_id, id FROM dex.workflow_inbox "
-	"      WHERE delayed AND visible_from <= now() "
-	"      ORDER BY visible_from LIMIT $1 FOR UPDATE SKIP LOCKED), "
-	"runs AS MATERIALIZED (SELECT id, queue_id, priority, status FROM dex.workflow_run "
-	"      WHERE id IN (SELECT run_id FROM batch) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED), "
-	"due AS (UPDATE dex.workflow_inbox i SET delayed = false FROM batch JOIN runs ON runs.id = batch.run_id "
-	"      WHERE i.run_id = batch.run_id AND i.id = batch.id RETURNING i.run_id) "
-	"INSERT INTO dex.workflow_task (queue_id, run_id, priority) "
-	"SELECT r.queue_id, r.id, r.priority FROM runs r "
-	"WHERE r.id IN (SELECT run_id FROM due) AND r.status IN ('CREATED', 'RUNNING') "
-	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id) "
-	"ON CONFLICT DO NOTHING "
-	"RETURNING queue_id, (SELECT count(*) FROM batch), run_id",
-	1, {INT4OID}
+/* [1] 1.6: the tasks with their runs' workflow and version */
+#define DUE_EVENTS_SQL(cols, run_cols) \
+	"WITH batch AS MATERIALIZED (SELECT run_id, id FROM dex.workflow_inbox " \
+	"      WHERE delayed AND visible_from <= now() " \
+	"      ORDER BY visible_from LIMIT $1 FOR UPDATE SKIP LOCKED), " \
+	"runs AS MATERIALIZED (SELECT id, queue_id, priority, status, workflow_name, workflow_version " \
+	"      FROM dex.workflow_run " \
+	"      WHERE id IN (SELECT run_id FROM batch) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED), " \
+	"due AS (UPDATE dex.workflow_inbox i SET delayed = false FROM batch JOIN runs ON runs.id = batch.run_id " \
+	"      WHERE i.run_id = batch.run_id AND i.id = batch.id RETURNING i.run_id) " \
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority" cols ") " \
+	"SELECT r.queue_id, r.id, r.priority" run_cols " FROM runs r " \
+	"WHERE r.id IN (SELECT run_id FROM due) AND r.status IN ('CREATED', 'RUNNING') " \
+	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id) " \
+	"ON CONFLICT DO NOTHING " \
+	"RETURNING queue_id, (SELECT count(*) FROM batch), run_id" cols
+static DexPlan due_events_plans[2] = {
+	{DUE_EVENTS_SQL("", ""), 1, {INT4OID}},
+	{DUE_EVENTS_SQL(DEX_TASK_RUN_COLS, ", r.workflow_name, r.workflow_version"), 1, {INT4OID}}
 };
 
 static DexPlan due_activities_plan = {
@@ -96,7 +100,7 @@ static DexPlan due_activities_plan = {
 	"      ORDER BY visible_from LIMIT $1 FOR UPDATE SKIP LOCKED) "
 	"UPDATE dex.activity_task a SET status = 'QUEUED' FROM batch "
 	"WHERE a.run_id = batch.run_id AND a.event_id = batch.event_id AND a.status = 'CREATED' "
-	"RETURNING a.queue_id",
+	"RETURNING a.queue_id, a.name",
 	1, {INT4OID}
 };
 
@@ -264,6 +268,7 @@ scheduler_pass(bool *installed)
 	Datum		limit[1] = {Int32GetDatum(BATCH_SIZE)};
 	bool		more = false;
 	DexRows		rows;
+	int			v;
 
 	*installed = dex_worker_begin();
 	if (!*installed)
@@ -280,8 +285,9 @@ scheduler_pass(bool *installed)
 							 dex_worker_database)));
 
 	/* the dex_*_spi functions read the rows of the latest statement */
-	rows = dex_spi_rows(&due_events_plan, limit, NULL, 0);
-	dex_queue_run_tasks_added_spi(1, 3);
+	v = dex_schema_1_6();
+	rows = dex_spi_rows(&due_events_plans[v], limit, NULL, 0);
+	dex_queue_run_tasks_added_spi(1, 3, v ? 4 : 0);
 	dex_stat_count_spi(DEX_STAT_TASKS_CREATED, 1);
 	dex_stat_add(0, DEX_STAT_RUNS_WOKEN, (int64) rows.n);
 	if (rows.n > 0 && dex_rows_getint64(rows, 0, 2) >= BATCH_SIZE)
@@ -292,7 +298,7 @@ scheduler_pass(bool *installed)
 		more = true;
 
 	rows = dex_spi_rows(&due_activities_plan, limit, NULL, 0);
-	dex_queue_work_added_spi(1);
+	dex_queue_activities_added_spi(1, 2);
 	dex_stat_count_spi(DEX_STAT_RETRIES_DUE, 1);
 	if (rows.n >= BATCH_SIZE)
 		more = true;

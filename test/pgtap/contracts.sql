@@ -18,7 +18,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(280);
+SELECT plan(296);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -30,8 +30,8 @@ INSERT INTO api VALUES
     ('create_run',       '{text,text,jsonb,integer,text,integer,jsonb,text,text,"timestamp with time zone",interval}', 'uuid'),
     ('get_run',          '{uuid}',                                                  'dex.runs'),
     ('run_history',      '{uuid}',                                                  'setof record'),
-    ('poll_tasks',       '{text,text,integer,interval,boolean}',                    'setof record'),
-    ('poll_tasks_pb',    '{text,text,integer,interval,boolean}',                    'setof record'),
+    ('poll_tasks',       '{text,text,integer,interval,boolean,text[],integer[]}',   'setof record'),
+    ('poll_tasks_pb',    '{text,text,integer,interval,boolean,text[],integer[]}',   'setof record'),
     ('run_history_pb',   '{uuid}',                                                  'bytea'),
     ('complete_task',    '{uuid,integer,bigint,jsonb}',                             'void'),
     ('complete_task_pb', '{uuid,integer,bigint,bytea}',                             'void'),
@@ -53,6 +53,9 @@ INSERT INTO api VALUES
     ('restart_run',      '{uuid}',                                                  'uuid'),
     ('reset_run',        '{uuid,integer,text}',                                     'uuid'),
     ('run_attempts',     '{uuid}',                                                  'setof record'),
+    ('set_run_version',  '{uuid,integer}',                                          'void'),
+    ('last_polled',      '{integer,text,integer}',                                  'timestamp with time zone'),
+    ('unserved',         '{interval}',                                              'setof record'),
     ('list_runs',        '{text,text,jsonb,"timestamp with time zone","timestamp with time zone","timestamp with time zone","timestamp with time zone",uuid,uuid,integer}', 'setof dex.runs'),
     ('grant_queue',      '{text,regrole}',                                          'void'),
     ('revoke_queue',     '{text,regrole}',                                          'void'),
@@ -83,10 +86,10 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
                    AND has_function_privilege('public', p.oid, 'EXECUTE')),
           '{}'::text[], 'PUBLIC may execute no function of dex');
 SELECT ok(has_function_privilege('dex_client', 'dex.create_run(text,text,jsonb,integer,text,integer,jsonb,text,text,timestamptz,interval)', 'EXECUTE')
-          AND NOT has_function_privilege('dex_client', 'dex.poll_tasks(text,text,integer,interval,boolean)', 'EXECUTE')
+          AND NOT has_function_privilege('dex_client', 'dex.poll_tasks(text,text,integer,interval,boolean,text[],integer[])', 'EXECUTE')
           AND NOT has_function_privilege('dex_client', 'dex.create_queue(text,text,integer)', 'EXECUTE'),
           'dex_client starts runs, but leases no task and makes no queue');
-SELECT ok(has_function_privilege('dex_worker', 'dex.poll_tasks(text,text,integer,interval,boolean)', 'EXECUTE')
+SELECT ok(has_function_privilege('dex_worker', 'dex.poll_tasks(text,text,integer,interval,boolean,text[],integer[])', 'EXECUTE')
           AND has_function_privilege('dex_worker', 'dex.wait_for_tasks(text,interval,boolean)', 'EXECUTE')
           AND NOT has_function_privilege('dex_worker', 'dex.create_run(text,text,jsonb,integer,text,integer,jsonb,text,text,timestamptz,interval)', 'EXECUTE')
           AND NOT has_function_privilege('dex_worker', 'dex.alter_queue(text,integer,boolean)', 'EXECUTE'),
@@ -97,6 +100,11 @@ SELECT ok(pg_has_role('dex_admin', 'dex_client', 'MEMBER') AND pg_has_role('dex_
           AND NOT has_function_privilege('dex_client', 'dex.grant_queue(text,regrole)', 'EXECUTE')
           AND NOT has_function_privilege('dex_worker', 'dex.revoke_queue(text,regrole)', 'EXECUTE'),
           'dex_admin can do both, and manages queues and their grants');
+SELECT ok(has_function_privilege('dex_admin', 'dex.set_run_version(uuid,integer)', 'EXECUTE')
+          AND has_function_privilege('pg_monitor', 'dex.unserved(interval)', 'EXECUTE')
+          AND NOT has_function_privilege('dex_client', 'dex.set_run_version(uuid,integer)', 'EXECUTE')
+          AND NOT has_function_privilege('dex_worker', 'dex.set_run_version(uuid,integer)', 'EXECUTE'),
+          'dex_admin moves runs between versions, pg_monitor sees what is unserved; clients and workers do neither');
 
 -- the long poll is a procedure (it ends its transaction before it sleeps), documented,
 -- with caller's rights and no SET clause
@@ -112,11 +120,11 @@ SELECT function_returns('dex', fname, args, returns,
   FROM api ORDER BY fname;
 
 -- the set-returning functions return the documented columns
-SELECT is(pg_get_function_result('dex.poll_tasks(text,text,integer,interval,boolean)'::regprocedure),
+SELECT is(pg_get_function_result('dex.poll_tasks(text,text,integer,interval,boolean,text[],integer[])'::regprocedure),
           'TABLE(kind text, run_id uuid, task_id integer, lock_version bigint, '
           'locked_until timestamp with time zone, task jsonb)',
           'dex.poll_tasks returns (kind, run_id, task_id, lock_version, locked_until, task jsonb)');
-SELECT is(pg_get_function_result('dex.poll_tasks_pb(text,text,integer,interval,boolean)'::regprocedure),
+SELECT is(pg_get_function_result('dex.poll_tasks_pb(text,text,integer,interval,boolean,text[],integer[])'::regprocedure),
           'TABLE(kind text, run_id uuid, task_id integer, lock_version bigint, '
           'locked_until timestamp with time zone, task bytea)',
           'dex.poll_tasks_pb returns the same columns with task as bytea');
@@ -154,7 +162,7 @@ SELECT ok(obj_description(p.oid, 'pg_proc') IS NOT NULL, format('dex.%s has a co
 -- pure codec functions are immutable, writers are volatile
 SELECT volatility_is('dex', 'get_run', '{uuid}', 'stable', 'dex.get_run is STABLE');
 SELECT volatility_is('dex', 'to_json', '{text,bytea}', 'immutable', 'dex.to_json is IMMUTABLE');
-SELECT volatility_is('dex', 'poll_tasks', '{text,text,integer,interval,boolean}', 'volatile',
+SELECT volatility_is('dex', 'poll_tasks', '{text,text,integer,interval,boolean,text[],integer[]}', 'volatile',
                      'dex.poll_tasks is VOLATILE');
 
 --

@@ -251,5 +251,55 @@ $_->[0]->finish for @sk[0, 1, 3];
 is(join(',', map { ${ $_->[1] } =~ /"workflowName": "rest"/ ? 'rest' : 'none' } @sk[0, 1, 3]), 'rest,rest,rest',
 	'the other workers get new runs');
 
+# 11. version-aware wake-ups: a waiting worker that declared what it runs is
+# woken only for a task it may take; a task of a version one waiter runs and
+# another does not goes to the one that runs it, however they entered the
+# waiters' table, and one that declared nothing is woken as before
+$node->safe_psql('postgres', q{SELECT dex.create_queue('vd', 'workflow')});
+sub start_versioned
+{
+	my ($worker, $version) = @_;
+	my $declared = defined $version ? ", names => '{flow}', versions => '{$version}'" : '';
+	my ($hh, $o) = start_call("CALL dex.poll_tasks_wait('vd', '$worker', 1, '1 min', '60 s'$declared)");
+	ok($node->poll_query_until('postgres', qq{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE query LIKE 'CALL dex.poll_tasks_wait(''vd'', ''$worker''%' AND wait_event_type = 'Extension'}),
+		"$worker waits on the queue");
+	return [ $hh, $o, $worker ];
+}
+sub vd_sleeping
+{
+	return $node->safe_psql('postgres', q{
+		SELECT string_agg(substring(query from '''vd'', ''([a-z0-9-]+)'''), ',' ORDER BY 1) FROM pg_stat_activity
+		 WHERE query LIKE 'CALL dex.poll_tasks_wait(''vd''%' AND wait_event_type = 'Extension'});
+}
+my @vd = (start_versioned('v1-a', 1), start_versioned('v2-a', 2), start_versioned('v2-b', 2));
+$node->safe_psql('postgres', q{SELECT dex.create_run('flow', 'vd', workflow_version => 2)});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 2 FROM pg_stat_activity
+	 WHERE query LIKE 'CALL dex.poll_tasks_wait(''vd''%' AND wait_event_type = 'Extension'}),
+	'a version-2 task wakes one waiting worker');
+like(vd_sleeping(), qr/^v1-a,v2-[ab]$/, 'a version-2 one: the version-1 worker sleeps on');
+is($node->safe_psql('postgres', q{SELECT locked_by LIKE 'v2-_' FROM dex.workflow_task t
+	JOIN dex.workflow_run r ON r.id = t.run_id WHERE r.workflow_name = 'flow' AND r.workflow_version = 2}),
+	't', 'and it took the task');
+$node->safe_psql('postgres', q{SELECT dex.create_run('flow', 'vd', workflow_version => 1)});
+$vd[0][0]->finish;
+like(${ $vd[0][1] }, qr/"workflowVersion": 1/, 'a version-1 task goes to the version-1 worker');
+like(vd_sleeping(), qr/^v2-[ab]$/, 'while the other version-2 worker sleeps on');
+$node->safe_psql('postgres', q{SELECT dex.create_run('flow', 'vd', workflow_version => 2)});
+$_->[0]->finish for @vd[1, 2];
+is(join(',', map { ${ $_->[1] } =~ /"workflowVersion": 2/ ? 'v2' : 'none' } @vd[1, 2]), 'v2,v2',
+	'the next version-2 task wakes the other version-2 worker');
+# one that declared nothing and one that declared version 1: a version-3 task goes to the first
+my @mixed = (start_versioned('v1-b', 1), start_versioned('any', undef));
+$node->safe_psql('postgres', q{SELECT dex.create_run('flow', 'vd', workflow_version => 3)});
+$mixed[1][0]->finish;
+like(${ $mixed[1][1] }, qr/"workflowVersion": 3/, 'a task no declaring worker runs wakes the one that declared nothing');
+is(vd_sleeping(), 'v1-b', 'the version-1 worker sleeps on');
+$node->safe_psql('postgres', q{SELECT dex.create_run('flow', 'vd', workflow_version => 1)});
+$mixed[0][0]->finish;
+like(${ $mixed[0][1] }, qr/"workflowVersion": 1/, 'and takes the next version-1 task');
+
 $node->stop;
 done_testing();

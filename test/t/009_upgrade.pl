@@ -156,9 +156,22 @@ is($node->safe_psql('postgres', qq{
 	  FROM dex.poll_tasks('wf', 'w-inc', 10, '1 min', worker_cache => true) WHERE run_id = '$run_h'}),
 	'5 of 9', 'under 1.5 the worker that completed its task under 1.4 gets it without what it was shown');
 
+# 1.6: a run whose task waits under 1.5 gets its workflow and version on the task; a poll
+# that declares them takes it, one that declares another version does not
+my $run_i = $node->safe_psql('postgres',
+	q{SELECT dex.create_run('to-declare', 'wf', workflow_version => 3)});
 $node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
 	'1.6', 'dex is updated to the default version, 1.6');
+is($node->safe_psql('postgres', qq{SELECT workflow_name || ' ' || workflow_version
+	FROM dex.workflow_task WHERE run_id = '$run_i'}),
+	'to-declare 3', 'under 1.6 the task of 1.5 has its run\'s workflow and version');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.poll_tasks('wf', 'w', 10,
+	names => '{to-declare}', versions => '{2}')}),
+	'0', 'a poll declaring another version does not take it');
+is($node->safe_psql('postgres', qq{SELECT run_id FROM dex.poll_tasks('wf', 'w', 10,
+	names => '{to-declare}', versions => '{3}')}),
+	$run_i, 'a poll declaring its version does');
 
 # the updated schema is the fresh schema
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');

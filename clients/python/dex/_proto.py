@@ -78,7 +78,7 @@ SCHEMA: Dict[str, List[tuple]] = {
         27 runContinuedAsNew, 28 runCancelRequested, 29 customStatusSet, 30 runTerminated,
         31 runTimedOut, 40 activityTaskCreated, 41 activityTaskCompleted, 42 activityTaskFailed,
         50 timerCreated, 51 timerElapsed, 52 timerCancelled, 60 childRunCreated,
-        61 childRunCompleted, 62 childRunFailed, 70 sideEffectExecuted,
+        61 childRunCompleted, 62 childRunFailed, 70 sideEffectExecuted, 71 markerRecorded,
         80 externalEventReceived, 81 externalEventWaitStarted"""),
     "dex.v1.WorkflowTaskStarted": [(1, "workerId", STRING), (2, "attempt", INT32)],
     "dex.v1.WorkflowTaskCompleted": [],
@@ -122,6 +122,7 @@ SCHEMA: Dict[str, List[tuple]] = {
     "dex.v1.ChildRunFailed": [
         (1, "childRunCreatedEventId", INT32), (2, "failure", MESSAGE, "dex.v1.Failure")],
     "dex.v1.SideEffectExecuted": [(1, "name", STRING), (2, "result", MESSAGE, "dex.v1.Payload")],
+    "dex.v1.MarkerRecorded": [(1, "name", STRING), (2, "details", MESSAGE, "dex.v1.Payload")],
     "dex.v1.ExternalEventReceived": [
         (1, "eventId", STRING), (2, "payload", MESSAGE, "dex.v1.Payload")],
     "dex.v1.ExternalEventWaitStarted": [(1, "eventId", STRING), (2, "timeoutAt", TIMESTAMP)],
@@ -131,7 +132,7 @@ SCHEMA: Dict[str, List[tuple]] = {
         (1, "id", INT32)] + _oneof("""
         10 scheduleActivity, 11 startTimer, 12 cancelTimer, 13 startChildRun,
         14 recordSideEffect, 15 waitExternalEvent, 16 setCustomStatus, 17 completeRun,
-        18 failRun, 19 continueAsNew, 20 cancelRun"""),
+        18 failRun, 19 continueAsNew, 20 cancelRun, 21 recordMarker"""),
     "dex.v1.ScheduleActivity": _SCHEDULE_ACTIVITY,
     "dex.v1.StartTimer": [(1, "name", STRING), (2, "delay", DURATION)],
     "dex.v1.CancelTimer": [(1, "timerCreatedEventId", INT32)],
@@ -143,6 +144,7 @@ SCHEMA: Dict[str, List[tuple]] = {
         (9, "executionTimeout", DURATION),
         (10, "parentClosePolicy", ENUM, "dex.v1.ParentClosePolicy")],
     "dex.v1.RecordSideEffect": [(1, "name", STRING), (2, "result", MESSAGE, "dex.v1.Payload")],
+    "dex.v1.RecordMarker": [(1, "name", STRING), (2, "details", MESSAGE, "dex.v1.Payload")],
     "dex.v1.WaitExternalEvent": [(1, "eventId", STRING), (2, "timeout", DURATION)],
     "dex.v1.SetCustomStatus": [(1, "customStatus", STRING)],
     "dex.v1.CompleteRun": [(1, "result", MESSAGE, "dex.v1.Payload")],

@@ -18,6 +18,13 @@ and returns the commands of the new workflow task:
   fails the run with a ``dex.NonDeterminism`` failure naming both sides;
 * the last task is the new one: its commands go to the engine.
 
+Patches change workflow code under running runs: ``ctx.patched("id")`` records a
+``dex.patch:id`` marker where new code first takes the new path, and on replay returns
+whether the run recorded it there; the old path keeps the command ids the old code used.
+A replay that meets a patch marker where the code has none (or another) is
+non-determinism of the workflow task, which fails (and is retried after the operator
+deploys code that matches), not of the run.
+
 Workflow code is an ``async def`` run by a small deterministic event loop of our
 own (not asyncio): ready callbacks run in FIFO order, and nothing but dex
 awaitables may be awaited.  ``ctx.now()`` is the timestamp of the current task's
@@ -55,6 +62,7 @@ COMMAND_EVENT = {
     "failRun": "runFailed",
     "cancelRun": "runCancelled",
     "continueAsNew": "runContinuedAsNew",
+    "recordMarker": "markerRecorded",
 }
 EVENT_COMMAND = {v: k for k, v in COMMAND_EVENT.items()}
 KEY_FIELD = {
@@ -64,7 +72,10 @@ KEY_FIELD = {
     "waitExternalEvent": "eventId", "externalEventWaitStarted": "eventId",
     "recordSideEffect": "name", "sideEffectExecuted": "name",
     "startChildRun": "workflowName", "childRunCreated": "workflowName",
+    "recordMarker": "name", "markerRecorded": "name",
 }
+
+PATCH_MARKER = "dex.patch:"     # + the change id: the marker ctx.patched records
 
 NON_DETERMINISM = "dex.NonDeterminism"
 
@@ -476,6 +487,52 @@ class WorkflowContext:
         self._r.command("recordSideEffect", {"name": name, "result": encode(value)})
         return value
 
+    def patched(self, change_id: str) -> bool:
+        """Whether this run takes the new path of change ``change_id``: ``True`` for a run
+        that reaches this point under code that has the change (a marker is recorded), and on
+        replay for a run that recorded it here; ``False`` for a run that passed this point
+        under the old code.  The answer is kept for the run: later calls say the same.  Keep
+        the old path until no run that took it remains, then :meth:`deprecate_patch`."""
+        r = self._r
+        if change_id in r.patches:
+            return r.patches[change_id]
+        name = _patch_name(change_id)
+        rec = r.peek_recorded()
+        if rec is not None:
+            marker = _patch_of(rec)
+            if marker == change_id:
+                r.command("recordMarker", {"name": name})
+                r.patches[change_id] = True
+                return True
+            if marker is not None:
+                raise r.nondeterminism(
+                    f"non-determinism: patch {change_id!r} is checked where the history "
+                    f"recorded patch {marker!r} (id {rec.get('id')}): the patches of the code "
+                    f"do not match the run's", change_id)
+            r.patches[change_id] = False        # the old code issued another command here
+            return False
+        if r.replaying:
+            r.patches[change_id] = False        # the old code issued nothing more in that task
+            return False
+        r.command("recordMarker", {"name": name})
+        r.patches[change_id] = True
+        return True
+
+    def deprecate_patch(self, change_id: str) -> None:
+        """Change ``change_id``'s old path is gone from the code: runs that recorded its
+        marker replay it here, new runs record nothing.  Remove the call once no run that
+        recorded the marker remains."""
+        r = self._r
+        rec = r.peek_recorded()
+        marker = _patch_of(rec) if rec is not None else None
+        if marker == change_id:
+            r.command("recordMarker", {"name": _patch_name(change_id)})
+        elif marker is not None:
+            raise r.nondeterminism(
+                f"non-determinism: deprecated patch {change_id!r} is met where the history "
+                f"recorded patch {marker!r} (id {rec.get('id')})", change_id)
+        r.patches[change_id] = True
+
     def set_custom_status(self, status: str) -> None:
         """Set the run's custom status (shown by dex.get_run); '' clears it."""
         self._r.command("setCustomStatus", {"customStatus": str(status)})
@@ -608,6 +665,28 @@ class _Segment:
         self.completed = False
 
 
+def _patch_name(change_id: str) -> str:
+    if not isinstance(change_id, str) or not change_id:
+        raise ValueError("a patch's change id is a non-empty string")
+    return PATCH_MARKER + change_id
+
+
+def _patch_of(ev: dict) -> Optional[str]:
+    """The change id of a patch marker event, or None."""
+    name = (ev.get("markerRecorded") or {}).get("name") or ""
+    return name[len(PATCH_MARKER):] if name.startswith(PATCH_MARKER) else None
+
+
+class WorkflowTaskFailure(Exception):
+    """A workflow task the worker fails (dex.fail_tasks), not its run: it is handed out
+    again after a backoff, and BLOCKED after dex.max_workflow_task_failures.  ``failure`` is
+    the dex.v1.Failure (JSON shape)."""
+
+    def __init__(self, failure: dict) -> None:
+        super().__init__(failure.get("message", ""))
+        self.failure = failure
+
+
 def _describe(kind: str, body: dict, id: int) -> str:
     key = KEY_FIELD.get(kind)
     name = f" {body.get(key)!r}" if key and body.get(key) not in (None, "") else ""
@@ -641,6 +720,7 @@ class _Replayer:
         self.children: Dict[int, ChildRun] = {}
         self.waiters: Dict[str, List[EventWait]] = {}
         self.received: Dict[str, Any] = {}
+        self.patches: Dict[str, bool] = {}          # ctx.patched's answers, per change id
         self.next_id = 0
         self.segment: Optional[_Segment] = None
         self.recorded: Dict[int, Tuple[_Segment, dict]] = {}
@@ -692,8 +772,12 @@ class _Replayer:
         rec = self.recorded.get(self.next_id + 1)
         return rec[1] if rec else None
 
-    def nondeterminism(self, message: str) -> errors.NonDeterminismError:
+    def nondeterminism(self, message: str, change_id: Optional[str] = None
+                       ) -> errors.NonDeterminismError:
+        """Non-determinism, which ends the replay; with ``change_id``, about a patch (the
+        workflow task fails, not the run)."""
         err = errors.NonDeterminismError(message)
+        err.change_id = change_id           # type: ignore[attr-defined]
         self.loop.fatal = err
         return err
 
@@ -716,14 +800,16 @@ class _Replayer:
                 raise self.nondeterminism(
                     f"non-determinism: the history has {_describe(ek, eb, cid)}, recorded by "
                     f"workflow task {rseg.index}, but on replay the workflow issues "
-                    f"{_describe(kind, body, cid)} in workflow task {seg.index}")
+                    f"{_describe(kind, body, cid)} in workflow task {seg.index}",
+                    _patch_of(ev) or _patch_of({"markerRecorded": body}))
             self.matched.add(cid)
             return cid, ev
         if self.replaying:
             raise self.nondeterminism(
                 f"non-determinism: on replay of workflow task {seg.index} the workflow issues "
                 f"{_describe(kind, body, cid)}, which the history does not have (that task "
-                f"recorded {self._recorded_list(seg)})")
+                f"recorded {self._recorded_list(seg)})",
+                _patch_of({"markerRecorded": body}) if kind == "recordMarker" else None)
         self.out.append({"id": cid, kind: body})
         return cid, None
 
@@ -876,6 +962,10 @@ class _Replayer:
         except errors.NonDeterminismError as e:
             self.finished = True
             log.error("run %s: %s", task.get("runId"), e)
+            change_id = getattr(e, "change_id", None)
+            if change_id is not None:
+                raise WorkflowTaskFailure({"message": str(e), "type": NON_DETERMINISM,
+                                           "details": encode({"changeId": change_id})})
             return [fail_run_command(str(e), NON_DETERMINISM)]
         except BaseException:
             self.finished = True
@@ -911,7 +1001,7 @@ class _Replayer:
                 raise self.nondeterminism(
                     f"non-determinism: the history has {_describe(k, e.get(k) or {}, e['id'])}, "
                     f"recorded by workflow task {seg.index}, but on replay the workflow "
-                    f"did not issue it (it issued nothing more in that task)")
+                    f"did not issue it (it issued nothing more in that task)", _patch_of(e))
             if self.main is not None and self.main.done():
                 raise self.nondeterminism(
                     f"non-determinism: on replay the workflow ended in workflow task "

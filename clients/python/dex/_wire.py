@@ -26,6 +26,17 @@ from . import _proto
 JSON = "json"
 PROTOBUF = "protobuf"
 
+# What a poll declares the worker runs (dex 1.6): workflow names with their versions on a
+# workflow queue, activity names (versions None) on an activity queue; None: every task.
+Declared = Optional[Tuple[List[str], Optional[List[int]]]]
+
+
+def _declared_sql(declared: Declared) -> Tuple[str, tuple]:
+    """The arguments a poll adds for what it declares (named: they follow the defaults)."""
+    if declared is None:
+        return "", ()
+    return ", names => %s::text[], versions => %s::integer[]", (declared[0], declared[1])
+
 
 class Wire:
     """One wire form: the SQL to call and how to turn SDK values into parameters and back."""
@@ -35,54 +46,58 @@ class Wire:
     array_type = ""      # of their message arrays: "jsonb[]" or "bytea[]"
 
     def poll(self, conn: psycopg.Connection, queue: str, worker_id: str, n: int,
-             lease: float, cache: bool = False) -> List[Tuple]:
+             lease: float, cache: bool = False, declared: Declared = None) -> List[Tuple]:
         """Lease up to ``n`` tasks: rows of (run_id, task_id, lock_version, task as sent).
         ``cache``: the worker keeps run states (dex 1.5's worker_cache: a workflow task of a
-        run this worker completed last leaves out the history it was shown)."""
+        run this worker completed last leaves out the history it was shown).  ``declared``:
+        the only tasks it takes (dex 1.6)."""
+        more, args = _declared_sql(declared)
         return conn.execute(
             f"SELECT run_id, task_id, lock_version, task FROM dex.poll_tasks{self.suffix}"
-            f"(%s, %s, %s, %s::interval{', true' if cache else ''})",
-            (queue, worker_id, n, f"{lease} seconds"), binary=True).fetchall()
+            f"(%s, %s, %s, %s::interval{', %s' if cache or declared else ''}{more})",
+            (queue, worker_id, n, f"{lease} seconds") + ((cache,) if cache or declared else ())
+            + args, binary=True).fetchall()
 
-    def poll_wait_signature(self, cache: bool = False) -> str:
-        """The procedure that polls and long-polls in one call, for to_regprocedure: as
-        dex 1.4 has it, or (cache) with 1.5's worker_cache and completions."""
-        message = 'bytea[]' if self.suffix else 'jsonb'
-        return (f"dex.poll_tasks_wait{self.suffix}(text,text,integer,interval,interval,{message}"
-                + (f",boolean,uuid[],integer[],bigint[],{self.array_type},boolean[])" if cache
-                   else ")"))
-
-    def cache_signature(self) -> str:
-        """The poll with worker_cache (dex 1.5), for to_regprocedure."""
-        return f"dex.poll_tasks{self.suffix}(text,text,integer,interval,boolean)"
+    def api_level(self, conn: psycopg.Connection) -> Tuple[int, bool]:
+        """What the installed dex's polls take: the number of arguments of
+        dex.poll_tasks(_pb) (4 before 1.5, 5 with 1.5's worker_cache, 7 with 1.6's names and
+        versions), and whether it has dex.poll_tasks_wait(_pb) (1.4)."""
+        row = conn.execute(
+            "SELECT (SELECT p.pronargs FROM pg_catalog.pg_proc p WHERE p.oid = to_regproc(%s)), "
+            "to_regproc(%s) IS NOT NULL",
+            (f"dex.poll_tasks{self.suffix}", f"dex.poll_tasks_wait{self.suffix}"),
+            prepare=False).fetchone()
+        return int(row[0] or 0), bool(row[1])
 
     def poll_wait(self, conn: psycopg.Connection, queue: str, worker_id: str, n: int,
                   lease: float, timeout: float, workflow: bool,
-                  cache: bool = False) -> List[Tuple]:
+                  cache: bool = False, declared: Declared = None) -> List[Tuple]:
         """``CALL dex.poll_tasks_wait(_pb)``: lease up to ``n`` tasks, waiting up to
         ``timeout`` seconds for some; rows as :meth:`poll` returns them.  Never prepared:
         it runs once a wake-up or timeout, so preparing would save nothing."""
+        more, args = _declared_sql(declared)
         row = conn.execute(
             f"CALL dex.poll_tasks_wait{self.suffix}(%s, %s, %s, %s::interval, %s::interval, NULL"
-            f"{', true' if cache else ''})",
-            (queue, worker_id, n, f"{lease} seconds", f"{timeout} seconds"),
+            f"{', true' if cache else ''}{more})",
+            (queue, worker_id, n, f"{lease} seconds", f"{timeout} seconds") + args,
             binary=True, prepare=False).fetchone()
         tasks = (row[0] if row else None) or []
         return [self.task_row(t, workflow) for t in tasks]
 
     def complete_and_poll_wait(self, conn: psycopg.Connection, queue: str, worker_id: str,
                                n: int, lease: float, timeout: float,
-                               done: Sequence[Tuple[Any, int, int]], values: Sequence[Any]
-                               ) -> Tuple[List[Tuple], List[bool]]:
+                               done: Sequence[Tuple[Any, int, int]], values: Sequence[Any],
+                               declared: Declared = None) -> Tuple[List[Tuple], List[bool]]:
         """``CALL dex.poll_tasks_wait(_pb)`` with completions (dex 1.5, workflow queues with
         worker_cache): complete the ``done`` rows with their encoded values, then lease as
         :meth:`poll_wait`; the rows leased, and whether each completion was applied."""
+        more, args = _declared_sql(declared)
         row = conn.execute(
             f"CALL dex.poll_tasks_wait{self.suffix}(%s, %s, %s, %s::interval, %s::interval, NULL, "
-            f"true, %b::uuid[], %t::integer[], %t::bigint[], %b::{self.array_type})",
+            f"true, %b::uuid[], %t::integer[], %t::bigint[], %b::{self.array_type}{more})",
             (queue, worker_id, n, f"{lease} seconds", f"{timeout} seconds",
-             [r[0] for r in done], [r[1] for r in done], [r[2] for r in done], list(values)),
-            binary=True, prepare=False).fetchone()
+             [r[0] for r in done], [r[1] for r in done], [r[2] for r in done], list(values))
+            + args, binary=True, prepare=False).fetchone()
         tasks = (row[0] if row else None) or []
         return [self.task_row(t, True) for t in tasks], list(row[1] or [])
 

@@ -51,14 +51,17 @@ from psycopg.types.json import Jsonb
 from . import errors
 from ._connect import POOLER_HINT, connect as _connect_pooled, is_prepared_statement_error
 from ._convert import decode
-from ._wire import PROTOBUF, Wire, wire as _wire_named
+from ._wire import PROTOBUF, Declared, Wire, wire as _wire_named
 from .registry import (ACTIVITIES, WORKFLOWS, ActivityDefinition, WorkflowDefinition,
                        activity_definition, workflow_definition)
-from ._runtime import _Replayer, fail_run_command
+from ._runtime import WorkflowTaskFailure, _Replayer, fail_run_command
 
 log = logging.getLogger("dex.worker")
 
 LEASE_LOST = "WD001"
+
+# The most names one poll may declare (the server's DEX_MAX_DECLARED)
+DECLARE_MAX = 1000
 
 # The wire form a worker uses unless told otherwise (Worker(wire=...)), as measured by
 # clients/python/bench/wire.py (README, "Wire format"): protobuf is half the bytes or less
@@ -275,13 +278,14 @@ class Worker:
         self._poll_wait_ok: "weakref.WeakKeyDictionary[psycopg.Connection, Optional[bool]]" = \
             weakref.WeakKeyDictionary()
         self._use_poll_wait = True               # private: False forces the two-call path
-        # per connection, whether the installed dex has worker_cache (1.5: incremental
-        # histories); not kept for a worker without a workflow cache
-        self._cache_ok: "weakref.WeakKeyDictionary[psycopg.Connection, bool]" = \
+        # per connection, what the installed dex's polls take (Wire.api_level): worker_cache
+        # (1.5: incremental histories), names and versions (1.6: what the worker runs)
+        self._api_levels: "weakref.WeakKeyDictionary[psycopg.Connection, Tuple[int, bool]]" = \
             weakref.WeakKeyDictionary()
         # per connection, whether dex.heartbeat_tasks takes the tasks' queue (1.5)
         self._heartbeat_by_queue: "weakref.WeakKeyDictionary[psycopg.Connection, bool]" = \
             weakref.WeakKeyDictionary()
+        self._declare_warned = False
         self._started = False
         # counters, for tests and curious people
         self.stats = {"workflow_tasks": 0, "activities_completed": 0, "activities_failed": 0,
@@ -443,12 +447,8 @@ class Worker:
         if ok is None:
             # and a direct connection, whatever ``pooled`` says (pooled=False skips the
             # pooler check): the backend runs its statements (as _connect.behind_pooler)
-            row = conn.execute(
-                "SELECT to_regprocedure(%s) IS NOT NULL OR to_regprocedure(%s) IS NOT NULL, "
-                "pg_catalog.pg_backend_pid()",
-                (self._wire.poll_wait_signature(), self._wire.poll_wait_signature(True)),
-                prepare=False).fetchone()
-            ok = bool(conn.autocommit and row[0] and row[1] == conn.info.backend_pid)
+            pid = conn.execute("SELECT pg_catalog.pg_backend_pid()", prepare=False).fetchone()[0]
+            ok = bool(conn.autocommit and self._api_level(conn)[1] and pid == conn.info.backend_pid)
             with self._lock:
                 self._poll_wait_ok[conn] = ok
         return ok
@@ -468,12 +468,45 @@ class Worker:
                 known[conn] = ok
         return ok
 
+    def _api_level(self, conn: psycopg.Connection) -> Tuple[int, bool]:
+        """What the installed dex's polls take (:meth:`Wire.api_level`), looked up once per
+        connection."""
+        with self._lock:
+            level = self._api_levels.get(conn)
+        if level is None:
+            level = self._wire.api_level(conn)
+            with self._lock:
+                self._api_levels[conn] = level
+        return level
+
     def _worker_cache(self, conn: psycopg.Connection) -> bool:
         """Whether this worker's workflow polls on the connection ask for incremental
         histories (dex 1.5's ``worker_cache``): it keeps run states (a workflow cache) and the
-        installed dex has the argument."""
-        return self.cache.size > 0 and self._has_routines(
-            conn, self._cache_ok, self._wire.cache_signature(), self._wire.poll_wait_signature(True))
+        installed dex has the argument (and the one-call wait that takes completions)."""
+        level = self._api_level(conn)
+        return self.cache.size > 0 and level[0] >= 5 and level[1]
+
+    def _declared(self, conn: psycopg.Connection, workflow: bool) -> Declared:
+        """What this worker's polls declare it runs (dex 1.6), so that the server hands it
+        nothing else: the (name, version) pairs of its workflows on a workflow queue, the names
+        of its activities on an activity queue.  None (every task, as before 1.6) when the
+        installed dex cannot take it, or when the registry is empty or too large to declare
+        (DECLARE_MAX), with a warning."""
+        if self._api_level(conn)[0] < 7:
+            return None
+        if workflow:
+            keys = sorted(self._workflows)
+            declared: Declared = ([k[0] for k in keys], [k[1] for k in keys])
+        else:
+            declared = (sorted(self._activities), None)
+        if not declared[0] or len(declared[0]) > DECLARE_MAX:
+            if not self._declare_warned:
+                self._declare_warned = True
+                log.warning("worker %s has %d %s registered: its polls declare none and take "
+                            "every task of their queues", self.worker_id, len(declared[0]),
+                            "workflows" if workflow else "activities")
+            return None
+        return declared
 
     def _poll_wait(self, conn: psycopg.Connection, queue: str, n: int, lease: float,
                    workflow: bool) -> List[Tuple]:
@@ -485,7 +518,8 @@ class Worker:
                     return []
                 return self._wire.poll_wait(conn, queue, self.worker_id, n, lease,
                                             self.poll_timeout, workflow,
-                                            workflow and self._worker_cache(conn))
+                                            workflow and self._worker_cache(conn),
+                                            self._declared(conn, workflow))
             except psycopg.errors.QueryCanceled:
                 if not self._stopping.is_set():
                     raise
@@ -565,7 +599,8 @@ class Worker:
             with self._waiting_on(conn):
                 leased, applied = wire.complete_and_poll_wait(
                     conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
-                    self.poll_timeout, done, [wire.commands(c) for c in results])
+                    self.poll_timeout, done, [wire.commands(c) for c in results],
+                    self._declared(conn, True))
         except psycopg.errors.Error as e:
             for_shutdown = isinstance(e, psycopg.errors.QueryCanceled) and self._stopping.is_set()
             if _connection_error(e) or isinstance(e, psycopg.errors.QueryCanceled):
@@ -593,7 +628,7 @@ class Worker:
         wire = self._wire
         if rows is None:
             rows = wire.poll(conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
-                             self._worker_cache(conn))
+                             self._worker_cache(conn), self._declared(conn, True))
         done, results, states = self._run_workflow_tasks(conn, rows)
         if done:
             self._complete_workflow_tasks(conn, done, results, states)
@@ -602,12 +637,18 @@ class Worker:
     def _run_workflow_tasks(self, conn: psycopg.Connection, rows: List[Tuple]
                             ) -> Tuple[List[Tuple], List[List[dict]], List[_Replayer]]:
         """Run the leased workflow tasks: the rows run, their commands and states (a task
-        the SDK could not run is left to its lease)."""
+        the SDK could not run is left to its lease; one whose replay met a patch that the
+        code does not match is failed, to be retried after a backoff)."""
         wire = self._wire
         done, results, states = [], [], []
+        failed, failures = [], []
         for row in rows:
             try:
                 state, cmds = self._run_workflow_task(row[0], row[3], wire, conn)
+            except WorkflowTaskFailure as e:
+                failed.append(row)
+                failures.append(wire.failure(e.failure))
+                continue
             except Exception:       # a bug of the SDK: leave the task to its lease
                 log.exception("run %s: replay failed; its workflow task is left to expire",
                               row[0])
@@ -615,6 +656,8 @@ class Worker:
             done.append(row)
             results.append(cmds)
             states.append(state)
+        if failed:
+            wire.complete(conn, failed, failures, fail=True)
         return done, results, states
 
     def _run_workflow_task(self, run_id: Any, raw: Any, wire: Wire,
@@ -770,7 +813,8 @@ class Worker:
                 if idle and one_queue and self._can_poll_wait(conn):
                     rows = self._poll_wait(conn, queue, n, self.activity_lease, False)
                 else:
-                    rows = wire.poll(conn, queue, self.worker_id, n, self.activity_lease)
+                    rows = wire.poll(conn, queue, self.worker_id, n, self.activity_lease,
+                                     declared=self._declared(conn, False))
             except BaseException:
                 self._release(n)
                 raise
