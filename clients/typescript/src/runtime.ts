@@ -50,6 +50,7 @@ export const COMMAND_EVENT: Record<string, string> = {
   failRun: "runFailed",
   cancelRun: "runCancelled",
   continueAsNew: "runContinuedAsNew",
+  recordMarker: "markerRecorded",
 };
 const EVENT_COMMAND = new Set(Object.values(COMMAND_EVENT));
 /** The field that must match on replay besides the kind and the id. */
@@ -60,7 +61,33 @@ const KEY_FIELD: Record<string, string> = {
   waitExternalEvent: "eventId", externalEventWaitStarted: "eventId",
   recordSideEffect: "name", sideEffectExecuted: "name",
   startChildRun: "workflowName", childRunCreated: "workflowName",
+  recordMarker: "name", markerRecorded: "name",
 };
+
+/** The marker ctx.patched records: this + the change id. */
+const PATCH_MARKER = "dex.patch:";
+
+function patchName(changeId: string): string {
+  if (typeof changeId !== "string" || !changeId) throw new TypeError("a patch's change id is a non-empty string");
+  return PATCH_MARKER + changeId;
+}
+
+/** The change id of a patch marker event, or undefined. */
+function patchOf(ev: Message | undefined): string | undefined {
+  const name: string = ev?.markerRecorded?.name ?? "";
+  return name.startsWith(PATCH_MARKER) ? name.slice(PATCH_MARKER.length) : undefined;
+}
+
+/**
+ * A workflow task the worker fails (dex.fail_tasks), not its run: it is handed out again after
+ * a backoff, and the run is BLOCKED after dex.max_workflow_task_failures.  Replay throws it for
+ * non-determinism about a patch, which deploying code that matches the run's history mends.
+ */
+export class WorkflowTaskFailure extends Error {
+  constructor(readonly failure: Message) {
+    super(failure.message ?? "");
+  }
+}
 
 const PARENT_CLOSE_POLICIES = ["TERMINATE", "REQUEST_CANCEL", "ABANDON"] as const;
 export type ParentClosePolicy = (typeof PARENT_CLOSE_POLICIES)[number];
@@ -325,6 +352,53 @@ export class WorkflowContext {
     return value;
   }
 
+  /**
+   * Whether this run takes the new path of change `changeId`: true for a run that reaches this
+   * point under code that has the change (a marker is recorded), and on replay for a run that
+   * recorded it here; false for a run that passed this point under the old code.  The answer is
+   * kept for the run.  Keep the old path until no run that took it remains, then
+   * {@link deprecatePatch}.
+   */
+  patched(changeId: string): boolean {
+    const r = this.r;
+    const known = r.patches.get(changeId);
+    if (known !== undefined) return known;
+    const name = patchName(changeId);
+    const rec = r.peekRecorded();
+    let taken: boolean;
+    if (rec) {
+      const marker = patchOf(rec);
+      if (marker !== undefined && marker !== changeId) {
+        throw r.nondeterminism(`non-determinism: patch '${changeId}' is checked where the history recorded patch ` +
+                               `'${marker}' (id ${rec.id}): the patches of the code do not match the run's`, changeId);
+      }
+      taken = marker === changeId;      // else the old code issued another command here
+    } else {
+      taken = !r.replaying;             // replaying: the old code issued nothing more in that task
+    }
+    if (taken) r.command("recordMarker", { name });
+    r.patches.set(changeId, taken);
+    return taken;
+  }
+
+  /**
+   * Change `changeId`'s old path is gone from the code: runs that recorded its marker replay it
+   * here, new runs record nothing.  Remove the call once no run that recorded it remains.
+   */
+  deprecatePatch(changeId: string): void {
+    const r = this.r;
+    const name = patchName(changeId);
+    const rec = r.peekRecorded();
+    const marker = patchOf(rec);
+    if (marker === changeId) {
+      r.command("recordMarker", { name });
+    } else if (marker !== undefined) {
+      throw r.nondeterminism(`non-determinism: deprecated patch '${changeId}' is met where the history recorded ` +
+                             `patch '${marker}' (id ${rec!.id})`, changeId);
+    }
+    r.patches.set(changeId, true);
+  }
+
   /** Set the run's custom status (shown by dex.get_run); "" clears it. */
   setCustomStatus(status: string): void {
     this.r.command("setCustomStatus", { customStatus: String(status) });
@@ -471,6 +545,8 @@ export class Replayer {
   readonly children = new Map<number, ChildRun>();
   readonly waiters = new Map<string, EventWait[]>();
   readonly received = new Map<string, unknown>();
+  /** ctx.patched's answers, per change id. */
+  readonly patches = new Map<string, boolean>();
   private main: { done: boolean; ok: boolean; value: unknown } | undefined;
   private fatal: NonDeterminismError | undefined;
   private nextId = 0;
@@ -525,11 +601,15 @@ export class Replayer {
     return this.recorded.get(this.nextId + 1)?.[1];
   }
 
-  private nondeterminism(message: string): NonDeterminismError {
+  /** Non-determinism, which ends the replay; with `changeId`, about a patch (the workflow task fails, not the run). */
+  nondeterminism(message: string, changeId?: string): NonDeterminismError {
     const err = new NonDeterminismError(message);
+    this.patchOfFatal = this.fatal ? this.patchOfFatal : changeId;
     this.fatal ??= err;
     return err;
   }
+
+  private patchOfFatal: string | undefined;
 
   /** Issue a command: a new one is sent, a recorded one is matched; [id, recorded event]. */
   command(kind: string, body: Message): [number, Message | undefined] {
@@ -549,7 +629,8 @@ export class Replayer {
       if (!same || rseg !== seg) {
         throw this.nondeterminism(
           `non-determinism: the history has ${describe(ek, eb, id)}, recorded by workflow task ${rseg.index}, ` +
-          `but on replay the workflow issues ${describe(kind, body, id)} in workflow task ${seg.index}`);
+          `but on replay the workflow issues ${describe(kind, body, id)} in workflow task ${seg.index}`,
+          patchOf(ev) ?? patchOf({ markerRecorded: body }));
       }
       this.matched.add(id);
       return [id, ev];
@@ -558,7 +639,8 @@ export class Replayer {
       const list = seg.recorded.map((e) => describe(eventKind(e), e[eventKind(e)] ?? {}, e.id ?? 0));
       throw this.nondeterminism(
         `non-determinism: on replay of workflow task ${seg.index} the workflow issues ${describe(kind, body, id)}, ` +
-        `which the history does not have (that task recorded ${list.length ? list.join(", ") : "no command"})`);
+        `which the history does not have (that task recorded ${list.length ? list.join(", ") : "no command"})`,
+        kind === "recordMarker" ? patchOf({ markerRecorded: body }) : undefined);
     }
     this.out.push({ id, [kind]: body });
     return [id, undefined];
@@ -735,6 +817,9 @@ export class Replayer {
       this.finished = true;
       if (e instanceof NonDeterminismError) {
         console.error(`dex: run ${task.runId}: ${e.message}`);
+        if (this.patchOfFatal !== undefined) {
+          throw new WorkflowTaskFailure({ message: e.message, type: NON_DETERMINISM, details: encode({ changeId: this.patchOfFatal }) });
+        }
         return [failRunCommand(e.message, NON_DETERMINISM)];
       }
       throw e;
@@ -768,7 +853,7 @@ export class Replayer {
         const k = eventKind(missing);
         throw this.nondeterminism(
           `non-determinism: the history has ${describe(k, missing[k] ?? {}, missing.id)}, recorded by workflow task ` +
-          `${seg.index}, but on replay the workflow did not issue it (it issued nothing more in that task)`);
+          `${seg.index}, but on replay the workflow did not issue it (it issued nothing more in that task)`, patchOf(missing));
       }
       if (this.main?.done) {
         throw this.nondeterminism(`non-determinism: on replay the workflow ended in workflow task ${seg.index}, but the history goes on`);

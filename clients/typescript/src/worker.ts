@@ -29,9 +29,16 @@ import { type Message, decode, toJsonText } from "./convert.js";
 import type { ActivityDefinition, WorkflowDefinition } from "./definitions.js";
 import { ApplicationError, DexError, LeaseLost, NonRetryableError, failureFromError, sqlstate } from "./errors.js";
 import { type ConnectionOptions, closeQuietly, connect, hasRoutines, isBroken, isConnectionError, notSupported } from "./pg.js";
-import { Replayer, failRunCommand } from "./runtime.js";
+import { Replayer, WorkflowTaskFailure, failRunCommand } from "./runtime.js";
 
 const LEASE_LOST = "WD001";
+/** The most names one poll may declare (the server's DEX_MAX_DECLARED). */
+const DECLARE_MAX = 1000;
+
+/** A query text with `$N` / `$V` (the declaration's parameters) numbered after `base` parameters. */
+function withDeclared(text: string, declared: { sql: string; values: unknown[] }, base: number): string {
+  return text.replace("/*declared*/", declared.sql.replace("$N", `$${base + 1}`).replace("$V", `$${base + 2}`));
+}
 
 export interface WorkerOptions {
   /** A connection string or node-postgres config; default: the PG* environment variables. */
@@ -279,11 +286,17 @@ export class Worker {
     if (this.#started) return this;
     const conn = await connect(this.#connection, `dex worker ${this.workerId}`);
     try {
-      if (!(await hasRoutines(conn,
-        "dex.poll_tasks_wait(text,text,integer,interval,interval,jsonb,boolean,uuid[],integer[],bigint[],jsonb[],boolean[])",
-        "dex.heartbeat_tasks(uuid[],integer[],bigint[],interval,text)"))) {
+      // what the installed dex's polls take: 5 arguments with 1.5's worker_cache (and the
+      // one-call wait's completions), 7 with 1.6's names and versions (what a worker runs)
+      const res = await conn.query(
+        "SELECT (SELECT p.pronargs FROM pg_catalog.pg_proc p WHERE p.oid = to_regproc('dex.poll_tasks')) AS n, " +
+        "to_regproc('dex.poll_tasks_wait') IS NOT NULL AS wait");
+      const level = Number(res.rows[0]?.n ?? 0);
+      if (level < 5 || !res.rows[0]?.wait ||
+          !(await hasRoutines(conn, "dex.heartbeat_tasks(uuid[],integer[],bigint[],interval,text)"))) {
         throw notSupported("dex.poll_tasks_wait with worker_cache and completions");
       }
+      this.#declares = level >= 7;
     } finally {
       await closeQuietly(conn);
     }
@@ -313,6 +326,32 @@ export class Worker {
   }
 
   #stopRequested: (() => void) | undefined;
+  /** Whether the polls declare what the worker runs (dex 1.6). */
+  #declares = false;
+
+  /**
+   * The declaration of a poll (dex 1.6: the server hands the worker nothing else): the
+   * (name, version) pairs of its workflows on a workflow queue, the names of its activities on
+   * an activity queue; none (every task of the queue) before 1.6, or with nothing or more than
+   * the server takes (1,000) to declare.
+   */
+  #declared(workflow: boolean): { sql: string; values: unknown[] } {
+    const none = { sql: "", values: [] };
+    if (!this.#declares) return none;
+    const names = workflow ? [...this.#workflows.values()].map((w) => w.name) : [...this.#activities.keys()];
+    if (!names.length || names.length > DECLARE_MAX) {
+      if (!this.#declareWarned) {
+        this.#declareWarned = true;
+        this.#log.warn(`dex: worker ${this.workerId} has ${names.length} ${workflow ? "workflows" : "activities"}: ` +
+                       "its polls declare none and take every task of their queues");
+      }
+      return none;
+    }
+    const versions = workflow ? [...this.#workflows.values()].map((w) => w.version) : null;
+    return { sql: ", names => $N::text[], versions => $V::integer[]", values: [names, versions] };
+  }
+
+  #declareWarned = false;
 
   /**
    * Stop leasing, finish what is in hand, wait for running activities (up to `timeout`
@@ -421,21 +460,24 @@ export class Worker {
     }
   }
 
-  async #pollWait(conn: pg.Client, queue: string, n: number, lease: number, cache: boolean): Promise<Row[]> {
+  async #pollWait(conn: pg.Client, queue: string, n: number, lease: number, workflow: boolean, cache: boolean): Promise<Row[]> {
+    const declared = this.#declared(workflow);
     return this.#waitingCall(conn, async () => {
       const res = await conn.query({
-        text: "CALL dex.poll_tasks_wait($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5), NULL, $6)",
-        values: [queue, this.workerId, n, lease, this.pollTimeout, cache],
+        text: withDeclared("CALL dex.poll_tasks_wait($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5), NULL, $6" +
+                           "/*declared*/)", declared, 6),
+        values: [queue, this.workerId, n, lease, this.pollTimeout, cache, ...declared.values],
       });
       return ((res.rows[0]?.tasks ?? []) as Message[]).map(taskRow);
     }, []);
   }
 
-  async #poll(conn: pg.Client, queue: string, n: number, lease: number, cache: boolean): Promise<Row[]> {
+  async #poll(conn: pg.Client, queue: string, n: number, lease: number, workflow: boolean, cache: boolean): Promise<Row[]> {
+    const declared = this.#declared(workflow);
     const res = await conn.query({
-      name: `dex_poll_${cache ? "c" : "n"}`,
-      text: "SELECT task FROM dex.poll_tasks($1, $2, $3, make_interval(secs => $4), $5)",
-      values: [queue, this.workerId, n, lease, cache],
+      name: `dex_poll_${workflow ? "w" : "a"}${cache ? "c" : "n"}${declared.sql ? "d" : ""}`,
+      text: withDeclared("SELECT task FROM dex.poll_tasks($1, $2, $3, make_interval(secs => $4), $5/*declared*/)", declared, 5),
+      values: [queue, this.workerId, n, lease, cache, ...declared.values],
     });
     return res.rows.map((r: { task: Message }) => taskRow(r.task));
   }
@@ -445,7 +487,7 @@ export class Worker {
   async #workflowLoop(queue: string): Promise<void> {
     const cache = this.#cache.size > 0;
     await this.#polling(queue, async (conn) => {
-      let rows = await this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, cache);
+      let rows = await this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true, cache);
       while (rows.length) {
         const done = await this.#runWorkflowTasks(conn, rows);
         if (cache && rows.length < this.maxBatch && !this.#stopping) {
@@ -453,7 +495,7 @@ export class Worker {
           rows = await this.#completeAndPollWait(conn, queue, done);
         } else {
           await this.#completeWorkflowTasks(conn, done);
-          rows = this.#stopping ? [] : await this.#poll(conn, queue, this.maxBatch, this.workflowLease, cache);
+          rows = this.#stopping ? [] : await this.#poll(conn, queue, this.maxBatch, this.workflowLease, true, cache);
         }
       }
     });
@@ -461,16 +503,30 @@ export class Worker {
 
   async #runWorkflowTasks(conn: pg.Client, rows: Row[]): Promise<Array<[Row, Message[], Replayer]>> {
     const done: Array<[Row, Message[], Replayer]> = [];
+    const failed: Array<[Row, Message]> = [];
     for (const row of rows) {
       try {
         const [state, cmds] = await this.#runWorkflowTask(conn, row);
         done.push([row, cmds, state]);
       } catch (e) {
+        if (e instanceof WorkflowTaskFailure) {       // the task fails, not the run
+          this.#log.error(`dex: run ${row.runId}: its workflow task fails: ${e.message}`);
+          failed.push([row, e.failure]);
+          continue;
+        }
         // the history could not be read: the connection's loop deals with it
         if (e instanceof HistoryReadError) throw e.cause;
         // a bug of the SDK: leave the task to its lease
         this.#log.error(`dex: run ${row.runId}: replay failed; its workflow task is left to expire:`, e);
       }
+    }
+    if (failed.length) {
+      await conn.query({
+        name: "dex_fail_tasks",
+        text: "SELECT run_id, task_id, failed AS ok FROM dex.fail_tasks($1::uuid[], $2::integer[], $3::bigint[], $4::jsonb[])",
+        values: [failed.map(([r]) => r.runId), failed.map(([r]) => r.taskId), failed.map(([r]) => r.lockVersion),
+                 jsonArray(failed.map(([, f]) => f))],
+      });
     }
     return done;
   }
@@ -532,17 +588,18 @@ export class Worker {
 
   /** Run them, complete them and lease the next ones in one CALL; the rows leased. */
   async #completeAndPollWait(conn: pg.Client, queue: string, done: Array<[Row, Message[], Replayer]>): Promise<Row[]> {
-    if (!done.length) return this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true);
+    if (!done.length) return this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true, true);
     let res: pg.QueryResult;
     try {
       this.#waiting.add(conn);
       try {
+        const declared = this.#declared(true);
         res = await conn.query({
-          text: "CALL dex.poll_tasks_wait($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5), NULL, true, " +
-                "$6::uuid[], $7::integer[], $8::bigint[], $9::jsonb[])",
+          text: withDeclared("CALL dex.poll_tasks_wait($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5), NULL, true, " +
+                             "$6::uuid[], $7::integer[], $8::bigint[], $9::jsonb[]/*declared*/)", declared, 9),
           values: [queue, this.workerId, this.maxBatch, this.workflowLease, this.pollTimeout,
                    done.map((d) => d[0].runId), done.map((d) => d[0].taskId), done.map((d) => d[0].lockVersion),
-                   jsonArray(done.map((d) => d[1]))],
+                   jsonArray(done.map((d) => d[1])), ...declared.values],
         });
       } finally {
         this.#waiting.delete(conn);
@@ -560,7 +617,7 @@ export class Worker {
       }
       this.#log.warn(`dex: completion with the poll refused (${(e as Error).message}); completing apart`);
       await this.#completeWorkflowTasks(conn, done);
-      return this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true);
+      return this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true, true);
     }
     const applied: boolean[] = res.rows[0]?.completed ?? [];
     this.#settleWorkflowTasks(done, (i) => applied[i] === true);
@@ -652,8 +709,8 @@ export class Worker {
       if (n === 0) return;
       let rows: Row[];
       try {
-        rows = oneQueue ? await this.#pollWait(conn, queue, n, this.activityLease, false)
-                        : await this.#poll(conn, queue, n, this.activityLease, false);
+        rows = oneQueue ? await this.#pollWait(conn, queue, n, this.activityLease, false, false)
+                        : await this.#poll(conn, queue, n, this.activityLease, false, false);
       } catch (e) {
         this.#release(n);
         throw e;
