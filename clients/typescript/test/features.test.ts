@@ -129,6 +129,29 @@ test("child workflows: their results, and a failed child as ChildRunError", asyn
   assert.equal(children.length, 4);
 });
 
+const forever = workflow("forever", async (ctx) => ctx.waitEvent("never"));
+const impatient = workflow("impatient", async (ctx) => {
+  const child = ctx.child(forever, null, { executionTimeout: 0.5, parentClosePolicy: "ABANDON" });
+  ctx.setCustomStatus("waiting for the child");
+  try {
+    await child;
+    return "child returned";
+  } catch (e) {
+    assert.ok(e instanceof ChildRunError);
+    return { type: e.type, runId: e.runId === child.runId && typeof e.runId === "string" };
+  }
+});
+
+test("a child run past its execution timeout ends TIMED_OUT, and the parent sees ChildRunError dex.TimedOut", async (t) => {
+  const qs = await queues();
+  await startWorker(t, qs, { workflows: [impatient, forever] });
+  const id = await client().start(impatient, null, { queue: qs[0] });
+  assert.deepEqual(await client().result(id, { timeout: 30 }), { type: "dex.TimedOut", runId: true });
+  assert.equal((await client().get(id)).customStatus, "waiting for the child");
+  const [child] = await client().list({ parentId: id });
+  assert.equal(child!.status, "TIMED_OUT");
+});
+
 let sideEffectCalls = 0;
 const tick = activity("tick", async () => "tock");
 const sideEffects = workflow("side-effects", async (ctx) => {
