@@ -195,9 +195,12 @@ COMMENT ON TABLE dex.workflow_task IS
 CREATE INDEX workflow_task_poll_idx ON dex.workflow_task (queue_id, priority DESC, created_at);
 CREATE INDEX workflow_task_lease_idx ON dex.workflow_task (locked_until) WHERE locked_by IS NOT NULL;
 -- Polls that declare the (workflow, version) pairs they run read one range
--- of this index per pair.
+-- of this index per pair.  Its order is on (- priority), an expression the
+-- poll index does not have, so that the planner cannot take that index
+-- instead for a declared poll (filtering the whole queue) however the
+-- statistics make the two look.
 CREATE INDEX workflow_task_version_idx
-    ON dex.workflow_task (queue_id, workflow_name, workflow_version, priority DESC, created_at);
+    ON dex.workflow_task (queue_id, workflow_name, workflow_version, (- priority), created_at);
 
 CREATE TABLE dex.activity_task (
     queue_id        integer NOT NULL,
@@ -230,8 +233,9 @@ CREATE INDEX activity_task_due_idx ON dex.activity_task (visible_from)
     WHERE status = 'CREATED';
 CREATE INDEX activity_task_lease_idx ON dex.activity_task (locked_until)
     WHERE locked_by IS NOT NULL;
--- Polls that declare the activities they run read one range of this index per name.
-CREATE INDEX activity_task_name_idx ON dex.activity_task (queue_id, name, priority DESC, created_at)
+-- Polls that declare the activities they run read one range of this index per
+-- name (on (- priority), as workflow_task_version_idx).
+CREATE INDEX activity_task_name_idx ON dex.activity_task (queue_id, name, (- priority), created_at)
     WHERE status = 'QUEUED' AND locked_by IS NULL;
 
 -- The logged record of an activity's retries, the one piece of activity state

@@ -2956,6 +2956,112 @@ dex_has(PGconn *m, const char *proname, int nargs)
 	return mon_double(m, sql) > 0;
 }
 
+/* ------------------------------------------------------------------ W9: declared polls */
+
+/*
+ * One phase of W9: "samples" times, create one run of (workflow "wf", version "version")
+ * on the queue (not timed), poll one task with "poll" (timed), complete it (not timed).
+ * The queue holds a backlog of 100,000 ready tasks of another workflow throughout.
+ */
+static void
+declared_phase(PGconn *m, Run *run, const char *row, const char *poll, const char *wf,
+			   int version, int samples, const char *what)
+{
+	PGconn	   *c = run->client;
+	double	   *t = xmalloc(sizeof(double) * (size_t) samples);
+	char		sql[1024],
+				notes[512];
+	double		secs;
+	Delta		d;
+
+	snprintf(sql, sizeof(sql), "SELECT dex.create_run('%s', 'w9-wf', workflow_version => %d)",
+			 wf, version);
+	prepare(c, "w9create", sql);
+	prepare(c, "w9poll", poll);
+	prepare(c, "w9complete", "SELECT dex.complete_task($1::uuid, 0, $2::bigint, "
+			"'[{\"id\": 1, \"completeRun\": {}}]')");
+	PQclear(mon(m, "SELECT pg_stat_statements_reset()"));
+	measure_begin(m, run);
+	run->t_start = mono_us();
+	for (int s = 0; s < samples; s++)
+	{
+		PGresult   *r = PQexecPrepared(c, "w9create", 0, NULL, NULL, NULL, 0);
+		int64_t		a;
+		const char *p[2];
+
+		if (PQresultStatus(r) != PGRES_TUPLES_OK)
+			die("W9 create: %s", PQerrorMessage(c));
+		PQclear(r);
+		a = mono_us();
+		r = PQexecPrepared(c, "w9poll", 0, NULL, NULL, NULL, 0);
+		t[s] = (mono_us() - a) / 1000.0;
+		if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1)
+			die("W9 poll (%s): %s (%d rows)", what, PQresultErrorMessage(r), PQntuples(r));
+		p[0] = PQgetvalue(r, 0, 0);
+		p[1] = PQgetvalue(r, 0, 1);
+		{
+			PGresult   *x = PQexecPrepared(c, "w9complete", 2, p, NULL, NULL, 0);
+
+			if (PQresultStatus(x) != PGRES_TUPLES_OK)
+				die("W9 complete: %s", PQerrorMessage(c));
+			PQclear(x);
+		}
+		PQclear(r);
+	}
+	secs = (mono_us() - run->t_start) / 1e6;
+	d = measure_end(m, run, samples);
+	print_top_statements(m, 4);
+	qsort(t, (size_t) samples, sizeof(double), cmp_double);
+	snprintf(notes, sizeof(notes), "%s: poll p50 %.3f / p99 %.3f ms (create and complete not timed)",
+			 what, pct(t, samples, 0.5), pct(t, samples, 0.99));
+	printf("  %s\n", notes);
+	print_row(row, samples, secs, &d, notes);
+	PQexec(c, "DEALLOCATE ALL");
+	free(t);
+}
+
+/*
+ * W9: what declaring costs a poll.  A workflow queue holds 100,000 ready tasks of workflow
+ * "w9-other"; one client polls one task at a time of a run it has just created, declaring
+ * nothing (it takes the oldest backlog task) or 20 (workflow, version) pairs, one of which
+ * is the new run's.
+ */
+static void
+workload_declared(PGconn *m)
+{
+	int			backlog = scaled(100000, 1000);
+	int			samples = scaled(2000, 100);
+	Run			run;
+	char		sql[512];
+
+	if (!dex_has(m, "poll_tasks_pb", 7))
+	{
+		printf("W9: skipped (this dex's polls declare nothing)\n");
+		return;
+	}
+	run_init(&run, m, "W9", WF_MINIMAL, samples, 0, 0, 1);
+	for (int done = 0; done < backlog; done += 10000)
+	{
+		snprintf(sql, sizeof(sql), "SELECT count(*) FROM dex.create_runs('w9-other', 'w9-wf', "
+				 "array_fill('0'::jsonb, ARRAY[%d]))", backlog - done < 10000 ? backlog - done : 10000);
+		exec_void(run.client, sql);
+	}
+	/* hint bits set and statistics taken: the first phase does not pay for them */
+	exec_void(run.client, "VACUUM ANALYZE dex.workflow_run, dex.workflow_task");
+	exec_void(run.client, "SELECT pg_stat_force_next_flush()");
+	printf("W9: %d ready tasks of another workflow in w9-wf\n", backlog);
+	declared_phase(m, &run, "W9 none",
+				   "SELECT run_id, lock_version FROM dex.poll_tasks_pb('w9-wf', 'w9', 1, '1 min')",
+				   "w9-other", 1, samples, "declaring nothing");
+	/* the runs the undeclared phase created went to the end of the backlog: it is as deep */
+	declared_phase(m, &run, "W9 20 pairs",
+				   "SELECT run_id, lock_version FROM dex.poll_tasks_pb('w9-wf', 'w9', 1, '1 min', "
+				   "false, names => array_fill('w9'::text, ARRAY[20]), "
+				   "versions => ARRAY(SELECT generate_series(1, 20)))",
+				   "w9", 7, samples, "declaring 20 (workflow, version) pairs");
+	PQfinish(run.client);
+}
+
 /* W3 or W4: with BENCH_K workers per queue, then with each count of BENCH_LOW_K */
 static void
 workload_low(PGconn *m, const char *w, WfKind kind, int n_runs, double rate)
@@ -2992,7 +3098,7 @@ main(int argc, char **argv)
 	if (bench_k < 1 || bench_batch < 1 || bench_batch > MAX_BATCH || bench_scale <= 0)
 		die("bad BENCH_K, BENCH_BATCH or BENCH_SCALE");
 	if (argc < 2)
-		die("usage: dexbench W1|W2|W3|W4|W5|W6|W7|W8 ...");
+		die("usage: dexbench W1|W2|W3|W4|W5|W6|W7|W8|W9 ...");
 
 	m = connect_db("dexbench monitor");
 	bench_postmaster = postmaster_pid(m);
@@ -3043,6 +3149,8 @@ main(int argc, char **argv)
 						  have_worker_cache && DEX_HAVE_HISTORY_OMITTED ? NULL :
 						  "the only W7 run: this dex has no worker_cache");
 		}
+		else if (strcmp(w, "W9") == 0)
+			workload_declared(m);
 		else if (strcmp(w, "W8") == 0)
 		{
 			/* 20 workers in all, each taking one task per call */

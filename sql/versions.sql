@@ -133,3 +133,27 @@ SELECT dex.complete_task(:'m', 0, :v,
     '[{"id": 1, "recordMarker": {"name": "dex.patch:use-new-step", "details": {"json": "{\"deprecated\": false}"}}}]');
 SELECT event->'id' AS id, event->'markerRecorded' AS marker
   FROM dex.run_history(:'m') WHERE event ? 'markerRecorded';
+
+-- 9. a declared poll reads its keys' index, not the queue's backlog, even where the
+-- statistics say one other workflow fills the queue (and its long name makes the keys'
+-- index the larger one)
+SELECT dex.create_queue('vs-skew', 'workflow');
+SELECT count(*) FROM dex.create_runs(repeat('b', 200), 'vs-skew', array_fill('0'::jsonb, ARRAY[5000]));
+SELECT partition FROM dex.queue WHERE name = 'vs-skew' \gset
+ANALYZE dex.:partition;
+SELECT dex.create_run('rare', 'vs-skew', workflow_version => 2) IS NOT NULL AS created;
+SELECT pg_stat_force_next_flush();
+CREATE TEMP TABLE index_reads AS
+SELECT regexp_replace(indexrelname, '^workflow_task_q_vs_skew_', '') AS index, idx_tup_read
+  FROM pg_stat_user_indexes WHERE relname = :'partition';
+-- a generic plan, as a worker's session gets after five polls
+SET plan_cache_mode = force_generic_plan;
+SELECT task->>'workflowName' AS workflow
+  FROM dex.poll_tasks('vs-skew', 'w', 1, names => '{rare,other}', versions => '{2,1}');
+RESET plan_cache_mode;
+SELECT pg_stat_force_next_flush();
+SELECT i.index, s.idx_tup_read - i.idx_tup_read AS entries_read
+  FROM index_reads i
+  JOIN pg_stat_user_indexes s ON s.relname = :'partition'
+   AND regexp_replace(s.indexrelname, '^workflow_task_q_vs_skew_', '') = i.index
+ ORDER BY 1;

@@ -32,6 +32,11 @@
  * the tasks of other versions in the queue.  The others it locked stay
  * locked, not leased, until its transaction ends (other polls skip them).
  *
+ * They order by (- priority), which only those indexes give without a sort:
+ * ordered by priority, where statistics say one workflow fills the queue
+ * (every task looks like a match), the planner takes the smaller poll index
+ * instead and filters every task of the queue, for each declared key.
+ *
  * The LIMIT subqueries of the lease statements are MATERIALIZED CTEs: as a
  * plain subquery the planner may rescan it inside a nested loop (it does with
  * statistics taken on an empty partition), and every rescan skips the rows
@@ -75,7 +80,7 @@ static DexPlan lease_declared_workflow_plan = {
 	"      LATERAL (SELECT t.run_id, t.priority, t.created_at FROM dex.workflow_task t "
 	"               WHERE t.queue_id = $1 AND t.workflow_name = k.n AND t.workflow_version = k.v "
 	"               AND (t.locked_until IS NULL OR t.locked_until <= $5) "
-	"               ORDER BY t.priority DESC, t.created_at LIMIT $2 FOR UPDATE SKIP LOCKED) s "
+	"               ORDER BY (- t.priority), t.created_at LIMIT $2 FOR UPDATE SKIP LOCKED) s "
 	"      ORDER BY s.priority DESC, s.created_at LIMIT $2) "
 	"UPDATE dex.workflow_task t SET locked_by = $3, locked_until = $5 + $4, "
 	"lock_version = nextval('dex.lease_version'), started_at = $5, "
@@ -105,7 +110,7 @@ static DexPlan lease_declared_activity_plan = {
 	"      LATERAL (SELECT t.run_id, t.event_id, t.priority, t.created_at FROM dex.activity_task t "
 	"               WHERE t.queue_id = $1 AND t.name = k.n AND t.status = 'QUEUED' "
 	"               AND t.locked_by IS NULL "
-	"               ORDER BY t.priority DESC, t.created_at LIMIT $2 FOR UPDATE SKIP LOCKED) s "
+	"               ORDER BY (- t.priority), t.created_at LIMIT $2 FOR UPDATE SKIP LOCKED) s "
 	"      ORDER BY s.priority DESC, s.created_at LIMIT $2) "
 	LEASE_ACTIVITY_SET,
 	6, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID}
