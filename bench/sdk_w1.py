@@ -3,7 +3,8 @@
 
     PGHOST=... python3 bench/sdk_w1.py [N] [K]
 
-Prints "ROW|python|N|seconds|runs/s|xact/run|create runs/s|process runs/s|check".
+Prints "ROW|python|N|seconds|runs/s|xact/run|client CPU ms/run|create runs/s|process runs/s|check"
+(client CPU: this process's time over the workload, creates included).
 """
 import os
 import sys
@@ -41,6 +42,7 @@ def main():
     client.create_queue(aq, "activity")
     x0 = xacts(client)
     t0 = time.monotonic()
+    cpu0 = time.process_time()
     for i in range(0, N, 1000):
         client.start_many(w1, list(range(i, min(N, i + 1000))), queue=wq)
     t1 = time.monotonic()
@@ -51,6 +53,7 @@ def main():
                               (wq,)).fetchone()[0] < N:
         time.sleep(0.05)
     t2 = time.monotonic()
+    cpu = time.process_time() - cpu0
     for w in workers:
         w.shutdown()
     ok, n = client.conn.execute(
@@ -58,7 +61,8 @@ def main():
         "count(*) FROM dex.runs WHERE queue = %s", (wq,)).fetchone()
     x1 = xacts(client)
     s = t2 - t0
-    print(f"ROW|python|{N}|{s:.2f}|{N / s:.0f}|{(x1 - x0) / N:.2f}|{N / (t1 - t0):.0f}|{N / (t2 - t1):.0f}|"
+    print(f"ROW|python|{N}|{s:.2f}|{N / s:.0f}|{(x1 - x0) / N:.2f}|{1000 * cpu / N:.3f}|"
+          f"{N / (t1 - t0):.0f}|{N / (t2 - t1):.0f}|"
           f"{'ok' if ok == N else 'FAILED'}: {ok}/{n} completed with argument + 1")
 
 

@@ -5,7 +5,8 @@
  *
  *   node dist/bench/w1.js [N] [K]        (PG* variables name the database; bench/sdk-w1.sh)
  *
- * Prints one line "ROW|typescript|N|seconds|runs/s|xact/run|create runs/s|process runs/s|check".
+ * Prints one line "ROW|typescript|N|seconds|runs/s|xact/run|client CPU ms/run|create runs/s|process runs/s|check"
+ * (client CPU: this process's user + system time over the workload, creates included).
  * xact/run: the database's committed transactions (pg_stat_database) over the workload, read
  * after the workers have disconnected (a backend reports its counts when it exits).
  */
@@ -29,6 +30,7 @@ await client.createQueue(wq, "workflow");
 await client.createQueue(aq, "activity");
 const x0 = await xacts(client);
 const t0 = performance.now();
+const cpu0 = process.cpuUsage();
 for (let i = 0; i < N; i += 1000) {
   await client.startMany(w1, Array.from({ length: Math.min(1000, N - i) }, (_, j) => i + j), { queue: wq });
 }
@@ -44,6 +46,7 @@ for (;;) {
   await new Promise((resolve) => setTimeout(resolve, 50));
 }
 const t2 = performance.now();
+const cpu = process.cpuUsage(cpu0);
 await Promise.all(workers.map((w) => w.shutdown()));
 const [check] = await client.sql(
   "SELECT count(*) FILTER (WHERE status = 'COMPLETED' AND result = to_jsonb((argument #>> '{}')::int + 1))::int AS ok, count(*)::int AS n " +
@@ -52,5 +55,6 @@ const x1 = await xacts(client);
 await client.close();
 const s = (t2 - t0) / 1000;
 console.log(`ROW|typescript|${N}|${s.toFixed(2)}|${(N / s).toFixed(0)}|${((x1 - x0) / N).toFixed(2)}|` +
+            `${((cpu.user + cpu.system) / 1000 / N).toFixed(3)}|` +
             `${(N / ((t1 - t0) / 1000)).toFixed(0)}|${(N / ((t2 - t1) / 1000)).toFixed(0)}|` +
             `${check!.ok === N ? "ok" : "FAILED"}: ${check!.ok}/${check!.n} completed with argument + 1`);
