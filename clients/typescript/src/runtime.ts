@@ -449,7 +449,11 @@ export class WorkflowContext {
 
   /** Await all: their results in order; the first failure (in completion order) is thrown. */
   all<T extends readonly unknown[] | []>(items: T): Promise<{ -readonly [K in keyof T]: Awaited<T[K]> }> {
-    return Promise.all(items) as Promise<{ -readonly [K in keyof T]: Awaited<T[K]> }>;
+    const all = Promise.all(items) as Promise<{ -readonly [K in keyof T]: Awaited<T[K]> }>;
+    // awaited later (after a timer, say), its failure must not count as an unhandled rejection,
+    // which would end the worker's process: whoever awaits it still gets the failure
+    all.catch(() => {});
+    return all;
   }
 
   /** Await the first to settle (resolve or reject): its index.  Then await that item for its value. */

@@ -359,3 +359,22 @@ test("startMany starts one run per argument; list finds them; formatHistory prin
   assert.match(table, /^seq \| at +\| event +\| id \| details/);
   assert.match(table, /runCompleted +\| +\| result=4/);
 });
+
+const failing = activity("failing", async () => { throw new NonRetryableError("no"); });
+const lateAwait = workflow("late-await", async (ctx) => {
+  const both = ctx.all([ctx.activity(failing), ctx.activity(tick)]);
+  await ctx.sleep(0.3);                              // both fails meanwhile, awaited only now
+  try {
+    await both;
+    return "no failure";
+  } catch (e) {
+    return (e as ActivityError).activityName;
+  }
+});
+
+test("ctx.all failing before it is awaited is no unhandled rejection: the workflow gets the failure when it awaits", async (t) => {
+  const qs = await queues();
+  await startWorker(t, qs, { workflows: [lateAwait], activities: [failing, tick] });
+  const id = await client().start(lateAwait, null, { queue: qs[0] });
+  assert.equal(await client().result(id, { timeout: 20 }), "failing");
+});

@@ -47,10 +47,10 @@ export function spawnTsWorker(qs: [string, string], shutdownTimeout = 30): Child
 const pyEnv = () => ({ ...process.env, PYTHONDONTWRITEBYTECODE: "1",
                        PYTHONPATH: `${PYTHON_SDK}:${join(PYTHON_SDK, "tests")}` });
 
-/** A Python worker process (python3 -m dex worker crashflows) on the queues. */
+/** A Python worker process (python3 -m dex worker crashflows, its default protobuf wire form) on the queues. */
 export function spawnPyWorker(qs: [string, string]): ChildProcess {
   return track(spawn(PYTHON, ["-m", "dex", "worker", "crashflows", "-w", qs[0], "-a", qs[1], "--activity-lease", "1",
-                              "--workflow-lease", "2", "--wire", "json"],
+                              "--workflow-lease", "2"],
                      { env: pyEnv(), cwd: join(PYTHON_SDK, "tests"), stdio: ["ignore", "pipe", "pipe"] }));
 }
 
