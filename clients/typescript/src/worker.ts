@@ -357,7 +357,15 @@ export class Worker {
    * Stop leasing, finish what is in hand, wait for running activities (up to `timeout`
    * seconds, default shutdownTimeout), fail the rest as retryable.
    */
-  async shutdown(timeout?: number): Promise<void> {
+  shutdown(timeout?: number): Promise<void> {
+    // one shutdown at a time: a second call (run()'s, after a programmatic one) waits for it
+    this.#shutdown ??= this.#shutdownOnce(timeout).finally(() => { this.#shutdown = undefined; });
+    return this.#shutdown;
+  }
+
+  #shutdown: Promise<void> | undefined;
+
+  async #shutdownOnce(timeout?: number): Promise<void> {
     if (!this.#started) return;
     this.#stopRequested?.();
     this.#stopping = true;
