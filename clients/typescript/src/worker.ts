@@ -206,6 +206,10 @@ export interface WorkerStats {
   cacheHits: number;
   cacheStale: number;
   historyReads: number;
+  /** Calls that completed workflow tasks (each a batch: dex.complete_tasks or CALL dex.poll_tasks_wait). */
+  workflowCompletionCalls: number;
+  /** Calls that reported activity outcomes (each a batch: dex.complete_tasks or dex.fail_tasks). */
+  activityReportCalls: number;
 }
 
 /** Runs workflows and activities of some queues. */
@@ -222,7 +226,7 @@ export class Worker {
   readonly defaultActivityQueue: string | undefined;
   readonly stats: WorkerStats = {
     workflowTasks: 0, activitiesCompleted: 0, activitiesFailed: 0, leasesLost: 0,
-    fullReplays: 0, cacheHits: 0, cacheStale: 0, historyReads: 0,
+    fullReplays: 0, cacheHits: 0, cacheStale: 0, historyReads: 0, workflowCompletionCalls: 0, activityReportCalls: 0,
   };
   readonly #connection: ConnectionOptions;
   readonly #workflows = new Map<string, WorkflowDefinition>();
@@ -627,6 +631,7 @@ export class Worker {
       await this.#completeWorkflowTasks(conn, done);
       return this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true, true);
     }
+    this.stats.workflowCompletionCalls++;
     const applied: boolean[] = res.rows[0]?.completed ?? [];
     this.#settleWorkflowTasks(done, (i) => applied[i] === true);
     return ((res.rows[0]?.tasks ?? []) as Message[]).map(taskRow);
@@ -651,6 +656,7 @@ export class Worker {
       for (const [row, cmds] of done) await this.#completeOneWorkflowTask(conn, row, cmds);
       return;
     }
+    this.stats.workflowCompletionCalls++;
     const ok = new Set(res.rows.filter((r) => r.completed).map((r) => r.run_id as string));
     this.#settleWorkflowTasks(done, (i) => ok.has(done[i]![0].runId), quiet);
   }
@@ -823,6 +829,7 @@ export class Worker {
         for (const r of rs) await this.#sendOne(conn, r);
         continue;
       }
+      this.stats.activityReportCalls++;
       const ok = new Set(res.rows.filter((x) => x.ok).map((x) => `${x.run_id}/${x.task_id}`));
       for (const r of rs) this.#settle(r, ok.has(r.key));
     }

@@ -226,3 +226,21 @@ test("server restart mid-run: the worker reconnects and the run finishes, nothin
   const ls = lines(log);
   for (const name of ["a", "b", "d"]) assert.equal(ls.filter((l) => l.startsWith(`done ${name}`)).length, 1, ls.join(", "));
 });
+
+const one = activity("one-step", (n: number) => n + 1);
+const oneStep = workflow("one-step-flow", async (ctx, n: number) => ctx.activity(one, n));
+
+test("completions and activity results go back in batches: far fewer calls than tasks", async (t) => {
+  const qs = await queues();
+  const ids = await client().startMany(oneStep, Array.from({ length: 200 }, (_, i) => i), { queue: qs[0] });
+  const w = await startWorker(t, qs, { workflows: [oneStep], activities: [one], concurrency: 100 });
+  const results = await Promise.all(ids.map((id) => client().result(id, { timeout: 60 })));
+  assert.deepEqual(results, Array.from({ length: 200 }, (_, i) => i + 1));
+  await eventually(() => w.stats.workflowTasks === 400, "every workflow task's completion to be counted");
+  assert.equal(w.stats.activitiesCompleted, 200);
+  t.diagnostic(JSON.stringify(w.stats));
+  // 400 workflow tasks and 200 activity results: batches of up to 100 (maxBatch), so a handful
+  // of calls each when they come in bursts; one call per task would be 400 and 200
+  assert.ok(w.stats.workflowCompletionCalls <= 40, JSON.stringify(w.stats));
+  assert.ok(w.stats.activityReportCalls <= 40, JSON.stringify(w.stats));
+});
