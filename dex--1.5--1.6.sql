@@ -6,7 +6,8 @@
  * pairs or the activities a worker runs, each read from an index of its
  * own; dex.unserved shows the tasks no worker serves (dex.last_polled, from
  * shared memory, says when a worker that could take them last polled);
- * dex.set_run_version moves a run to another version.
+ * dex.set_run_version moves a run to another version; dex.stop_waiting ends
+ * a worker's waits for its shutdown.
  * The library of 1.6 works with a 1.5 schema until the update (polls then
  * take no declarations).  test/t/009_upgrade.pl checks that an updated
  * database has exactly the objects of a fresh 1.6 install.
@@ -150,9 +151,18 @@ CREATE VIEW dex.unserved AS SELECT * FROM dex.unserved();
 COMMENT ON VIEW dex.unserved IS
     'Ready tasks that no worker serves: per queue and workflow (name, version) or activity (name), the tasks waiting over a minute on which no worker that declared them, nor one that declared nothing, polled for a minute; since when they wait, and when such a worker last polled (NULL: none since the server started).';
 
+CREATE FUNCTION dex.stop_waiting(worker_id text)
+RETURNS integer
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_stop_waiting';
+COMMENT ON FUNCTION dex.stop_waiting(text) IS
+    'End the waits of the worker''s dex.poll_tasks_wait(_pb) calls in this database now: each returns what it leased (nothing), as at its timeout, so that a worker shutting down needs no cancel request (which the server logs as an error); how many waits it ended. A call that enters its wait afterwards waits on: call it until the worker''s calls have returned.';
+
 REVOKE ALL ON FUNCTION dex.poll_tasks(text, text, integer, interval, boolean, text[], integer[]),
     dex.poll_tasks_pb(text, text, integer, interval, boolean, text[], integer[]),
-    dex.set_run_version(uuid, integer), dex.last_polled(integer, text, integer), dex.unserved(interval)
+    dex.set_run_version(uuid, integer), dex.last_polled(integer, text, integer), dex.unserved(interval),
+    dex.stop_waiting(text)
     FROM PUBLIC;
 REVOKE ALL ON PROCEDURE
     dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean, uuid[], integer[], bigint[], jsonb[], boolean[], text[], integer[]),
@@ -160,7 +170,8 @@ REVOKE ALL ON PROCEDURE
     FROM PUBLIC;
 REVOKE ALL ON dex.unserved FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dex.poll_tasks(text, text, integer, interval, boolean, text[], integer[]),
-    dex.poll_tasks_pb(text, text, integer, interval, boolean, text[], integer[]) TO dex_worker;
+    dex.poll_tasks_pb(text, text, integer, interval, boolean, text[], integer[]),
+    dex.stop_waiting(text) TO dex_worker;
 GRANT EXECUTE ON PROCEDURE
     dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean, uuid[], integer[], bigint[], jsonb[], boolean[], text[], integer[]),
     dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean, uuid[], integer[], bigint[], bytea[], boolean[], text[], integer[])

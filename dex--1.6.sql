@@ -739,6 +739,14 @@ AS 'MODULE_PATHNAME', 'dex_poll_tasks_wait_pb';
 COMMENT ON PROCEDURE dex.poll_tasks_wait_pb(text, text, integer, interval, interval, bytea[], boolean, uuid[], integer[], bigint[], bytea[], boolean[], text[], integer[]) IS
     'dex.poll_tasks_wait with the tasks as encoded dex.v1.WorkflowTask or dex.v1.ActivityTask messages, and results as encoded dex.v1.WorkflowTaskCompletion or dex.v1.Payload (as dex.complete_tasks_pb).';
 
+CREATE FUNCTION dex.stop_waiting(worker_id text)
+RETURNS integer
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_stop_waiting';
+COMMENT ON FUNCTION dex.stop_waiting(text) IS
+    'End the waits of the worker''s dex.poll_tasks_wait(_pb) calls in this database now: each returns what it leased (nothing), as at its timeout, so that a worker shutting down needs no cancel request (which the server logs as an error); how many waits it ended. A call that enters its wait afterwards waits on: call it until the worker''s calls have returned.';
+
 -- No SET clause, as dex.wait_for_tasks: its statements qualify every object and operator.
 CREATE PROCEDURE dex.wait_for_run(run_id uuid, timeout interval DEFAULT '60 s',
                                   INOUT status text DEFAULT NULL, INOUT result jsonb DEFAULT NULL,
@@ -1194,7 +1202,7 @@ GRANT EXECUTE ON FUNCTION
     dex.fail_task(uuid, integer, bigint, jsonb), dex.fail_task_pb(uuid, integer, bigint, bytea),
     dex.fail_tasks(uuid[], integer[], bigint[], jsonb[]), dex.fail_tasks_pb(uuid[], integer[], bigint[], bytea[]),
     dex.heartbeat_task(uuid, integer, bigint, interval, jsonb),
-    dex.heartbeat_tasks(uuid[], integer[], bigint[], interval, text)
+    dex.heartbeat_tasks(uuid[], integer[], bigint[], interval, text), dex.stop_waiting(text)
     TO dex_worker;
 GRANT EXECUTE ON PROCEDURE dex.wait_for_tasks(text, interval, boolean),
     dex.poll_tasks_wait(text, text, integer, interval, interval, jsonb, boolean, uuid[], integer[], bigint[], jsonb[], boolean[], text[], integer[]),

@@ -2943,7 +2943,10 @@ workload_long(PGconn *m, const char *name, const char *tag, int n_steps, bool us
 
 /* ------------------------------------------------------------------ main */
 
-/* whether the installed dex has a function or procedure of schema dex (with nargs, or any if < 0) */
+/*
+ * Whether the installed dex has a function or procedure of schema dex with at least nargs
+ * arguments (any if < 0): later versions add arguments at the end, with defaults.
+ */
 static bool
 dex_has(PGconn *m, const char *proname, int nargs)
 {
@@ -2951,8 +2954,8 @@ dex_has(PGconn *m, const char *proname, int nargs)
 
 	snprintf(sql, sizeof(sql),
 			 "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
-			 "WHERE n.nspname = 'dex' AND p.proname = '%s' AND (%d < 0 OR p.pronargs = %d)",
-			 proname, nargs, nargs);
+			 "WHERE n.nspname = 'dex' AND p.proname = '%s' AND p.pronargs >= %d",
+			 proname, nargs);
 	return mon_double(m, sql) > 0;
 }
 

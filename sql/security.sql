@@ -326,6 +326,8 @@ CALL dex.poll_tasks_wait('sec-act', 'sec-w', 5, '1 min', '0.1 s');
 CALL dex.poll_tasks_wait_pb('sec-act', 'sec-w', 5, '1 min', '0 s');
 -- and declaring what the worker runs: none of the queue's tasks is of these
 CALL dex.poll_tasks_wait('sec-act', 'sec-w', 5, '1 min', '0 s', names => ARRAY['nothing']);
+-- a worker shutting down ends its waits (none wait now)
+SELECT dex.stop_waiting('sec-w') AS stopped;
 SELECT pg_catalog.count(*) AS leased
   FROM dex.poll_tasks('sec-wf', 'sec-w', 5, names => ARRAY['sec'], versions => ARRAY[9]);
 SELECT lock_version AS v FROM dex.poll_tasks('sec-wf', 'sec-w') \gset

@@ -16,6 +16,7 @@ packages=(
   libtap-parser-sourcehandler-pgtap-perl # pg_prove
   libipc-run-perl                        # PostgreSQL::Test::Cluster (TAP tests)
   python3 python3-psycopg python3-pytest # reference client tests
+  python3-venv python3-pip               # the README's install of the Python SDK (tests/test_run_command.py)
   pgbouncer                              # reference client tests behind a transaction pool
   clang libclang-rt-14-dev               # fuzz suite: clang, libFuzzer and sanitizer runtimes
   nodejs                                 # the TypeScript client (clients/typescript): node 20 and npm

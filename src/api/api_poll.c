@@ -73,10 +73,9 @@ static DexPlan lease_workflow_plan = {
 	5, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}
 };
 
-/* $6, $7: the declared (workflow, version) pairs */
+/* $6, $7: the declared (workflow, version) pairs, each once (read_declared) */
 static DexPlan lease_declared_workflow_plan = {
-	"WITH c AS MATERIALIZED (SELECT s.run_id FROM "
-	"      (SELECT DISTINCT k.n, k.v FROM unnest($6::text[], $7::integer[]) AS k(n, v)) k, "
+	"WITH c AS MATERIALIZED (SELECT s.run_id FROM unnest($6::text[], $7::integer[]) AS k(n, v), "
 	"      LATERAL (SELECT t.run_id, t.priority, t.created_at FROM dex.workflow_task t "
 	"               WHERE t.queue_id = $1 AND t.workflow_name = k.n AND t.workflow_version = k.v "
 	"               AND (t.locked_until IS NULL OR t.locked_until <= $5) "
@@ -103,10 +102,9 @@ static DexPlan lease_declared_workflow_plan = {
 	"RETURNING t.run_id, t.event_id, t.lock_version, t.locked_until, t.name, t.argument, " \
 	"t.attempt, t.retry_policy, t.last_failure, t.heartbeat_details"
 
-/* $6: the declared activity names */
+/* $6: the declared activity names, each once */
 static DexPlan lease_declared_activity_plan = {
-	"WITH c AS MATERIALIZED (SELECT s.run_id, s.event_id FROM "
-	"      (SELECT DISTINCT k.n FROM unnest($6::text[]) AS k(n)) k, "
+	"WITH c AS MATERIALIZED (SELECT s.run_id, s.event_id FROM unnest($6::text[]) AS k(n), "
 	"      LATERAL (SELECT t.run_id, t.event_id, t.priority, t.created_at FROM dex.activity_task t "
 	"               WHERE t.queue_id = $1 AND t.name = k.n AND t.status = 'QUEUED' "
 	"               AND t.locked_by IS NULL "
@@ -180,6 +178,33 @@ dex_queue_room(const DexQueue *queue, bool lock, TimestampTz at)
 typedef DexPollArgs PollArgs;
 
 /*
+ * A name (and version) declared twice is kept once: the lease statement reads
+ * each key's tasks once, and waiters and pollers hold each key once.
+ */
+static void
+drop_repeated_keys(PollArgs *args)
+{
+	int			n = 0;
+
+	for (int i = 0; i < args->n_names; i++)
+	{
+		bool		seen = false;
+
+		for (int j = 0; j < n && !seen; j++)
+			seen = args->keys[j] == args->keys[i] &&
+				(args->versions == NULL || args->versions[j] == args->versions[i]) &&
+				strcmp(args->names[j], args->names[i]) == 0;
+		if (seen)
+			continue;
+		args->names[n] = args->names[i];
+		if (args->versions)
+			args->versions[n] = args->versions[i];
+		args->keys[n++] = args->keys[i];
+	}
+	args->n_names = n;
+}
+
+/*
  * What a poll declares it runs (1.6): names, argument names_arg, and
  * versions, the next one, if the function has them; checked here, and
  * against the queue's kind by check_declared.  Copied: a procedure uses
@@ -245,6 +270,7 @@ read_declared(FunctionCallInfo fcinfo, int names_arg, PollArgs *args)
 		}
 		args->keys[i] = dex_task_key(args->names[i], versions ? args->versions[i] : 0);
 	}
+	drop_repeated_keys(args);
 }
 
 /* What a poll declared fits its queue: (workflow, version) pairs, or activity names */

@@ -3,7 +3,9 @@
  * api_wait.c
  *	  CALL dex.wait_for_tasks(queue, timeout, INOUT ready): the long poll;
  *	  CALL dex.poll_tasks_wait(_pb): the poll and the long poll in one call
- *	  (1.4), with incremental histories and completions (1.5);
+ *	  (1.4), with incremental histories and completions (1.5), declaring
+ *	  what the worker runs (1.6); dex.stop_waiting(worker_id): ending a
+ *	  worker's waits (1.6);
  *	  CALL dex.wait_for_run(run_id, timeout, INOUT status, result, failure):
  *	  waiting for a run to end; CALL dex.wait_for_runs(run_ids, timeout,
  *	  mode, INOUT ended): for one or all of several (1.4).
@@ -24,7 +26,9 @@
  * called in; if it leased nothing, it commits (the completions with it),
  * sleeps holding no snapshot in the transaction that commit began, and
  * looks again in it when woken, its leases dated from the wake-up.  The
- * leases commit when the CALL ends.
+ * leases commit when the CALL ends.  dex.stop_waiting ends the sleep of a
+ * worker's calls: each returns what it had leased (nothing), so that a worker
+ * shutting down need not cancel them.
  *
  * dex.wait_for_run does the same for one run: it looks at the run, and until
  * the run has ended it commits and sleeps on the run's wait slot, which
@@ -636,6 +640,8 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 			dex_report_wait(psprintf("waiting for tasks on queue \"%s\"", look.args.queue_name));
 			(void) dex_queue_wait(remaining);
 			dex_report_wait(NULL);
+			if (dex_queue_wait_stopped())
+				break;			/* its worker shuts down: nothing leased, as at the timeout */
 
 			/*
 			 * The next look runs in the transaction SPI_commit began before
@@ -718,4 +724,20 @@ Datum
 dex_poll_tasks_wait_pb(PG_FUNCTION_ARGS)
 {
 	return poll_tasks_wait(fcinfo, true);
+}
+
+/*
+ * dex.stop_waiting(worker_id) returns integer: the worker's calls of
+ * dex.poll_tasks_wait(_pb) that wait in this database return now, empty, as
+ * at their timeout; how many did.  A worker shutting down calls it instead of
+ * cancelling them (a cancel is an error in the server log).  A call that
+ * enters its wait after it waits on: call it until none does.
+ */
+PG_FUNCTION_INFO_V1(dex_stop_waiting);
+Datum
+dex_stop_waiting(PG_FUNCTION_ARGS)
+{
+	char	   *worker_id = dex_arg_name(fcinfo, 0, "worker id");
+
+	PG_RETURN_INT32(dex_queue_stop_waiters(dex_worker_hash(worker_id)));
 }

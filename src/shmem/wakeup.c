@@ -106,6 +106,7 @@ typedef struct DexQueueWaiter
 	Oid			dbid;
 	int32		queue_id;
 	uint32		worker;			/* dex_worker_hash of its worker id; 0: unknown */
+	bool		stop;			/* dex.stop_waiting: its worker shuts down */
 	int			n_keys;			/* declared: 0 none (any task), -1 wide (more than fit) */
 	uint64		keys[DEX_WAIT_KEYS];
 	Latch	   *latch;
@@ -1156,21 +1157,73 @@ dex_queue_wait_begin(int32 queue_id, uint32 worker, const uint64 *keys, int n_ke
 	if (n_keys > 0 && n_keys <= DEX_WAIT_KEYS)
 		memcpy(my_waiter->keys, keys, sizeof(uint64) * n_keys);
 	my_waiter->latch = MyLatch;
+	my_waiter->stop = false;
 	my_waiter->woken = false;
 	my_waiter->waiting = true;
 	SpinLockRelease(&dex_shared->waiters_mutex);
 }
 
-/* Whether a commit woke this backend's entry */
+/* Whether a commit woke this backend's entry, or its worker asked it to stop waiting */
 static bool
 queue_waiter_woken(void)
 {
 	bool		woken;
 
 	SpinLockAcquire(&dex_shared->waiters_mutex);
-	woken = my_waiter->woken;
+	woken = my_waiter->woken || my_waiter->stop;
 	SpinLockRelease(&dex_shared->waiters_mutex);
 	return woken;
+}
+
+/* Whether this backend's worker asked it to stop waiting (dex.stop_waiting) */
+bool
+dex_queue_wait_stopped(void)
+{
+	bool		stop;
+
+	if (my_waiter == NULL)
+		return false;
+	SpinLockAcquire(&dex_shared->waiters_mutex);
+	stop = my_waiter->stop;
+	SpinLockRelease(&dex_shared->waiters_mutex);
+	return stop;
+}
+
+/*
+ * dex.stop_waiting: the waits of this database's backends for the worker
+ * (dex_worker_hash of its id) end now, as at their timeout: its shutdown
+ * needs no cancel request.  How many were waiting.
+ */
+int
+dex_queue_stop_waiters(uint32 worker)
+{
+	Latch	   *latches[64];
+	int			n_latches = 0;
+	int			n = 0;
+	bool		more = true;
+
+	require_shared_memory("tasks");
+	while (more)
+	{
+		more = false;
+		SpinLockAcquire(&dex_shared->waiters_mutex);
+		for (int i = 0; i < dex_shared->n_waiter_entries && !more; i++)
+		{
+			DexQueueWaiter *w = &dex_shared->waiters[i];
+
+			if (!w->waiting || w->stop || w->dbid != MyDatabaseId || w->worker != worker)
+				continue;
+			w->stop = true;
+			latches[n_latches++] = w->latch;
+			more = n_latches == lengthof(latches);
+		}
+		SpinLockRelease(&dex_shared->waiters_mutex);
+		for (int i = 0; i < n_latches; i++)
+			SetLatch(latches[i]);
+		n += n_latches;
+		n_latches = 0;
+	}
+	return n;
 }
 
 /*

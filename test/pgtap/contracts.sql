@@ -18,7 +18,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(296);
+SELECT plan(301);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -56,6 +56,7 @@ INSERT INTO api VALUES
     ('set_run_version',  '{uuid,integer}',                                          'void'),
     ('last_polled',      '{integer,text,integer}',                                  'timestamp with time zone'),
     ('unserved',         '{interval}',                                              'setof record'),
+    ('stop_waiting',     '{text}',                                                  'integer'),
     ('list_runs',        '{text,text,jsonb,"timestamp with time zone","timestamp with time zone","timestamp with time zone","timestamp with time zone",uuid,uuid,integer}', 'setof dex.runs'),
     ('grant_queue',      '{text,regrole}',                                          'void'),
     ('revoke_queue',     '{text,regrole}',                                          'void'),

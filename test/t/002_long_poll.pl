@@ -301,5 +301,25 @@ $node->safe_psql('postgres', q{SELECT dex.create_run('flow', 'vd', workflow_vers
 $mixed[0][0]->finish;
 like(${ $mixed[0][1] }, qr/"workflowVersion": 1/, 'and takes the next version-1 task');
 
+# 12. dex.stop_waiting: a worker shutting down ends its waiting calls without
+# a cancel request; each returns empty, as at its timeout, and leases nothing
+$node->safe_psql('postgres', q{SELECT dex.create_queue('sw', 'workflow')});
+my @sw = map { [ start_call("CALL dex.poll_tasks_wait('sw', 'leaving', 1, '1 min', '60 s')") ] } 1 .. 2;
+my ($other, $other_out) = start_call("CALL dex.poll_tasks_wait('sw', 'staying', 1, '1 min', '60 s')");
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 3 FROM pg_stat_activity
+	 WHERE query LIKE 'CALL dex.poll_tasks_wait(''sw''%' AND wait_event_type = 'Extension'}),
+	'two calls of one worker and one of another wait');
+$t0 = time;
+is($node->safe_psql('postgres', q{SELECT dex.stop_waiting('leaving')}), '2', 'stop_waiting ends the two');
+$_->[0]->finish for @sw;
+cmp_ok(time - $t0, '<', 5, 'at once');
+is(join(',', map { ${ $_->[1] } =~ s/\s+$//r } @sw), '[]|,[]|', 'each returns no task, as at its timeout');
+is($node->safe_psql('postgres', q{SELECT dex.stop_waiting('leaving')}), '0', 'none of that worker waits now');
+$node->safe_psql('postgres', q{SELECT dex.create_run('after', 'sw')});
+$other->finish;
+like($$other_out, qr/"workflowName": "after"/, 'the other worker waited on, and takes the next task');
+unlike(slurp_file($node->logfile), qr/canceling statement/, 'and the server log has no cancel error');
+
 $node->stop;
 done_testing();

@@ -19,22 +19,27 @@ See clients/python/README.md.
 
 from ._convert import RetryPolicy, decode, encode
 from .client import Attempt, Client, Run, format_history
-from .errors import (ActivityError, ApplicationError, CancelledError, ChildRunError, DexError,
-                     FailureError, LeaseLost, NonDeterminismError, NonRetryableError,
-                     NotSupported, RunCancelledError, RunFailedError, RunTerminatedError,
-                     RunTimedOutError, WaitTimeout)
+from .errors import (ActivityError, AlreadyActive, AlreadyExists, ApplicationError,
+                     CancelledError, ChildRunError, ConnectionFailed, DexError,
+                     DuplicateDefinition, FailureError, InvalidArgument, InvalidState,
+                     LeaseLost, LimitExceeded, NonDeterminismError, NonRetryableError,
+                     NotFound, NotJSONError, NotSupported, PermissionDenied, RunCancelledError,
+                     RunFailedError, RunTerminatedError, RunTimedOutError, ServerError,
+                     TaskRunEnded, WaitTimeout, WrongKind)
 from .registry import activity, workflow
 from .worker import ActivityContext, ActivityInfo, Worker, activity_context
 from ._runtime import (ActivityHandle, ChildRun, EventWait, Future, Task, Timer,
                        WorkflowContext, replay)
 
 __all__ = [
-    "ActivityContext", "ActivityError", "ActivityHandle", "ActivityInfo", "ApplicationError",
-    "Attempt", "CancelledError", "ChildRun", "ChildRunError", "Client", "DexError",
-    "EventWait", "FailureError", "Future", "LeaseLost", "NonDeterminismError",
-    "NonRetryableError", "NotSupported", "RetryPolicy", "Run", "RunCancelledError",
-    "RunFailedError", "RunTerminatedError", "RunTimedOutError", "Task", "Timer", "WaitTimeout",
-    "Worker", "WorkflowContext", "activity", "activity_context", "decode", "encode",
-    "format_history", "replay", "workflow",
+    "ActivityContext", "ActivityError", "ActivityHandle", "ActivityInfo", "AlreadyActive",
+    "AlreadyExists", "ApplicationError", "Attempt", "CancelledError", "ChildRun",
+    "ChildRunError", "Client", "ConnectionFailed", "DexError", "DuplicateDefinition",
+    "EventWait", "FailureError", "Future", "InvalidArgument", "InvalidState", "LeaseLost",
+    "LimitExceeded", "NonDeterminismError", "NonRetryableError", "NotFound", "NotJSONError",
+    "NotSupported", "PermissionDenied", "RetryPolicy", "Run", "RunCancelledError",
+    "RunFailedError", "RunTerminatedError", "RunTimedOutError", "ServerError", "Task",
+    "TaskRunEnded", "Timer", "WaitTimeout", "Worker", "WorkflowContext", "WrongKind",
+    "activity", "activity_context", "decode", "encode", "format_history", "replay", "workflow",
 ]
 __version__ = "1.6"   # the extension's default_version (dex.control); tests/test_version.py

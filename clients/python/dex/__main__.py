@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 
-from . import Client, Worker, __version__
+from . import Client, DexError, Worker, __version__
 
 
 def main(argv=None) -> int:
@@ -47,11 +47,18 @@ def main(argv=None) -> int:
         sys.path.insert(0, ".")
         for m in args.modules:
             importlib.import_module(m)
-        Worker(args.conninfo, args.workflow_queue, args.activity_queue, args.concurrency,
-               activity_lease=args.activity_lease, workflow_lease=args.workflow_lease,
-               shutdown_timeout=args.shutdown_timeout, worker_id=args.worker_id,
-               wire=args.wire, workflow_cache_size=args.workflow_cache_size,
-               pooled=args.pooled).run()
+        worker = Worker(args.conninfo, args.workflow_queue, args.activity_queue,
+                        args.concurrency, activity_lease=args.activity_lease,
+                        workflow_lease=args.workflow_lease,
+                        shutdown_timeout=args.shutdown_timeout, worker_id=args.worker_id,
+                        wire=args.wire, workflow_cache_size=args.workflow_cache_size,
+                        pooled=args.pooled)
+        try:
+            worker.run()
+        except DexError as e:
+            if e is not worker.error:
+                raise
+            return 1            # it stopped by itself, and said why in its log
     else:
         with Client(args.conninfo, pooled=args.pooled) as c:
             print(c.format_history(args.run_id))

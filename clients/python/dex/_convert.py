@@ -5,18 +5,21 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import json
+import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 Duration = Union[_dt.timedelta, int, float, str]
 
 
-def encode(value: Any) -> dict:
-    """A dex.v1.Payload for ``value``: JSON text, or opaque bytes for ``bytes``."""
+def encode(value: Any, what: str = "the value", name: str = "value") -> dict:
+    """A dex.v1.Payload for ``value``: JSON text, or opaque bytes for ``bytes``; a value JSON
+    cannot hold raises :class:`dex.NotJSONError` naming it (``what``, ``name``: as
+    :func:`json_text`)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"binary": base64.b64encode(bytes(value)).decode("ascii")}
-    return {"json": json.dumps(value, separators=(",", ":"), ensure_ascii=False)}
+    return {"json": json_text(value, what, name)}
 
 
 def decode(payload: Optional[dict]) -> Any:
@@ -30,11 +33,57 @@ def decode(payload: Optional[dict]) -> Any:
     return None
 
 
-def roundtrip(value: Any) -> Any:
-    """``value`` as the workflow will see it when replayed (JSON turns tuples into lists...)."""
+def json_text(value: Any, what: str, name: str) -> str:
+    """``value`` as JSON text, as the server takes it, or :class:`dex.NotJSONError` naming
+    ``what`` (``"the run's argument"``) and, from ``name`` (``"arg"``), where the first value
+    is that JSON has no form for: a set, a datetime, an object, a key that is not a string, a
+    NaN or an infinity (the server refuses those)."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        from .errors import NotJSONError
+        path, reason = _not_json(value, name, set()) or (name, f"fails: {e}")
+        raise NotJSONError(what, path, f"{path} {reason}") from None
+
+
+def _not_json(value: Any, path: str, seen: set) -> Optional[Tuple[str, str]]:
+    """(path, what is wrong) of the first value in ``value`` that JSON has no form for."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, f"is {value!r}, not a JSON number")
+    if not isinstance(value, (dict, list, tuple)):
+        return path, f"is a {type(value).__name__} ({_short(value)}), which has no JSON form"
+    if id(value) in seen:
+        return path, "contains itself"
+    seen.add(id(value))
+    if isinstance(value, dict):
+        items = []
+        for k, v in value.items():
+            if not (k is None or isinstance(k, (str, int, float, bool))):
+                return path, f"has a key of type {type(k).__name__} ({_short(k)}), not a string"
+            items.append((f"{path}[{k!r}]", v))
+    else:
+        items = [(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    for p, v in items:
+        found = _not_json(v, p, seen)
+        if found:
+            return found
+    seen.discard(id(value))
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def roundtrip(value: Any, what: str = "the value", name: str = "value") -> Any:
+    """``value`` as the workflow will see it when replayed (JSON turns tuples into lists...);
+    :class:`dex.NotJSONError` as :func:`encode`."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
-    return json.loads(json.dumps(value))
+    return json.loads(json_text(value, what, name))
 
 
 def seconds(d: Duration) -> float:

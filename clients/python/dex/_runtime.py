@@ -33,6 +33,7 @@ awaitables may be awaited.  ``ctx.now()`` is the timestamp of the current task's
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import datetime as _dt
 import hashlib
@@ -177,6 +178,25 @@ class Future:
     __iter__ = __await__
 
 
+DEX_AWAITABLES = ("workflows await only ctx.activity(), ctx.sleep(), ctx.wait_event(), "
+                  "ctx.child(), ctx.all_of(), ctx.any_of() and their own coroutines, never "
+                  "asyncio (ctx.sleep() for asyncio.sleep(), ctx.all_of() for asyncio.gather())")
+
+
+class _NoAsyncio:
+    """asyncio's running loop while workflow code runs: asyncio.sleep(1), asyncio.gather(),
+    asyncio.create_task() and the like ask for the running loop first (outside any loop they
+    would fail with "no running event loop"), and get this, whose every use says what is
+    wrong."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise TypeError(f"workflow code called asyncio (its event loop's {name}), which is not "
+                        f"a dex awaitable: {DEX_AWAITABLES}")
+
+
+_NO_ASYNCIO = _NoAsyncio()
+
+
 class Task(Future):
     """A coroutine run by the workflow loop (``ctx.start(coro)``); awaitable like any future."""
 
@@ -194,7 +214,7 @@ class Task(Future):
         if self._done:
             return
         try:
-            yielded = self._coro.send(None) if exc is None else self._coro.throw(exc)
+            yielded = self._send(exc)
         except StopIteration as stop:
             self._set_result(stop.value)
         except (Exception, _ContinueAsNew) as e:
@@ -208,9 +228,19 @@ class Task(Future):
                 yielded.add_done_callback(self._wakeup)
             else:
                 self._loop.call_soon(self._throw, TypeError(
-                    f"workflow code awaited {yielded!r}, which is not a dex awaitable: workflows "
-                    "await only ctx.activity(), ctx.sleep(), ctx.wait_event(), ctx.child(), "
-                    "ctx.all_of(), ctx.any_of() and their own coroutines, never asyncio"))
+                    f"workflow code awaited {yielded!r}, which is not a dex awaitable: "
+                    f"{DEX_AWAITABLES}"))
+
+    def _send(self, exc: Optional[BaseException]) -> Any:
+        """Run the coroutine to its next await, with asyncio's running loop :data:`_NO_ASYNCIO`
+        meanwhile (and then again what it was: this thread's asyncio loop, if any, is not
+        ours)."""
+        outer = asyncio.events._get_running_loop()
+        asyncio.events._set_running_loop(_NO_ASYNCIO)
+        try:
+            return self._coro.send(None) if exc is None else self._coro.throw(exc)
+        finally:
+            asyncio.events._set_running_loop(outer)
 
     def _wakeup(self, fut: Future) -> None:
         if fut is not self._waiting:    # a wake-up that a cancellation overtook
@@ -425,7 +455,7 @@ class WorkflowContext:
                              "@activity(queue=...) or @workflow(activity_queue=...))")
         body: Dict[str, Any] = {"name": name, "queue": queue}
         if arg is not None:
-            body["argument"] = encode(arg)
+            body["argument"] = encode(arg, f"the argument of activity {name!r}", "arg")
         policy = retry_policy_json(retry if retry is not None else (d.retry if d else None))
         if policy:
             body["retryPolicy"] = policy
@@ -483,7 +513,7 @@ class WorkflowContext:
             # recorded: command() checks kind and name, and the recorded value is returned
             _, ev = self._r.command("recordSideEffect", {"name": name})
             return decode((ev or {}).get("sideEffectExecuted", {}).get("result"))
-        value = roundtrip(fn())
+        value = roundtrip(fn(), f"the result of side effect {name!r}", "result")
         self._r.command("recordSideEffect", {"name": name, "result": encode(value)})
         return value
 
@@ -559,7 +589,7 @@ class WorkflowContext:
         if queue:
             body["queue"] = queue
         if arg is not None:
-            body["argument"] = encode(arg)
+            body["argument"] = encode(arg, f"the argument of child run {name!r}", "arg")
         if instance_id:
             body["instanceId"] = instance_id
         if priority:
@@ -1017,11 +1047,16 @@ class _Replayer:
 
     def _final_command(self) -> Optional[dict]:
         exc = self.main._exc
-        if exc is None:
-            return {"completeRun": {"result": encode(self.main._result)}}
-        if isinstance(exc, _ContinueAsNew):
-            body = {} if exc.argument is None else {"argument": encode(exc.argument)}
-            return {"continueAsNew": body}
+        try:
+            if exc is None:
+                return {"completeRun": {"result": encode(self.main._result,
+                                                         "the workflow's result", "result")}}
+            if isinstance(exc, _ContinueAsNew):
+                body = {} if exc.argument is None else {"argument": encode(
+                    exc.argument, "continue_as_new's argument", "arg")}
+                return {"continueAsNew": body}
+        except errors.NotJSONError as e:        # the run fails, rather than its task forever
+            exc = e
         if isinstance(exc, errors.CancelledError) and self.cancel_reason is not None:
             return cancelled_command(self.cancel_reason)
         failure = errors.failure_from_exception(exc)

@@ -14,7 +14,7 @@ from psycopg.types.json import Jsonb
 
 from . import errors
 from ._connect import add_pooler_hint, configure, connect
-from ._convert import Duration, decode, event_kind, parse_timestamp, seconds
+from ._convert import Duration, decode, event_kind, json_text, parse_timestamp, seconds
 from .registry import workflow_definition
 
 # The statuses of a run that has ended.  The others: DELAYED (start_at has not come), CREATED,
@@ -91,6 +91,15 @@ def _interval(d: Duration) -> _dt.timedelta:
     return d if isinstance(d, _dt.timedelta) else _dt.timedelta(seconds=seconds(d))
 
 
+def _json(value: Any, what: str, name: str) -> Optional[Jsonb]:
+    """``value`` as a jsonb parameter (None for None), checked before anything is sent:
+    :class:`dex.NotJSONError` names ``what`` and the first value in it that is not JSON."""
+    if value is None:
+        return None
+    text = json_text(value, what, name)
+    return Jsonb(value, dumps=lambda _: text)
+
+
 class Client:
     """A connection to a database with dex.  ``conninfo`` is a libpq connection string
     ('' takes PGHOST, PGDATABASE, ...); or pass an open psycopg ``connection``.
@@ -102,13 +111,21 @@ class Client:
     yours is used as you made it unless you say ``pooled=True`` (make it with
     ``prepare_threshold=None`` for a transaction pool).  :attr:`pooled` is whether the
     connection runs without prepared statements.
+
+    What the server refuses raises a :class:`dex.ServerError` chosen by its SQLSTATE
+    (:class:`dex.NotFound`, :class:`dex.WrongKind`, ...; see ``errors.SQLSTATE_ERRORS``), with
+    psycopg's exception as ``__cause__``; a connection that cannot be made or is lost,
+    :class:`dex.ConnectionFailed`.
     """
 
     def __init__(self, conninfo: str = "", *, connection: Optional[psycopg.Connection] = None,
                  pooled: Optional[bool] = None):
         self._own = connection is None
         if connection is None:
-            self.conn, self.pooled = connect(conninfo, pooled)
+            try:
+                self.conn, self.pooled = connect(conninfo, pooled)
+            except psycopg.Error as e:
+                raise errors.server_error(e) from e
         else:
             self.conn = connection
             self.pooled = configure(connection, True) if pooled else \
@@ -130,7 +147,7 @@ class Client:
             return cur.execute(sql, params)
         except psycopg.Error as e:
             add_pooler_hint(e)      # what to do when the connection is pooled unawares
-            raise
+            raise errors.server_error(e) from e
 
     def _has_function(self, name: str) -> bool:
         """Whether the installed dex has dex.<name> (asked once per client)."""
@@ -145,14 +162,15 @@ class Client:
     # -- queues --------------------------------------------------------------
     def create_queue(self, name: str, kind: str, capacity: Optional[int] = None,
                      exist_ok: bool = True) -> bool:
-        """Create a 'workflow' or 'activity' queue; False if it existed (and ``exist_ok``)."""
+        """Create a 'workflow' or 'activity' queue; False if it existed (and ``exist_ok``,
+        else :class:`dex.AlreadyExists`)."""
         try:
             if capacity is None:
                 self._exec("SELECT dex.create_queue(%s, %s)", (name, kind))
             else:
                 self._exec("SELECT dex.create_queue(%s, %s, %s)", (name, kind, capacity))
             return True
-        except psycopg.errors.DuplicateObject:
+        except errors.AlreadyExists:
             if not exist_ok:
                 raise
             return False
@@ -188,16 +206,19 @@ class Client:
         """Start a run of ``workflow`` (a ``@dex.workflow`` function or a name); its id.
 
         With ``instance_id``, a run of that instance that is still active makes this an
-        error (psycopg.errors.UniqueViolation), or with ``if_active="return"`` returns
-        that run's id: starting an instance becomes idempotent.
+        error (:class:`dex.AlreadyActive`), or with ``if_active="return"`` returns
+        that run's id: starting an instance becomes idempotent.  ``arg`` must be JSON
+        (:class:`dex.NotJSONError` otherwise, before anything is sent).  What the server
+        refuses raises a :class:`dex.ServerError` (:class:`dex.NotFound` for a queue that does
+        not exist, ...), as every call of the client does.
 
         ``start_at`` (a datetime; a naive one is local time) in the future makes the run
         DELAYED until then.  ``execution_timeout`` (a timedelta, seconds or "90s") ends the
         run TIMED_OUT (failure type ``dex.TimedOut``) if it has not ended that long after its
         start.  Both need dex 1.4."""
         name, version = self._workflow(workflow, version)
-        extra, params = "", [name, queue, Jsonb(arg) if arg is not None else None, version,
-                             instance_id, priority, Jsonb(labels) if labels else None,
+        extra, params = "", [name, queue, _json(arg, "the run's argument", "arg"), version,
+                             instance_id, priority, _json(labels or None, "labels", "labels"),
                              concurrency_key]
         if if_active != "error":
             extra = ", if_active => %s"
@@ -221,12 +242,13 @@ class Client:
         extra, params = self._lifecycle(start_at, execution_timeout)
         rows = self._exec(
             "SELECT * FROM dex.create_runs(%s, %s, %s::jsonb[], %s, %s, %s" + extra + ")",
-            [name, queue, [Jsonb(a) if a is not None else None for a in args], version,
-             priority, Jsonb(labels) if labels else None] + params).fetchall()
+            [name, queue, [_json(a, f"the argument of run {i} (from 0)", f"args[{i}]")
+                           for i, a in enumerate(args)], version,
+             priority, _json(labels or None, "labels", "labels")] + params).fetchall()
         return [str(r[0]) for r in rows]
 
     def get(self, run_id: str) -> Run:
-        """The run (raises psycopg.errors.UndefinedObject if there is none)."""
+        """The run (raises :class:`dex.NotFound` if there is none)."""
         row = self._exec("SELECT * FROM dex.get_run(%s)", (run_id,), dict_row).fetchone()
         return Run.from_row(row)
 
@@ -289,7 +311,7 @@ class Client:
         """Wait until any (``mode="any"``) or all (``"all"``) of the runs have ended; the ids
         of those that have, in the order given.  After ``timeout`` seconds (None: no limit)
         the ids of those that had ended then, which may be none: compare with ``run_ids``.
-        An unknown run id raises psycopg.errors.UndefinedObject.
+        An unknown run id raises :class:`dex.NotFound`.
 
         As :meth:`wait`: ``CALL dex.wait_for_runs`` (dex 1.4), woken as each run ends, on an
         autocommit connection that is not pooled, for up to 1000 runs; otherwise dex.get_run
@@ -353,7 +375,7 @@ class Client:
             "created_after => %s, created_before => %s, completed_after => %s, "
             "completed_before => %s, parent_id => %s::uuid, before_id => %s::uuid, "
             "page_size => %s::integer)",
-            (workflow_name, status, Jsonb(labels) if labels else None, created_after,
+            (workflow_name, status, _json(labels or None, "labels", "labels"), created_after,
              created_before, completed_after, completed_before, parent_id, before, page_size),
             dict_row).fetchall()
         return [Run.from_row(r) for r in rows]
@@ -445,7 +467,7 @@ class Client:
     def send_event(self, run_id: str, event_id: str, payload: Any = None) -> bool:
         """Send an external event; False if the run already had one with that id."""
         return self._exec("SELECT dex.send_external_event(%s, %s, %s)",
-                          (run_id, event_id, Jsonb(payload) if payload is not None else None)
+                          (run_id, event_id, _json(payload, "the event's payload", "payload"))
                           ).fetchone()[0]
 
     def send_event_to_instance(self, instance_id: str, event_id: str, payload: Any = None,
@@ -457,7 +479,7 @@ class Client:
         error (SQLSTATE 21000) that asks for the queue.
         """
         return self._exec("SELECT dex.send_external_event_to_instance(%s, %s, %s, %s)",
-                          (instance_id, event_id, Jsonb(payload) if payload is not None else None,
+                          (instance_id, event_id, _json(payload, "the event's payload", "payload"),
                            queue)).fetchone()[0]
 
     def format_history(self, run_id: str, width: int = 64) -> str:

@@ -1,9 +1,12 @@
-"""Exceptions of the dex SDK, and their mapping to dex.v1.Failure."""
+"""Exceptions of the dex SDK: their mapping to dex.v1.Failure, and the server's errors by
+SQLSTATE."""
 
 from __future__ import annotations
 
 import traceback
 from typing import Any, Optional
+
+import psycopg
 
 
 class DexError(Exception):
@@ -120,12 +123,124 @@ class RunCancelledError(DexError):
     """Client: the run ended CANCELLED."""
 
 
-class LeaseLost(DexError):
+class ServerError(DexError):
+    """The database refused a call of the SDK, or failed it: a PostgreSQL error.
+
+    ``sqlstate`` is its SQLSTATE (None when the connection failed before the server answered);
+    ``message``, ``detail`` and ``hint`` are the server's primary message, detail and hint
+    (None when it gave none).  The psycopg exception is ``__cause__``.  Which subclass is
+    raised depends on the SQLSTATE (:func:`server_error`); the others are raised as this
+    class."""
+
+    def __init__(self, message: str, *, sqlstate: Optional[str] = None,
+                 detail: Optional[str] = None, hint: Optional[str] = None):
+        super().__init__(message + (f" (SQLSTATE {sqlstate})" if sqlstate else "") + "".join(
+            f"\n{label}: {value}" for label, value in (("DETAIL", detail), ("HINT", hint))
+            if value))
+        self.message = message
+        self.sqlstate = sqlstate
+        self.detail = detail
+        self.hint = hint
+
+
+class NotFound(ServerError):
+    """42704: the queue, run or message type does not exist, or the role may not use it."""
+
+
+class WrongKind(ServerError):
+    """42809: a queue of the wrong kind (a workflow queue where an activity queue is needed, or
+    the other way round)."""
+
+
+class AlreadyExists(ServerError):
+    """42710: a queue of that name exists (or shares its partition)."""
+
+
+class AlreadyActive(ServerError):
+    """23505: a run of that instance id is still active; ``detail`` names it."""
+
+
+class PermissionDenied(ServerError):
+    """42501: the role may not do this (a queue it was not granted, a function of dex_admin)."""
+
+
+class InvalidArgument(ServerError):
+    """SQLSTATE class 22: a value the server refuses (of the wrong shape, a NULL where one is
+    required, out of range, malformed JSON or protobuf)."""
+
+
+class InvalidState(ServerError):
+    """55000: not possible in the run's state (cancel an ended run, an event for an ended run,
+    continue-as-new with work pending); 25000: a wait called inside a transaction block."""
+
+
+class LimitExceeded(ServerError):
+    """54000: a payload, a reason or a batch over its limit."""
+
+
+class ConnectionFailed(ServerError):
+    """The database could not be reached, or the connection was lost (SQLSTATE class 08, or
+    none): what was sent may or may not have been done."""
+
+
+class LeaseLost(ServerError):
     """The task's lease was lost (SQLSTATE WD001): another worker holds it, or it completed."""
 
+    def __init__(self, message: str, **kw: Any):
+        kw.setdefault("sqlstate", "WD001")
+        super().__init__(message, **kw)
 
-class NotSupported(DexError):
-    """The installed dex does not offer this yet."""
+
+class TaskRunEnded(ServerError):
+    """WD002: the task's run was cancelled or terminated: stop working on the task."""
+
+
+class NotSupported(ServerError):
+    """The installed dex does not offer this yet (also SQLSTATE 42883: a routine it lacks;
+    3F000: no schema dex, the extension is not installed in that database)."""
+
+
+# The exception of each SQLSTATE (server_error looks for the code, then its class: the first
+# two characters).
+SQLSTATE_ERRORS = {
+    "42704": NotFound, "42809": WrongKind, "42710": AlreadyExists, "23505": AlreadyActive,
+    "42501": PermissionDenied, "22": InvalidArgument, "55000": InvalidState,
+    "25": InvalidState, "54": LimitExceeded, "08": ConnectionFailed, "WD001": LeaseLost,
+    "WD002": TaskRunEnded, "42883": NotSupported, "3F000": NotSupported, "0A000": NotSupported,
+}
+
+
+def server_error(e: BaseException) -> ServerError:
+    """The :class:`ServerError` (subclass) for ``e``, an error of psycopg: by its SQLSTATE, with
+    the server's message, detail and hint, and ``e``'s notes.  Raise it ``from e``."""
+    sqlstate = getattr(e, "sqlstate", None)
+    diag = getattr(e, "diag", None)
+    message = (diag.message_primary if diag is not None else None) or str(e) or type(e).__name__
+    cls = SQLSTATE_ERRORS.get(sqlstate or "") or SQLSTATE_ERRORS.get((sqlstate or "")[:2])
+    if cls is None:
+        cls = ConnectionFailed if sqlstate is None and isinstance(e, psycopg.OperationalError) \
+            else ServerError
+    err = cls(message, sqlstate=sqlstate, detail=diag.message_detail if diag else None,
+              hint=diag.message_hint if diag else None)
+    for note in getattr(e, "__notes__", ()):
+        err.add_note(note)
+    return err
+
+
+class DuplicateDefinition(DexError, ValueError):
+    """A second workflow of the same name and version, or a second activity of the same name,
+    by another function: a worker could not tell which one to run."""
+
+
+class NotJSONError(DexError, TypeError):
+    """A value the SDK is to send as JSON is not JSON (nothing was sent): ``what`` names it
+    (``"the run's argument"``), ``path`` is the first value in it that JSON has no form for
+    (``"arg['items'][1]"``)."""
+
+    def __init__(self, what: str, path: str, reason: str):
+        super().__init__(f"{what} is not JSON: {reason}")
+        self.what = what
+        self.path = path
 
 
 def failure_from_exception(exc: BaseException) -> dict:

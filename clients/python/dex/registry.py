@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from ._convert import Duration, RetryPolicy
+from .errors import DuplicateDefinition
 
 
 @dataclass
@@ -36,6 +37,33 @@ WORKFLOWS: Dict[Tuple[str, int], WorkflowDefinition] = {}
 ACTIVITIES: Dict[str, ActivityDefinition] = {}
 
 
+def _where(fn: Callable) -> str:
+    code = getattr(fn, "__code__", None)
+    place = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+    return f"{fn.__module__}.{fn.__qualname__}{place}"
+
+
+def register(table: Dict[Any, Any], d: Union["WorkflowDefinition", "ActivityDefinition"]) -> None:
+    """Put the definition ``d`` in ``table`` (of workflows by name and version, or of
+    activities by name), unless another function has its key: :class:`dex.DuplicateDefinition`.
+    The same function defined again (its module reloaded, a test run twice) replaces its old
+    definition."""
+    if isinstance(d, WorkflowDefinition):
+        key: Any = (d.name, d.version)
+        what, other = f"workflow {d.name!r} version {d.version}", "version"
+    else:
+        key, what, other = d.name, f"activity {d.name!r}", "name"
+    old = table.get(key)
+    if old is not None and (old.fn.__module__, old.fn.__qualname__) != \
+            (d.fn.__module__, d.fn.__qualname__):
+        modules = {old.fn.__module__, d.fn.__module__}
+        twice = (" (one module imported twice, as __main__ and by its name? Keep workflows and "
+                 "activities out of the script you run)") if "__main__" in modules else ""
+        raise DuplicateDefinition(f"{what} is defined twice: by {_where(old.fn)} and by "
+                                  f"{_where(d.fn)}; give one of them another {other}{twice}")
+    table[key] = d
+
+
 def _positional_params(fn: Callable) -> int:
     n = 0
     for p in inspect.signature(fn).parameters.values():
@@ -60,7 +88,7 @@ def workflow(name: Union[str, Callable, None] = None, version: int = 1, *,
         d = WorkflowDefinition(name=wname or fn.__name__, version=int(version), fn=fn,
                                activity_queue=activity_queue,
                                takes_arg=_positional_params(fn) >= 2)
-        WORKFLOWS[(d.name, d.version)] = d
+        register(WORKFLOWS, d)
         fn.__dex_workflow__ = d
         return fn
 
@@ -87,7 +115,7 @@ def activity(name: Union[str, Callable, None] = None, *, queue: Optional[str] = 
                                heartbeat_timeout=heartbeat_timeout,
                                takes_arg=_positional_params(fn) >= 1,
                                is_async=inspect.iscoroutinefunction(fn))
-        ACTIVITIES[d.name] = d
+        register(ACTIVITIES, d)
         fn.__dex_activity__ = d
         return fn
 

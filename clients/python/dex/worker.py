@@ -17,6 +17,12 @@ in hand are completed, running activities get ``shutdown_timeout`` seconds to
 finish and report; those still running then are failed as retryable
 (``dex.WorkerShutdown``), so their retry does not wait for the lease to expire.
 
+A queue that the server refuses at the first poll for a reason that polling again will not
+mend (it does not exist or the role may not use it, 42704; a queue of the other kind; no dex in
+the database, ...: SQLSTATE classes 42, 3F and 22) stops the worker: it says so in one line that names the queue and its kind,
+and :meth:`Worker.run` raises the error (``python3 -m dex worker`` exits 1).  A queue refused
+after it was polled is said once and tried again with backoff (1 s, doubling, up to 30 s).
+
 Task calls use the protobuf forms (``dex.poll_tasks_pb``, ...) by default, or the JSON
 forms (``wire="json"``); see _wire.py.
 
@@ -30,7 +36,6 @@ queue of every worker, plus room for the other connections.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import collections
@@ -50,15 +55,19 @@ from psycopg.types.json import Jsonb
 
 from . import errors
 from ._connect import POOLER_HINT, connect as _connect_pooled, is_prepared_statement_error
-from ._convert import decode
+from ._convert import decode, json_text
 from ._wire import PROTOBUF, Declared, Wire, wire as _wire_named
 from .registry import (ACTIVITIES, WORKFLOWS, ActivityDefinition, WorkflowDefinition,
-                       activity_definition, workflow_definition)
+                       activity_definition, register, workflow_definition)
 from ._runtime import WorkflowTaskFailure, _Replayer, fail_run_command
 
 log = logging.getLogger("dex.worker")
 
 LEASE_LOST = "WD001"
+
+# A queue the server refuses after it was polled (revoked, ...) is tried again after 1 s, then
+# after twice as long each time, up to 30 s.
+REFUSED_BACKOFF = (1.0, 30.0)
 
 # The most names one poll may declare (the server's DEX_MAX_DECLARED)
 DECLARE_MAX = 1000
@@ -195,6 +204,34 @@ def _connection_error(e: BaseException) -> bool:
             or is_prepared_statement_error(e))
 
 
+def _refused_for_good(e: BaseException) -> bool:
+    """Whether the server refused a call of a poller for a reason that calling again will not
+    mend: the queue does not exist or the role may not use it (42704), a queue of the wrong
+    kind (42809; with dex 1.6, a poll that declares workflows on an activity queue or the
+    other way round is 22023), no privilege (42501), dex is not installed in the database
+    (3F000) or has not the routine (42883): SQLSTATE classes 42, 3F and 22 (what escapes a
+    poller's loop is its polls' and waits': it deals with refused completions itself)."""
+    return isinstance(e, psycopg.Error) and (_sqlstate(e) or "")[:2] in ("42", "3F", "22")
+
+
+def _queue_error(kind: str, queue: str, e: BaseException) -> errors.ServerError:
+    """The :class:`dex.ServerError` for ``e``, refused on a queue, in one line that names the
+    queue and its kind (and, for a queue that does not exist, how to create it)."""
+    error = errors.server_error(e)
+    error.__cause__ = e
+    other = "activity" if kind == "workflow" else "workflow"
+    if f'{other} queue "{queue}"' in error.message:
+        hint = (f"; it is {'an' if other == 'activity' else 'a'} {other} queue: give it as "
+                f"one (python3 -m dex worker -{other[0]} {queue}, or "
+                f"Worker({other}_queues=[...]))")
+    elif error.sqlstate == "42704" and error.hint is None and f'queue "{queue}"' in error.message:
+        hint = f"; create it first: SELECT dex.create_queue('{queue}', '{kind}')"
+    else:
+        hint = ""
+    error.args = (f"{kind} queue {queue!r}: " + str(error).replace("\n", "; ") + hint,)
+    return error
+
+
 class Worker:
     """Runs the registered workflows and activities of some queues.
 
@@ -254,13 +291,13 @@ class Worker:
         else:
             self._workflows = {}
             for w in workflows:
-                d = workflow_definition(w)
-                self._workflows[(d.name, d.version)] = d
+                register(self._workflows, workflow_definition(w))
         if activities is None:
             self._activities: Dict[str, ActivityDefinition] = ACTIVITIES
         else:
-            self._activities = {activity_definition(a).name: activity_definition(a)
-                                for a in activities}
+            self._activities = {}
+            for a in activities:
+                register(self._activities, activity_definition(a))
 
         self._stopping = threading.Event()       # no more leasing
         self._stop_requested = threading.Event()  # SIGTERM / SIGINT seen
@@ -272,7 +309,11 @@ class Worker:
         self._free = self.concurrency
         self._inflight: Dict[Tuple[Any, int], _Running] = {}
         self._results: "_queue.Queue[Optional[_Running]]" = _queue.Queue()
-        self._waiting: set = set()               # connections inside wait_for_tasks
+        # connections whose call may sleep in the server, and whether dex.stop_waiting ends it
+        # (a CALL dex.poll_tasks_wait) or only a cancel does (dex.wait_for_tasks)
+        self._waiting: Dict[psycopg.Connection, bool] = {}
+        self._stopper: Optional[psycopg.Connection] = None    # shutdown's, for dex.stop_waiting
+        self._can_stop_waits = True              # False: the installed dex has no stop_waiting
         # per connection, whether an idle poller may take its tasks with one CALL
         # dex.poll_tasks_wait(_pb) (None: not checked yet); False for pooled connections
         self._poll_wait_ok: "weakref.WeakKeyDictionary[psycopg.Connection, Optional[bool]]" = \
@@ -287,6 +328,8 @@ class Worker:
             weakref.WeakKeyDictionary()
         self._declare_warned = False
         self._started = False
+        # what stopped the worker by itself (a queue that does not exist, ...): run() raises it
+        self.error: Optional[errors.DexError] = None
         # counters, for tests and curious people
         self.stats = {"workflow_tasks": 0, "activities_completed": 0, "activities_failed": 0,
                       "leases_lost": 0, "full_replays": 0, "cache_hits": 0, "cache_stale": 0,
@@ -318,7 +361,9 @@ class Worker:
         return self
 
     def run(self) -> None:
-        """Run until SIGTERM or SIGINT, then shut down gracefully."""
+        """Run until SIGTERM or SIGINT, then shut down gracefully.  A worker that cannot poll
+        one of its queues (it does not exist, ...) stops by itself: this raises that error
+        (:attr:`error`, a :class:`dex.ServerError`)."""
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self._stop_requested.set())
@@ -329,6 +374,8 @@ class Worker:
         finally:
             log.info("worker %s: shutting down", self.worker_id)
             self.shutdown()
+        if self.error is not None:
+            raise self.error
 
     def stop(self) -> None:
         """Ask :meth:`run` to return (thread-safe, signal-safe)."""
@@ -342,11 +389,12 @@ class Worker:
         self._stopping.set()
         with self._slots:
             self._slots.notify_all()
-        # wake the long polls; again and again, in case one was just entering its CALL
+        # end the long polls; again and again, in case one was just entering its CALL
         while any(t.is_alive() for t in self._threads):
             self._cancel_waits()
             for t in self._threads:
                 t.join(0.2)
+        self._close_stopper()
         deadline = time.monotonic() + (self.shutdown_timeout if timeout is None else timeout)
         while time.monotonic() < deadline:
             with self._lock:
@@ -369,6 +417,18 @@ class Worker:
         self.cache.clear()
         self._started = False
         log.info("worker %s stopped", self.worker_id)
+
+    def _fail(self, error: errors.DexError) -> None:
+        """Stop the worker for an error that polling again would not mend: say it in one line,
+        and keep it (the first one) as :attr:`error`, which :meth:`run` raises."""
+        with self._lock:
+            if self.error is None:
+                self.error = error
+        log.error("%s; the worker stops", error)
+        self._stopping.set()
+        self._stop_requested.set()
+        with self._slots:
+            self._slots.notify_all()
 
     def _spawn(self, fn: Any, q: str, name: str) -> None:
         t = threading.Thread(target=self._guard, args=(fn, q), name=name, daemon=True)
@@ -403,25 +463,63 @@ class Worker:
                 time.sleep(1)
 
     def _cancel_waits(self) -> None:
+        """End the calls sleeping in the server: ``dex.stop_waiting`` (1.6) ends this worker's
+        ``CALL dex.poll_tasks_wait`` as at its timeout, leaving nothing in the server's log; a
+        call it cannot end (``dex.wait_for_tasks``, or a dex without it) is cancelled, which
+        the server logs as an error.  Shutdown calls this until its threads are done, so a
+        call that entered its wait after one round is ended by the next."""
         with self._lock:
-            conns = list(self._waiting)
-        for c in conns:
+            waits = dict(self._waiting)
+        if not waits:
+            return
+        stopped = any(waits.values()) and self._stop_waits()
+        for c, stoppable in waits.items():
+            if stoppable and stopped:
+                continue
             try:
                 c.cancel()
             except Exception:
                 pass
 
+    def _stop_waits(self) -> bool:
+        """``SELECT dex.stop_waiting(worker_id)`` on a connection of its own; whether it
+        ran."""
+        if not self._can_stop_waits:
+            return False
+        try:
+            if self._stopper is None or self._stopper.closed:
+                self._stopper, _ = _connect_pooled(
+                    self.conninfo, self.pooled,
+                    application_name=f"dex worker {self.worker_id} (stop)"[:63])
+            self._stopper.execute("SELECT dex.stop_waiting(%s)", (self.worker_id,), prepare=False)
+            return True
+        except psycopg.errors.UndefinedFunction:
+            self._can_stop_waits = False            # a dex before 1.6
+        except psycopg.Error as e:
+            log.warning("worker %s: dex.stop_waiting failed (%s); cancelling the waits",
+                        self.worker_id, e)
+        return False
+
+    def _close_stopper(self) -> None:
+        if self._stopper is not None:
+            try:
+                self._stopper.close()
+            except Exception:
+                pass
+            self._stopper = None
+
     @contextlib.contextmanager
-    def _waiting_on(self, conn: psycopg.Connection) -> Iterator[None]:
-        """While a call on the connection may sleep in the server: shutdown cancels it
-        (:meth:`_cancel_waits`)."""
+    def _waiting_on(self, conn: psycopg.Connection, stoppable: bool = False) -> Iterator[None]:
+        """While a call on the connection may sleep in the server: shutdown ends it
+        (:meth:`_cancel_waits`); ``stoppable``: a ``CALL dex.poll_tasks_wait``, which
+        ``dex.stop_waiting`` ends."""
         with self._lock:
-            self._waiting.add(conn)
+            self._waiting[conn] = stoppable
         try:
             yield
         finally:
             with self._lock:
-                self._waiting.discard(conn)
+                self._waiting.pop(conn, None)
 
     def _long_poll(self, conn: psycopg.Connection, queue: str) -> None:
         with self._waiting_on(conn):
@@ -512,7 +610,7 @@ class Worker:
                    workflow: bool) -> List[Tuple]:
         """Lease up to ``n`` tasks, waiting for some (up to ``poll_timeout``) in the same
         call; shutdown cancels the wait as it does ``_long_poll``'s (no task is leased then)."""
-        with self._waiting_on(conn):
+        with self._waiting_on(conn, stoppable=True):
             try:
                 if self._stopping.is_set():
                     return []
@@ -525,14 +623,24 @@ class Worker:
                     raise
                 return []
 
-    def _polling(self, body: Any, queue: str) -> None:
-        """Run ``body(conn)`` until stopping; reconnect after connection errors."""
+    def _polling(self, body: Any, queue: str, kind: str) -> None:
+        """Run ``body(conn)`` until stopping; reconnect after connection errors.  A call the
+        server refuses for good (:func:`_refused_for_good`: the queue does not exist, ...)
+        stops the worker if the queue was never polled (:meth:`_fail`), and is said once, in
+        a line, and retried with backoff if it was."""
         conn: Optional[psycopg.Connection] = None
+        polled = False          # a call of this queue's went through
+        refused: Optional[str] = None       # what the server says, while it refuses
+        delay = REFUSED_BACKOFF[0]
         while not self._stopping.is_set():
             try:
                 if conn is None or conn.closed:
                     conn = self._connect()
                 body(conn)
+                polled = True
+                if refused is not None:
+                    log.info("%s queue %r: polled again", kind, queue)
+                    refused, delay = None, REFUSED_BACKOFF[0]
             except psycopg.OperationalError as e:
                 if self._stopping.is_set():
                     break
@@ -550,6 +658,17 @@ class Worker:
                     if conn is not None:
                         conn.close()
                     conn = None
+                elif _refused_for_good(e):
+                    error = _queue_error(kind, queue, e)
+                    if not polled:
+                        self._fail(error)
+                        break
+                    if str(error) != refused:
+                        refused = str(error)
+                        log.error("%s; trying again, less and less often", error)
+                    self._stopping.wait(delay)
+                    delay = min(2 * delay, REFUSED_BACKOFF[1])
+                    continue
                 else:
                     log.exception("queue %s: unexpected error; going on in 1 s", queue)
                 time.sleep(1)
@@ -583,7 +702,7 @@ class Worker:
             if n == 0 and not self._can_poll_wait(conn):
                 self._long_poll(conn, queue)
             idle = n < self.max_batch if self._can_poll_wait(conn) else n == 0
-        self._polling(body, queue)
+        self._polling(body, queue, "workflow")
 
     def _complete_and_poll_wait(self, conn: psycopg.Connection, queue: str,
                                 rows: List[Tuple]) -> List[Tuple]:
@@ -596,7 +715,7 @@ class Worker:
             return self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
         wire = self._wire
         try:
-            with self._waiting_on(conn):
+            with self._waiting_on(conn, stoppable=True):
                 leased, applied = wire.complete_and_poll_wait(
                     conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
                     self.poll_timeout, done, [wire.commands(c) for c in results],
@@ -657,7 +776,14 @@ class Worker:
             results.append(cmds)
             states.append(state)
         if failed:
-            wire.complete(conn, failed, failures, fail=True)
+            try:
+                wire.complete(conn, failed, failures, fail=True)
+            except psycopg.errors.Error as e:
+                if _connection_error(e):
+                    raise
+                # refused (a failure too large, ...): they fail when their leases expire
+                log.error("%d workflow task(s) could not be failed (%s); left to their leases",
+                          len(failed), e)
         return done, results, states
 
     def _run_workflow_task(self, run_id: Any, raw: Any, wire: Wire,
@@ -834,7 +960,7 @@ class Worker:
                 self._executor.submit(self._execute, r)
             if not rows and not (one_queue and self._can_poll_wait(conn)):
                 self._long_poll(conn, queue)
-        self._polling(body, queue)
+        self._polling(body, queue, "activity")
 
     def _execute(self, r: _Running) -> None:
         info = r.ctx.info
@@ -850,10 +976,9 @@ class Worker:
             else:
                 result = d.fn(arg) if d.takes_arg else d.fn()
             try:
-                json.dumps(result)
-            except (TypeError, ValueError) as e:
-                raise errors.NonRetryableError(f"activity {info.name!r} returned a value that is "
-                                               f"not JSON: {e}", type="TypeError") from None
+                json_text(result, f"the result of activity {info.name!r}", "result")
+            except errors.NotJSONError as e:
+                raise errors.NonRetryableError(str(e), type="TypeError") from None
             outcome: Tuple[str, Any] = ("complete", result)
         except BaseException as e:        # activity code may raise anything
             outcome = ("fail", errors.failure_from_exception(e))

@@ -1,7 +1,10 @@
 """Fixtures: a database with dex (PGHOST, PGPORT, PGDATABASE from test/run-tests.sh), fresh
 queues per test, and workers that stop when the test ends."""
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
 import uuid
 
@@ -64,3 +67,25 @@ def start_worker(conninfo, queues):
 
 def event_kinds(history):
     return [dex._convert.event_kind(e) for e in history]
+
+
+@contextlib.contextmanager
+def worker_process(args, **kw):
+    """A worker in a subprocess (its output, as text, in proc.stdout), killed at the end if it
+    is still running."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            **kw)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def stop_with_sigterm(proc, timeout=30):
+    """Stop a worker subprocess as a service manager does; it must exit 0.  Its output."""
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out
+    return out

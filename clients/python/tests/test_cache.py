@@ -1,6 +1,7 @@
 """The workflow cache (sticky execution): a run's next task resumes its cached workflow state
 and gives the same commands as a full replay; anything unexpected falls back to replay."""
 
+import dataclasses
 import time
 
 import psycopg
@@ -297,9 +298,10 @@ def wait_for_history(client, run_id, kind, count=1, timeout=10):
 
 def test_eviction_makes_the_next_task_a_full_replay(client, queues, start_worker):
     w = start_worker(workflows=[waits], workflow_cache_size=2)
-    ids = [client.start(waits, i, queue=queues[0]) for i in range(4)]
-    for run_id in ids:                         # one at a time: the cache's order is known
-        wait_for_history(client, run_id, "externalEventWaitStarted")
+    ids = []
+    for i in range(4):                         # one at a time: the cache's order is known
+        ids.append(client.start(waits, i, queue=queues[0]))
+        wait_for_history(client, ids[-1], "externalEventWaitStarted")
     assert len(w.cache) == 2 and ids[2] in {str(k) for k in w.cache._runs}
     for run_id in ids:
         client.send_event(run_id, "a", 10)
@@ -412,7 +414,7 @@ def test_the_determinism_check_still_works_with_the_cache(client, queues, start_
     run_id = client.start(nd_v1, queue=queues[0])
     wait_for_history(client, run_id, "externalEventWaitStarted")
     # the code changes under a running worker: its cached state runs the old code on ...
-    w._workflows[("cache-nd", 1)] = workflow_definition(dex.workflow("cache-nd")(nd_v2))
+    w._workflows[("cache-nd", 1)] = dataclasses.replace(workflow_definition(nd_v1), fn=nd_v2)
     client.send_event(run_id, "go")
     wait_for_history(client, run_id, "externalEventWaitStarted", 2)
     assert w.stats["cache_hits"] == 2

@@ -5,7 +5,6 @@ import logging
 import threading
 import time
 
-import psycopg
 import pytest
 
 import dex
@@ -126,7 +125,7 @@ def test_external_events_and_timeouts(client, queues, start_worker):
     while client.get(run_id).custom_status != "waiting for approval":
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    with pytest.raises(psycopg.errors.UniqueViolation):
+    with pytest.raises(dex.AlreadyActive):
         client.start(events, queue=queues[0], instance_id=instance)
     assert client.start(events, queue=queues[0], instance_id=instance,
                         if_active="return") == run_id
@@ -321,15 +320,15 @@ def test_terminate_and_purge(client, queues, start_worker):
     assert e.value.failure["message"].endswith(": stuck for good")
     assert isinstance(e.value, dex.RunFailedError)
     assert event_kinds(client.history(run_id))[-1] == "runTerminated"
-    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+    with pytest.raises(dex.InvalidState):
         client.terminate(run_id)
     # purged: the run and its history are gone
     other = client.start(stuck, queue=queues[0])
-    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+    with pytest.raises(dex.InvalidState):
         client.purge(other)
     client.terminate(other)
     client.purge(run_id)
-    with pytest.raises(psycopg.errors.UndefinedObject):
+    with pytest.raises(dex.NotFound):
         client.get(run_id)
     assert client.purge_runs(status="TERMINATED", queue=queues[0]) == 1
     assert client.purge_runs(status="TERMINATED", queue=queues[0]) == 0

@@ -126,6 +126,9 @@ def test_changed_workflow_code_fails_the_run_with_non_determinism(client, queues
         assert time.monotonic() < deadline
         time.sleep(0.05)
     w.shutdown()
+    # the next deployment, a process where v1 was never defined (in this one, defining another
+    # function under the same name and version is refused)
+    dex.registry.WORKFLOWS.pop(("nd-flow", 1))
     v2 = dex.workflow("nd-flow")(nd_v2)
     start_worker(workflows=[v2])
     client.send_event(run_id, "go")

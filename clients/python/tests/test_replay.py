@@ -1,5 +1,6 @@
 """Replay without a database: hand-made histories fed to dex.replay."""
 
+import asyncio
 import json
 
 import pytest
@@ -159,6 +160,76 @@ async def uses_asyncio(ctx):
 def test_awaiting_asyncio_fails_the_run_clearly():
     (cmd,) = run(uses_asyncio, [], first_task())
     assert "not a dex awaitable" in cmd["failRun"]["failure"]["message"]
+
+
+@dex.workflow("replay-asyncio-sleep")
+async def sleeps_with_asyncio(ctx):
+    await asyncio.sleep(0)                  # a bare yield: lets the others run, harmless
+    await asyncio.sleep(5)
+
+
+@dex.workflow("replay-asyncio-gather")
+async def gathers_with_asyncio(ctx):
+    await asyncio.gather(ctx.sleep(1), ctx.sleep(2))
+
+
+@pytest.mark.parametrize("fn, called", [(sleeps_with_asyncio, "create_future"),
+                                        (gathers_with_asyncio, "create_task")])
+def test_asyncio_in_a_workflow_says_it_is_not_a_dex_awaitable(fn, called):
+    """asyncio.sleep(5) and asyncio.gather() ask for asyncio's running loop: outside one they
+    failed with "RuntimeError: no running event loop"."""
+    failure = run(fn, [], first_task())[-1]["failRun"]["failure"]
+    assert failure["type"] == "TypeError"
+    assert failure["message"].startswith(f"workflow code called asyncio (its event loop's "
+                                         f"{called}), which is not a dex awaitable: ")
+    assert "ctx.sleep() for asyncio.sleep()" in failure["message"]
+
+
+def test_asyncio_in_a_workflow_inside_a_running_asyncio_loop():
+    """dex.replay called from asyncio code: the workflow still gets dex's message, and the
+    caller's loop is its running loop again afterwards."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        (cmd,) = run(sleeps_with_asyncio, [], first_task())
+        assert asyncio.get_running_loop() is loop
+        await asyncio.sleep(0.01)
+        return cmd
+
+    cmd = asyncio.run(main())
+    assert "not a dex awaitable" in cmd["failRun"]["failure"]["message"]
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        asyncio.get_running_loop()
+
+
+@dex.workflow("replay-set-result")
+async def returns_a_set(ctx):
+    return {"ids": {1, 2}}
+
+
+@dex.workflow("replay-set-argument")
+async def schedules_a_set(ctx):
+    return await ctx.activity("a", {"s": {1}}, queue="q")
+
+
+@dex.workflow("replay-set-side-effect")
+async def records_a_set(ctx):
+    return ctx.side_effect(lambda: {3}, name="ids")
+
+
+@pytest.mark.parametrize("fn, message", [
+    (returns_a_set, "the workflow's result is not JSON: result['ids'] is a set ({1, 2}), which "
+                    "has no JSON form"),
+    (schedules_a_set, "the argument of activity 'a' is not JSON: arg['s'] is a set ({1}), which "
+                      "has no JSON form"),
+    (records_a_set, "the result of side effect 'ids' is not JSON: result is a set ({3}), which "
+                    "has no JSON form")])
+def test_a_value_that_is_not_json_fails_the_run_and_names_it(fn, message):
+    """A workflow result that JSON cannot hold made the replay itself raise, and the worker left
+    the task to its lease, again and again; the others failed the run with json's message."""
+    (cmd,) = run(fn, [], first_task())
+    failure = cmd["failRun"]["failure"]
+    assert failure["type"] == "NotJSONError"
+    assert failure["message"] == message
 
 
 def test_unknown_workflow_fails_the_run():
