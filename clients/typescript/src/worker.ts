@@ -27,7 +27,7 @@ import { randomUUID } from "node:crypto";
 import type pg from "pg";
 import { type Message, decode, toJsonText } from "./convert.js";
 import type { ActivityDefinition, WorkflowDefinition } from "./definitions.js";
-import { ApplicationError, DexError, LeaseLost, NonRetryableError, failureFromError, sqlstate } from "./errors.js";
+import { ApplicationError, DexError, LeaseLost, NonRetryableError, NotFoundError, failureFromError, sqlstate } from "./errors.js";
 import { type ConnectionOptions, closeQuietly, connect, hasRoutines, isBroken, isConnectionError, notSupported } from "./pg.js";
 import { Replayer, WorkflowTaskFailure, failRunCommand } from "./runtime.js";
 
@@ -243,7 +243,12 @@ export class Worker {
   #results: Running[] = [];
   #wakeReporter: (() => void) | undefined;
   #reporterStop = false;
-  readonly #waiting = new Set<pg.Client>();
+  /** Connections whose call may sleep in the server, and whether dex.stop_waiting ends it (a CALL dex.poll_tasks_wait). */
+  readonly #waiting = new Map<pg.Client, boolean>();
+  /** Whether the installed dex has dex.stop_waiting (1.6). */
+  #canStopWaits = false;
+  /** What stopped the worker by itself (a queue that does not exist): run() rejects with it. */
+  error: DexError | undefined;
 
   constructor(options: WorkerOptions) {
     this.workflowQueues = [...(options.workflowQueues ?? [])];
@@ -301,11 +306,13 @@ export class Worker {
         throw notSupported("dex.poll_tasks_wait with worker_cache and completions");
       }
       this.#declares = level >= 7;
+      this.#canStopWaits = await hasRoutines(conn, "dex.stop_waiting(text)");
     } finally {
       await closeQuietly(conn);
     }
     this.#started = true;
     this.#stopping = false;
+    this.error = undefined;
     this.#reporterStop = false;
     if (this.activityQueues.length) this.#reporter = this.#guard("reporter", () => this.#reporterLoop());
     for (const q of this.workflowQueues) this.#loops.push(this.#guard(`workflow queue ${q}`, () => this.#workflowLoop(q)));
@@ -325,8 +332,10 @@ export class Worker {
       process.on("SIGTERM", stop);
       process.on("SIGINT", stop);
       this.#stopRequested = stop;
+      if (this.#stopping) stop();
     });
     await this.shutdown();
+    if (this.error) throw this.error;
   }
 
   #stopRequested: (() => void) | undefined;
@@ -417,14 +426,23 @@ export class Worker {
     }
   }
 
-  /** Cancel the long polls in the server (shutdown). */
+  /**
+   * End the calls sleeping in the server (shutdown): dex.stop_waiting (1.6) ends this worker's
+   * CALL dex.poll_tasks_wait as at its timeout, leaving nothing in the server's log; a call it
+   * cannot end (dex.wait_for_tasks, or a dex without it) is cancelled, which the server logs
+   * as an error.  Shutdown calls this until its loops are done, so that a call that entered its
+   * wait after one round is ended by the next.
+   */
   async #cancelWaits(): Promise<void> {
-    const pids = [...this.#waiting].map((c) => (c as unknown as { processID: number }).processID).filter(Boolean);
-    if (!pids.length) return;
+    const stop = this.#canStopWaits && [...this.#waiting.values()].some((stoppable) => stoppable);
+    const pids = [...this.#waiting].filter(([, stoppable]) => !(stoppable && this.#canStopWaits))
+      .map(([c]) => (c as unknown as { processID: number }).processID).filter(Boolean);
+    if (!stop && !pids.length) return;
     let conn: pg.Client | undefined;
     try {
       conn = await connect(this.#connection, `dex worker ${this.workerId} shutdown`);
-      await conn.query("SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid", [pids]);
+      if (stop) await conn.query("SELECT dex.stop_waiting($1)", [this.workerId]);
+      if (pids.length) await conn.query("SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid", [pids]);
     } catch (e) {
       this.#log.warn(`dex: could not cancel the long polls: ${(e as Error).message}`);
     } finally {
@@ -449,6 +467,13 @@ export class Worker {
           await closeQuietly(conn);
           conn = undefined;
           await sleep(500);
+        } else if (sqlstate(e) === "42704") {
+          // the queue does not exist (or a routine of dex): nothing to do but stop
+          this.error ??= new NotFoundError(`worker ${this.workerId}: ${(e as Error).message}`, { cause: e });
+          this.#log.error(`dex: queue ${queue}: ${(e as Error).message}; the worker stops`);
+          this.#stopping = true;
+          this.#stopRequested?.();
+          break;
         } else {
           this.#log.error(`dex: queue ${queue}: unexpected error; going on in 1 s:`, e);
           await sleep(1000);
@@ -459,9 +484,9 @@ export class Worker {
   }
 
   /** A call that may sleep in the server: shutdown cancels it; a cancellation then is no error. */
-  async #waitingCall<T>(conn: pg.Client, call: () => Promise<T>, cancelled: T): Promise<T> {
+  async #waitingCall<T>(conn: pg.Client, stoppable: boolean, call: () => Promise<T>, cancelled: T): Promise<T> {
     if (this.#stopping) return cancelled;
-    this.#waiting.add(conn);
+    this.#waiting.set(conn, stoppable);
     try {
       return await call();
     } catch (e) {
@@ -474,7 +499,7 @@ export class Worker {
 
   async #pollWait(conn: pg.Client, queue: string, n: number, lease: number, workflow: boolean, cache: boolean): Promise<Row[]> {
     const declared = this.#declared(workflow);
-    return this.#waitingCall(conn, async () => {
+    return this.#waitingCall(conn, true, async () => {
       const res = await conn.query({
         text: withDeclared("CALL dex.poll_tasks_wait($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5), NULL, $6" +
                            "/*declared*/)", declared, 6),
@@ -603,7 +628,7 @@ export class Worker {
     if (!done.length) return this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true, true);
     let res: pg.QueryResult;
     try {
-      this.#waiting.add(conn);
+      this.#waiting.set(conn, true);
       try {
         const declared = this.#declared(true);
         res = await conn.query({
@@ -736,7 +761,7 @@ export class Worker {
         void this.#execute(r);
       }
       if (!rows.length && !oneQueue) {
-        await this.#waitingCall(conn, () => conn.query("CALL dex.wait_for_tasks($1, make_interval(secs => $2))", [queue, this.pollTimeout]), undefined);
+        await this.#waitingCall(conn, false, () => conn.query("CALL dex.wait_for_tasks($1, make_interval(secs => $2))", [queue, this.pollTimeout]), undefined);
       }
     });
   }

@@ -2,7 +2,8 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { spawnSync } from "node:child_process";
-import { activity, workflow, replay, LeaseLost, commandKind, eventKind, type Message } from "./sdk.js";
+import { readFileSync } from "node:fs";
+import { activity, workflow, replay, LeaseLost, NotFoundError, Worker, commandKind, eventKind, type Message } from "./sdk.js";
 import { client, eventually, kinds, queues, sleep, startWorker } from "./helpers.js";
 import { activityLog, exited, lines, output, spawnTsWorker, waitForLine } from "./proc.js";
 import { order, step } from "./fixtures/crashflows.js";
@@ -53,6 +54,21 @@ test("SIGTERM on an idle worker ends its long polls at once", async () => {
   const t0 = Date.now();
   proc.kill("SIGTERM");
   assert.equal(await exited(proc, 10000), 0, output(proc));
+  assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms`);
+  // dex.stop_waiting ended them as at their timeout: no cancel, so nothing in the server's log
+  const workerId = /worker (\S+) starting/.exec(output(proc))?.[1];
+  assert.ok(workerId, output(proc));
+  if (process.env.DEX_LOG) {
+    const logged = readFileSync(process.env.DEX_LOG, "utf8").split("\n").filter((l) => l.includes(workerId) && /ERROR|FATAL/.test(l));
+    assert.deepEqual(logged, []);
+  }
+});
+
+test("a worker on a queue that does not exist stops: run() rejects with NotFoundError", async () => {
+  const w = new Worker({ workflowQueues: [`no-such-queue-${Date.now()}`], workflows: [oneStep], pollTimeout: 5,
+                         logger: { info() {}, warn() {}, error() {} } });
+  const t0 = Date.now();
+  await assert.rejects(w.run(), (e: unknown) => e instanceof NotFoundError && /no-such-queue/.test(e.message));
   assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms`);
 });
 
