@@ -115,6 +115,9 @@ export class NotSerializableError extends DexError {
 /** A run, queue or other object the call names does not exist (SQLSTATE 42704). */
 export class NotFoundError extends DexError {}
 
+/** A worker was given a queue as the other kind (a workflow queue as an activity queue, or the reverse). */
+export class QueueKindError extends DexError {}
+
 /** The installed dex does not offer this. */
 export class NotSupported extends DexError {}
 

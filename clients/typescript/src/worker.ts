@@ -27,7 +27,7 @@ import { randomUUID } from "node:crypto";
 import type pg from "pg";
 import { type Message, decode, toJsonText } from "./convert.js";
 import type { ActivityDefinition, WorkflowDefinition } from "./definitions.js";
-import { ApplicationError, DexError, LeaseLost, NonRetryableError, NotFoundError, failureFromError, sqlstate } from "./errors.js";
+import { ApplicationError, DexError, LeaseLost, NonRetryableError, NotFoundError, QueueKindError, failureFromError, sqlstate } from "./errors.js";
 import { type ConnectionOptions, closeQuietly, connect, hasRoutines, isBroken, isConnectionError, notSupported } from "./pg.js";
 import { Replayer, WorkflowTaskFailure, failRunCommand } from "./runtime.js";
 
@@ -467,10 +467,16 @@ export class Worker {
           await closeQuietly(conn);
           conn = undefined;
           await sleep(500);
-        } else if (sqlstate(e) === "42704") {
-          // the queue does not exist (or a routine of dex): nothing to do but stop
-          this.error ??= new NotFoundError(`worker ${this.workerId}: ${(e as Error).message}`, { cause: e });
-          this.#log.error(`dex: queue ${queue}: ${(e as Error).message}; the worker stops`);
+        } else if (sqlstate(e) === "42704" || sqlstate(e) === "22023") {
+          // the queue does not exist, or is of the other kind (the server refuses what the poll
+          // declares): nothing to do but stop
+          const kind = this.workflowQueues.includes(queue) ? "workflow" : "activity";
+          const what = `${kind} queue '${queue}': ${(e as Error).message} (SQLSTATE ${sqlstate(e)})`;
+          this.error ??= sqlstate(e) === "42704"
+            ? new NotFoundError(`${what}; create it first: SELECT dex.create_queue('${queue}', '${kind}')`, { cause: e })
+            : new QueueKindError(`${what}; it is ${kind === "workflow" ? "an activity" : "a workflow"} queue: give it in ` +
+                                 `${kind === "workflow" ? "activityQueues" : "workflowQueues"}`, { cause: e });
+          this.#log.error(`dex: worker ${this.workerId}: ${this.error.message}; the worker stops`);
           this.#stopping = true;
           this.#stopRequested?.();
           break;
