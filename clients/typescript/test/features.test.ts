@@ -378,3 +378,23 @@ test("ctx.all failing before it is awaited is no unhandled rejection: the workfl
   const id = await client().start(lateAwait, null, { queue: qs[0] });
   assert.equal(await client().result(id, { timeout: 20 }), "failing");
 });
+
+const givesAMap = activity("gives-a-map", () => ({ ids: new Map([[1, 2]]) }));
+const mapFlow = workflow("map-flow", async (ctx) => {
+  try {
+    await ctx.activity(givesAMap, null, { retry: { maxAttempts: 5, initialDelay: 0.01 } });
+    return "ran";
+  } catch (e) {
+    const err = e as ActivityError;
+    return { type: err.type, attempts: err.attempts, message: err.failure.message, terminal: err.failure.terminal };
+  }
+});
+
+test("an activity result that is not JSON fails the activity for good, naming where", async (t) => {
+  const qs = await queues();
+  await startWorker(t, qs, { workflows: [mapFlow], activities: [givesAMap] });
+  const id = await client().start(mapFlow, null, { queue: qs[0] });
+  assert.deepEqual(await client().result(id, { timeout: 20 }), {
+    type: "TypeError", attempts: 1, terminal: true,
+    message: "the result of activity 'gives-a-map' is not JSON-serializable: $.ids is a Map object" });
+});

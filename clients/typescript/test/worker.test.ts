@@ -272,3 +272,19 @@ test("completions and activity results go back in batches: far fewer calls than 
   assert.ok(w.stats.workflowCompletionCalls <= 40, JSON.stringify(w.stats));
   assert.ok(w.stats.activityReportCalls <= 40, JSON.stringify(w.stats));
 });
+
+const stepper = workflow("stepper", async (ctx, n: number) => {
+  let total = 0;
+  for (let i = 0; i < 4; i++) total += await ctx.activity(one, n + i);
+  return total;
+});
+
+test("a workflow cache smaller than the runs in flight evicts states; evicted runs replay and finish right", async (t) => {
+  const qs = await queues();
+  const w = await startWorker(t, qs, { workflows: [stepper], activities: [one], workflowCacheSize: 2 });
+  const ids = await client().startMany(stepper, [0, 10, 20, 30, 40, 50], { queue: qs[0] });
+  const results = await Promise.all(ids.map((id) => client().result(id, { timeout: 60 })));
+  assert.deepEqual(results, [0, 10, 20, 30, 40, 50].map((n) => 4 * n + 10));
+  assert.ok(w.cachedRuns <= 2, `${w.cachedRuns} runs cached`);
+  assert.ok(w.stats.fullReplays > 6, JSON.stringify(w.stats));   // more than one per run: evictions
+});
