@@ -134,6 +134,9 @@ const char *const fuzz_type_names[] = {
 	"dex.v1.ActivityTask",
 	"google.protobuf.Timestamp",
 	"google.protobuf.Duration",
+	/* 1.6 */
+	"dex.v1.MarkerRecorded",
+	"dex.v1.RecordMarker",
 };
 
 const int	fuzz_n_types = lengthof(fuzz_type_names);
