@@ -3,7 +3,7 @@ import pg from "pg";
 import { type Duration, type Message, eventKind, seconds, toJsonText } from "./convert.js";
 import type { WorkflowDefinition } from "./definitions.js";
 import {
-  RunCancelledError, RunFailedError, RunTerminatedError, RunTimedOutError, WaitTimeoutError,
+  AlreadyExistsError, RunCancelledError, RunFailedError, RunTerminatedError, RunTimedOutError, WaitTimeoutError,
 } from "./errors.js";
 import { type ConnectionOptions, isConnectionError, translate } from "./pg.js";
 
@@ -133,7 +133,7 @@ export class Client {
       await this.#query("SELECT dex.create_queue($1, $2, $3)", [name, kind, options.capacity ?? null], false);
       return true;
     } catch (e) {
-      if ((e as { code?: string }).code === "42710" && (options.existOk ?? true)) return false;
+      if (e instanceof AlreadyExistsError && (options.existOk ?? true)) return false;
       throw e;
     }
   }

@@ -102,8 +102,61 @@ export class RunCancelledError extends DexError {}
 /** Client: a wait for a run ended before the run did. */
 export class WaitTimeoutError extends DexError {}
 
+/**
+ * An error of the server, by its SQLSTATE (the subclasses below), with its message, detail and
+ * hint; `cause` is node-postgres' error.
+ */
+export class ServerError extends DexError {
+  readonly sqlstate: string | undefined;
+  readonly detail: string | undefined;
+  readonly hint: string | undefined;
+  constructor(message: string, options: { sqlstate?: string; detail?: string; hint?: string; cause?: unknown } = {}) {
+    super(message, { cause: options.cause });
+    this.sqlstate = options.sqlstate;
+    this.detail = options.detail;
+    this.hint = options.hint;
+  }
+}
+
+/** 42704: the queue, run or message type does not exist, or the role may not use it. */
+export class NotFoundError extends ServerError {}
+/** 42809: a queue of the wrong kind (a workflow queue where an activity queue is needed, or the reverse). */
+export class WrongKindError extends ServerError {}
+/** 42710: a queue of that name exists. */
+export class AlreadyExistsError extends ServerError {}
+/** 23505: a run of that instance id is still active; `detail` names it. */
+export class AlreadyActiveError extends ServerError {}
+/** 42501: the role may not do this (a queue it was not granted, a function of dex_admin). */
+export class PermissionDeniedError extends ServerError {}
+/** SQLSTATE class 22: a value the server refuses (wrong shape, a NULL where one is required, out of range). */
+export class InvalidArgumentError extends ServerError {}
+/** 55000: not possible in the run's state (an event for an ended run, ...); class 25: a wait inside a transaction block. */
+export class InvalidStateError extends ServerError {}
+/** Class 54: a payload, a reason or a batch over its limit. */
+export class LimitExceededError extends ServerError {}
+/** The database could not be reached or the connection was lost (class 08, or no SQLSTATE): what was sent may or may not have been done. */
+export class ConnectionFailedError extends ServerError {}
 /** A task's lease was lost (SQLSTATE WD001): another worker holds it, or it completed. */
-export class LeaseLost extends DexError {}
+export class LeaseLost extends ServerError {}
+/** WD002: the task's run was cancelled or terminated. */
+export class TaskRunEndedError extends ServerError {}
+/** The installed dex does not offer this (42883: a routine it lacks; 3F000: no schema dex; 0A000). */
+export class NotSupported extends ServerError {}
+
+const SQLSTATE_ERRORS: Record<string, new (message: string, options: { sqlstate?: string; detail?: string; hint?: string; cause?: unknown }) => ServerError> = {
+  "42704": NotFoundError, "42809": WrongKindError, "42710": AlreadyExistsError, "23505": AlreadyActiveError,
+  "42501": PermissionDeniedError, "22": InvalidArgumentError, "55000": InvalidStateError, "25": InvalidStateError,
+  "54": LimitExceededError, "08": ConnectionFailedError, "WD001": LeaseLost, "WD002": TaskRunEndedError,
+  "42883": NotSupported, "3F000": NotSupported, "0A000": NotSupported,
+};
+
+/** The {@link ServerError} (subclass) for an error of node-postgres: by its SQLSTATE, then its class. */
+export function serverError(e: unknown): ServerError {
+  const code = sqlstate(e);
+  const { message, detail, hint } = (e ?? {}) as { message?: string; detail?: string; hint?: string };
+  const cls = code === undefined ? ConnectionFailedError : (SQLSTATE_ERRORS[code] ?? SQLSTATE_ERRORS[code.slice(0, 2)] ?? ServerError);
+  return new cls(message || String(e), { sqlstate: code, detail, hint, cause: e });
+}
 
 /** A value that must be JSON (an argument, a result, a payload) is not. */
 export class NotSerializableError extends DexError {
@@ -112,14 +165,9 @@ export class NotSerializableError extends DexError {
   }
 }
 
-/** A run, queue or other object the call names does not exist (SQLSTATE 42704). */
-export class NotFoundError extends DexError {}
-
 /** A worker was given a queue as the other kind (a workflow queue as an activity queue, or the reverse). */
 export class QueueKindError extends DexError {}
 
-/** The installed dex does not offer this. */
-export class NotSupported extends DexError {}
 
 /** A workflow task of a workflow (name, version) this worker does not have. */
 export const UNKNOWN_WORKFLOW = "dex.UnknownWorkflow";

@@ -1,6 +1,6 @@
 /** Connections: node-postgres clients made from a connection string or config (PG* variables otherwise). */
 import pg from "pg";
-import { DexError, NotFoundError, sqlstate } from "./errors.js";
+import { DexError, NotSupported, serverError, sqlstate } from "./errors.js";
 
 export type ConnectionOptions = string | pg.ClientConfig | undefined;
 
@@ -38,10 +38,9 @@ export function isConnectionError(e: unknown): boolean {
   return code.startsWith("08") || code === "57P01" || code === "57P02" || code === "57P03";
 }
 
-/** A dex SQL error as the SDK's typed error where one fits (a missing run or queue). */
+/** An error of a call as the SDK's typed error: a ServerError by its SQLSTATE; the SDK's own errors as they are. */
 export function translate(e: unknown): unknown {
-  if (sqlstate(e) === "42704") return new NotFoundError((e as Error).message, { cause: e });
-  return e;
+  return e instanceof DexError ? e : serverError(e);
 }
 
 /** Whether the installed dex has all these routines (to_regprocedure signatures). */
@@ -52,5 +51,5 @@ export async function hasRoutines(client: pg.Client, ...signatures: string[]): P
 }
 
 export function notSupported(what: string): DexError {
-  return new DexError(`the installed dex has no ${what}: this SDK needs dex 1.5 or later (ALTER EXTENSION dex UPDATE)`);
+  return new NotSupported(`the installed dex has no ${what}: this SDK needs dex 1.5 or later (ALTER EXTENSION dex UPDATE)`);
 }

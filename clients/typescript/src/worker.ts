@@ -103,13 +103,13 @@ export class ActivityContext {
    */
   heartbeat(): void {
     if (this.#leaseLost) {
-      throw new LeaseLost(`the lease of activity '${this.info.name}' (id ${this.info.taskId}) of run ${this.info.runId} was lost`);
+      throw new LeaseLost(`the lease of activity '${this.info.name}' (id ${this.info.taskId}) of run ${this.info.runId} was lost`, { sqlstate: "WD001" });
     }
   }
   /** @internal */
   _loseLease(): void {
     this.#leaseLost = true;
-    this.#abort.abort(new LeaseLost(`the lease of activity '${this.info.name}' was lost`));
+    this.#abort.abort(new LeaseLost(`the lease of activity '${this.info.name}' was lost`, { sqlstate: "WD001" }));
   }
   /** @internal */
   _shutdown(): void {

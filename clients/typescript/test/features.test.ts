@@ -4,6 +4,7 @@ import { test } from "node:test";
 import {
   activity, workflow, ActivityError, ApplicationError, CancelledError, ChildRunError, NonRetryableError,
   NotFoundError, NotSerializableError, RunCancelledError, RunFailedError, WaitTimeout, WaitTimeoutError,
+  AlreadyActiveError, AlreadyExistsError, InvalidArgumentError, InvalidStateError,
 } from "./sdk.js";
 import { client, eventually, kinds, queues, sleep, startWorker } from "./helpers.js";
 
@@ -397,4 +398,21 @@ test("an activity result that is not JSON fails the activity for good, naming wh
   assert.deepEqual(await client().result(id, { timeout: 20 }), {
     type: "TypeError", attempts: 1, terminal: true,
     message: "the result of activity 'gives-a-map' is not JSON-serializable: $.ids is a Map object" });
+});
+
+test("server errors are typed by SQLSTATE: AlreadyExists, AlreadyActive, InvalidState, InvalidArgument (with the hint)", async (t) => {
+  const qs = await queues();
+  await assert.rejects(client().createQueue(qs[0], "workflow", { existOk: false }),
+                       (e: unknown) => e instanceof AlreadyExistsError && e.sqlstate === "42710");
+  assert.equal(await client().createQueue(qs[0], "workflow"), false);
+  await assert.rejects(client().createQueue(`${qs[0]}-x`, "bogus" as "workflow"),
+                       (e: unknown) => e instanceof InvalidArgumentError && e.sqlstate === "22023" &&
+                         /invalid queue kind/.test(e.message) && /"workflow" or "activity"/.test(e.hint ?? ""));
+  await client().start(approval, 60, { queue: qs[0], instanceId: `order-${qs[0]}` });
+  await assert.rejects(client().start(approval, 60, { queue: qs[0], instanceId: `order-${qs[0]}` }),
+                       (e: unknown) => e instanceof AlreadyActiveError && e.sqlstate === "23505");
+  await startWorker(t, qs, { workflows: [square] });
+  const done = await client().start(square, 3, { queue: qs[0] });
+  assert.equal(await client().result(done, { timeout: 20 }), 9);
+  await assert.rejects(client().sendEvent(done, "late", 1), (e: unknown) => e instanceof InvalidStateError && e.sqlstate === "55000");
 });
