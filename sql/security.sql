@@ -466,6 +466,11 @@ SELECT dex.reset_stats();
 SELECT dex.purge_run(:'r4');
 SELECT dex.purge_runs(status => 'CANCELLED', queue => 'sec-wf', ended_before => 'infinity', "limit" => 10)
        OPERATOR(pg_catalog.>=) 1 AS purged;
+-- an API token of the REST API: made, turned into its role, listed, revoked
+SELECT dex.create_api_token('sec-token', 'dex_client') AS sec_token \gset
+SELECT dex.authenticate_api_token(:'sec_token') AS token_role;
+SELECT name, role FROM dex.api_tokens WHERE name OPERATOR(pg_catalog.=) 'sec-token';
+SELECT dex.revoke_api_token('sec-token');
 RESET search_path;
 RESET ROLE;
 

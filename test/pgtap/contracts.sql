@@ -18,7 +18,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(301);
+SELECT plan(317);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -60,7 +60,10 @@ INSERT INTO api VALUES
     ('list_runs',        '{text,text,jsonb,"timestamp with time zone","timestamp with time zone","timestamp with time zone","timestamp with time zone",uuid,uuid,integer}', 'setof dex.runs'),
     ('grant_queue',      '{text,regrole}',                                          'void'),
     ('revoke_queue',     '{text,regrole}',                                          'void'),
-    ('usable_queue_ids', '{}',                                                      'integer[]');
+    ('usable_queue_ids', '{}',                                                      'integer[]'),
+    ('create_api_token', '{text,regrole,"timestamp with time zone"}',               'text'),
+    ('revoke_api_token', '{text}',                                                  'void'),
+    ('authenticate_api_token', '{text}',                                            'name');
 
 -- every function exists with exactly these argument types
 SELECT has_function('dex', fname, args,
@@ -79,7 +82,7 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
           '{}'::text[], 'no function in schema dex leaves search_path unpinned');
 SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
                  WHERE p.pronamespace = 'dex'::regnamespace AND p.prosecdef ORDER BY 1),
-          '{alter_queue,create_queue,grant_queue,reset_stats,revoke_queue}'::text[],
+          '{alter_queue,authenticate_api_token,create_api_token,create_queue,grant_queue,reset_stats,revoke_api_token,revoke_queue}'::text[],
           'only the administrators'' functions are SECURITY DEFINER');
 -- PUBLIC may call nothing; each role what the API gives it
 SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
@@ -106,6 +109,16 @@ SELECT ok(has_function_privilege('dex_admin', 'dex.set_run_version(uuid,integer)
           AND NOT has_function_privilege('dex_client', 'dex.set_run_version(uuid,integer)', 'EXECUTE')
           AND NOT has_function_privilege('dex_worker', 'dex.set_run_version(uuid,integer)', 'EXECUTE'),
           'dex_admin moves runs between versions, pg_monitor sees what is unserved; clients and workers do neither');
+SELECT ok(has_function_privilege('dex_admin', 'dex.create_api_token(text,regrole,timestamptz)', 'EXECUTE')
+          AND has_function_privilege('dex_admin', 'dex.revoke_api_token(text)', 'EXECUTE')
+          AND NOT has_function_privilege('dex_client', 'dex.create_api_token(text,regrole,timestamptz)', 'EXECUTE')
+          AND NOT has_function_privilege('dex_worker', 'dex.revoke_api_token(text)', 'EXECUTE')
+          AND has_function_privilege('dex_client', 'dex.authenticate_api_token(text)', 'EXECUTE')
+          AND has_function_privilege('dex_worker', 'dex.authenticate_api_token(text)', 'EXECUTE')
+          AND NOT has_table_privilege('dex_admin', 'dex.api_token', 'SELECT')
+          AND has_table_privilege('dex_admin', 'dex.api_tokens', 'SELECT')
+          AND NOT has_table_privilege('dex_client', 'dex.api_tokens', 'SELECT'),
+          'dex_admin makes and revokes API tokens and lists them without their hashes; every dex role may turn a token into its role');
 
 -- the long poll is a procedure (it ends its transaction before it sleeps), documented,
 -- with caller's rights and no SET clause
@@ -140,7 +153,8 @@ SELECT is(pg_get_function_result('dex.run_attempts(uuid)'::regprocedure),
 -- the administrators' functions are SECURITY DEFINER; the others take their owner's rights
 -- in C, keeping the caller for the queue checks (sql/roles.sql and sql/queue_access.sql
 -- show that roles without any table privilege use them)
-SELECT CASE WHEN fname IN ('create_queue', 'grant_queue', 'revoke_queue')
+SELECT CASE WHEN fname IN ('create_queue', 'grant_queue', 'revoke_queue', 'create_api_token', 'revoke_api_token',
+                           'authenticate_api_token')
             THEN is_definer('dex', fname, args, format('dex.%s is SECURITY DEFINER', fname))
             ELSE isnt_definer('dex', fname, args, format('dex.%s is not SECURITY DEFINER', fname)) END
   FROM api ORDER BY fname;

@@ -1,5 +1,5 @@
-"""python3 -m dex worker|history ... (or the `dex` command that pip installs): run a worker, or
-print a run's history."""
+"""python3 -m dex worker|history|serve ... (or the `dex` command that pip installs): run a worker,
+print a run's history, or serve the REST API and the dashboard."""
 
 from __future__ import annotations
 
@@ -41,9 +41,24 @@ def main(argv=None) -> int:
     h.add_argument("run_id")
     h.add_argument("--pooled", action=argparse.BooleanOptionalAction, default=None,
                    help=pooled_help)
+    s = sub.add_parser("serve", help="serve the REST API and the dashboard (needs python3-fastapi, "
+                                     "python3-uvicorn, python3-jinja2)")
+    s.add_argument("--listen", default="127.0.0.1:8080", help="address:port (default 127.0.0.1:8080)")
+    s.add_argument("--pool-size", type=int, default=10, help="database connections at most")
+    s.add_argument("--sample-interval", type=float, default=15.0,
+                   help="seconds between samples of the queues for the charts")
+    s.add_argument("--openapi", action="store_true", help="print the OpenAPI document and exit")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    if args.cmd == "worker":
+    if args.cmd == "serve":
+        from . import serve
+        if args.openapi:
+            sys.stdout.write(serve.openapi_document())
+            return 0
+        host, _, port = args.listen.rpartition(":")
+        serve.serve(args.conninfo, host.strip("[]") or "127.0.0.1", int(port),
+                    pool_size=args.pool_size, sample_interval=args.sample_interval)
+    elif args.cmd == "worker":
         sys.path.insert(0, ".")
         for m in args.modules:
             importlib.import_module(m)

@@ -1,0 +1,124 @@
+"""``python3 -m dex serve``: dex's REST API (``/v1``, OpenAPI at ``/openapi.json``) and web
+dashboard (``/ui``) in one FastAPI application, served by uvicorn.
+
+Every request runs with the PostgreSQL role of its API token (``db.py``); the server's own
+login role only turns tokens into roles, and samples the queues for the charts
+(``sampler.py``).  Errors are ``application/problem+json`` (RFC 7807) with dex's SQLSTATE
+mapped to the HTTP status (``db.http_status``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Dict
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse
+
+from .. import __version__
+from .api import ProblemModel, router as api_router
+from .db import Database, Problem
+from .sampler import Sampler
+from . import ui
+
+log = logging.getLogger("dex.serve")
+
+
+def problem_response(p: Problem) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if p.status == 401 else None
+    return JSONResponse(p.document(), status_code=p.status, headers=headers,
+                        media_type="application/problem+json")
+
+
+def create_app(conninfo: str = "", *, pool_size: int = 10, sample_interval: float = 15.0,
+               secret: bytes = b"") -> FastAPI:
+    """The application.  ``conninfo``: the server's login role's libpq connection string;
+    ``sample_interval``: seconds between samples of the queues; ``secret``: the key of the
+    dashboard's CSRF tokens (random per process by default)."""
+    app = FastAPI(title="dex", version=__version__,
+                  description="REST API of dex, the durable execution engine inside PostgreSQL. "
+                              "Every request runs as the database role of its API token "
+                              "(Authorization: Bearer <token>, made with dex.create_api_token); "
+                              "errors are application/problem+json.")
+    app.state.db = Database(conninfo, size=pool_size)
+    app.state.sampler = Sampler(app.state.db, sample_interval)
+    ui.setup(app, secret)
+
+    @app.on_event("startup")
+    def _start() -> None:
+        app.state.sampler.start()
+
+    @app.on_event("shutdown")
+    def _stop() -> None:
+        app.state.sampler.stop()
+        app.state.db.close()
+
+    @app.exception_handler(Problem)
+    def _problem(request: Request, p: Problem):
+        if request.url.path.startswith("/ui"):
+            return ui.problem_page(request, p)
+        return problem_response(p)
+
+    @app.exception_handler(RequestValidationError)
+    def _invalid(request: Request, e: RequestValidationError):
+        p = Problem(400, "Bad Request", "the request is not valid: " +
+                    "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()),
+                    errors=json.loads(json.dumps(e.errors(), default=str)))
+        if request.url.path.startswith("/ui"):
+            return ui.problem_page(request, p)
+        return problem_response(p)
+
+    @app.exception_handler(Exception)
+    def _bug(request: Request, e: Exception):
+        log.exception("%s %s failed", request.method, request.url.path)
+        return problem_response(Problem(500, "Internal Server Error", f"{type(e).__name__}: {e}"))
+
+    @app.get("/healthz", tags=["server"], summary="200 when the database answers, else 503",
+             responses={503: {"description": "database unavailable"}})
+    def healthz() -> Dict[str, Any]:
+        with app.state.db.connection() as conn:
+            try:
+                conn.execute("SELECT 1")
+            except Exception as e:
+                raise Problem(503, "Service Unavailable", f"the database is unavailable: {e}") from e
+        return {"status": "ok"}
+
+    @app.get("/", include_in_schema=False)
+    def root():
+        return RedirectResponse("/ui/runs")
+
+    app.include_router(api_router)
+    app.include_router(ui.router)
+    _add_problem_schema(app)
+    return app
+
+
+def _add_problem_schema(app: FastAPI) -> None:
+    base = app.openapi
+
+    def openapi() -> Dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        doc = base()
+        doc.setdefault("components", {}).setdefault("schemas", {})["Problem"] = ProblemModel.schema()
+        doc["components"]["securitySchemes"] = {"token": {"type": "http", "scheme": "bearer"}}
+        doc["security"] = [{"token": []}]
+        # FastAPI's own 422 is answered as a 400 problem (see _invalid)
+        for path in doc.get("paths", {}).values():
+            for op in path.values():
+                op.get("responses", {}).pop("422", None)
+        app.openapi_schema = doc
+        return doc
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def openapi_document() -> str:
+    """The OpenAPI document, as checked in (``clients/python/openapi.json``)."""
+    return json.dumps(create_app().openapi(), indent=2, sort_keys=True) + "\n"
+
+
+def serve(conninfo: str, host: str, port: int, **kw: Any) -> None:
+    import uvicorn
+    uvicorn.run(create_app(conninfo, **kw), host=host, port=port, log_level="info")

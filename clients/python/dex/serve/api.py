@@ -1,0 +1,494 @@
+"""The REST API (``/v1``): runs, queues and the worker calls, each a call of dex's SQL API
+made with the caller's role (see ``db.py``).  The OpenAPI document FastAPI makes from these
+routes is checked in as ``clients/python/openapi.json`` (``python3 -m dex serve
+--openapi``); ``tests/test_rest_openapi.py`` fails when the two differ."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from typing import Any, Dict, List, Optional
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from psycopg.types.json import Jsonb
+from pydantic import BaseModel, Field, StrictStr
+
+from . import runs as R
+from .db import Problem
+
+router = APIRouter(prefix="/v1")
+
+PROBLEM = {"content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+ERRORS = {400: {"description": "bad input", **PROBLEM},
+          401: {"description": "no valid API token", **PROBLEM},
+          403: {"description": "the token's role may not do this", **PROBLEM},
+          404: {"description": "unknown, or of a queue the role may not use", **PROBLEM},
+          409: {"description": "stale lease, ended run or wrong state", **PROBLEM},
+          503: {"description": "database unavailable", **PROBLEM}}
+
+
+class ProblemModel(BaseModel):
+    type: str = Field(..., description="urn:dex:sqlstate:<SQLSTATE> when the database refused, else about:blank")
+    title: str
+    status: int
+    detail: Optional[str]
+    sqlstate: Optional[str] = Field(None, description="dex's or PostgreSQL's error code")
+    hint: Optional[str]
+    sqlDetail: Optional[str]
+
+    class Config:
+        title = "Problem"
+
+
+class Run(BaseModel):
+    id: uuid.UUID
+    workflow_name: str
+    workflow_version: int
+    queue: str
+    status: str = Field(..., description="DELAYED, CREATED, RUNNING, SUSPENDED, BLOCKED, COMPLETED, "
+                                         "FAILED, CANCELLED, TERMINATED or TIMED_OUT")
+    instance_id: Optional[str]
+    priority: int
+    labels: Optional[Dict[str, str]]
+    concurrency_key: Optional[str]
+    custom_status: Optional[str]
+    parent_id: Optional[uuid.UUID]
+    argument: Any
+    result: Any
+    failure: Optional[Dict[str, Any]]
+    history_length: int
+    created_at: dt.datetime
+    updated_at: Optional[dt.datetime]
+    started_at: Optional[dt.datetime]
+    completed_at: Optional[dt.datetime]
+    task_failures: int
+    last_task_failure: Optional[Dict[str, Any]]
+    origin_run_id: Optional[uuid.UUID]
+    origin: Optional[str]
+
+
+class RunPage(BaseModel):
+    runs: List[Run] = Field(..., description="newest first; fewer than limit (even none) when the search "
+                                             "ran out of its time budget: follow next_cursor")
+    next_cursor: Optional[str] = Field(None, description="pass as cursor for the next page; null on the last")
+
+
+class RunCounts(BaseModel):
+    counts: Dict[str, int] = Field(..., description="runs by status that match, counted newest first")
+    since: Optional[dt.datetime] = Field(..., description="the counts are of the runs created since then (past "
+                                                          "10,000 runs or the time budget); null: of all")
+
+
+class RunCreate(BaseModel):
+    workflow_name: str
+    queue: str
+    argument: Any = None
+    workflow_version: int = 1
+    instance_id: Optional[str] = None
+    priority: int = 0
+    labels: Optional[Dict[str, StrictStr]] = None
+    concurrency_key: Optional[str] = None
+    if_active: str = Field("error", description="'error' or 'return' (the active run of the instance id)")
+    start_at: Optional[dt.datetime] = None
+    execution_timeout_seconds: Optional[float] = None
+
+
+class Reason(BaseModel):
+    reason: Optional[str] = None
+
+
+class Reset(BaseModel):
+    event_id: int = Field(..., description="a sequence of the run's history: the new run goes back to the "
+                                           "last workflow task completed at or before it")
+    reason: Optional[str] = None
+
+
+class ExternalEvent(BaseModel):
+    event_id: str
+    payload: Any = None
+
+
+class Delivered(BaseModel):
+    delivered: bool = Field(..., description="false: the run had already received an event with this id")
+
+
+class HistoryEvent(BaseModel):
+    sequence: int
+    event: Dict[str, Any] = Field(..., description="a dex.v1.WorkflowEvent in canonical proto3 JSON")
+
+
+class History(BaseModel):
+    events: List[HistoryEvent]
+
+
+class Attempt(BaseModel):
+    task: str
+    event_id: int
+    name: Optional[str]
+    attempt: Optional[int]
+    worker_id: Optional[str]
+    leased_at: Optional[dt.datetime]
+    ended_at: Optional[dt.datetime]
+    outcome: str
+    failure: Optional[Dict[str, Any]]
+
+
+class Attempts(BaseModel):
+    attempts: List[Attempt]
+
+
+class Queue(BaseModel):
+    name: str
+    kind: str
+    status: str
+    capacity: Optional[int]
+    ready: int
+    leased: int
+    delayed: int
+    oldest_ready_at: Optional[dt.datetime]
+    backlog_age_seconds: Optional[float]
+    estimated: bool
+    tasks_created: Optional[int]
+    polls: Optional[int]
+    polls_empty: Optional[int]
+    tasks_leased: Optional[int]
+    tasks_completed: Optional[int]
+    tasks_failed: Optional[int]
+    leases_expired: Optional[int]
+
+
+class Queues(BaseModel):
+    queues: List[Queue]
+
+
+class QueueCreate(BaseModel):
+    name: str
+    kind: str = Field(..., description="'workflow' or 'activity'")
+    capacity: Optional[int] = None
+
+
+class QueueChange(BaseModel):
+    paused: Optional[bool] = None
+    capacity: Optional[int] = Field(None, description="most tasks leased at once; 0 removes the limit")
+
+
+class Sample(BaseModel):
+    at: dt.datetime
+    ready: int
+    leased: int
+    delayed: int
+    completed_per_minute: float
+    failed_per_minute: float
+
+
+class Latency(BaseModel):
+    runs: int
+    p50: Optional[float]
+    p90: Optional[float]
+    p99: Optional[float]
+
+
+class QueueStats(BaseModel):
+    queue: Queue
+    samples: List[Sample] = Field(..., description="the last hour, oldest first (empty until the server "
+                                                   "has sampled; needs pg_monitor for the server's login role)")
+    latency_seconds: Optional[Latency] = Field(None, description="creation to end of the runs of a workflow "
+                                                                 "queue created and ended in the last hour")
+
+
+class Poll(BaseModel):
+    worker_id: str
+    max_tasks: int = 1
+    lease_seconds: float = 300
+    wait_seconds: float = Field(0, description="with no task ready, wait up to this long for one (long poll)")
+    names: Optional[List[str]] = Field(None, description="what the worker runs: the workflows (with versions) "
+                                                         "or the activities it declares; null: every task")
+    versions: Optional[List[int]] = Field(None, description="on a workflow queue, the version of each name")
+
+
+class Task(BaseModel):
+    kind: str = Field(..., description="'workflow' or 'activity'")
+    run_id: uuid.UUID
+    task_id: int
+    lock_version: int
+    locked_until: dt.datetime
+    task: Dict[str, Any] = Field(..., description="a dex.v1.WorkflowTask or dex.v1.ActivityTask in canonical JSON")
+
+
+class Tasks(BaseModel):
+    tasks: List[Task]
+
+
+class Lease(BaseModel):
+    run_id: uuid.UUID
+    task_id: int
+    lock_version: int
+
+
+class Completion(Lease):
+    result: Any = Field(None, description="workflow task: the list of commands; activity: its JSON result")
+
+
+class Failure(Lease):
+    failure: Dict[str, Any] = Field(..., description="a dex.v1.Failure: message, type, terminal, details, ...")
+
+
+class Heartbeat(Lease):
+    lease_seconds: float = 300
+    details: Any = None
+
+
+class Extended(BaseModel):
+    locked_until: dt.datetime
+
+
+class WhoAmI(BaseModel):
+    role: str
+    may: Dict[str, bool] = Field(..., description="the calls the role may make")
+
+
+def caller(request: Request) -> str:
+    """The bearer token of the request (the API takes no cookie: no cross-site requests)."""
+    auth = request.headers.get("authorization", "")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Problem(401, "Unauthorized", "an API token is required (Authorization: Bearer <token>)")
+    return token.strip()
+
+
+def db(request: Request):
+    return request.app.state.db
+
+
+def _jsonb(value: Any) -> Optional[Jsonb]:
+    return None if value is None else Jsonb(value)
+
+
+def _interval(seconds: Optional[float], name: str) -> Optional[dt.timedelta]:
+    if seconds is None:
+        return None
+    try:
+        return dt.timedelta(seconds=seconds)
+    except OverflowError:
+        raise Problem(400, "Bad Request", f"{name} is out of range") from None
+
+
+# the calls whose privilege the dashboard and /v1/whoami show, by name (whatever their signature)
+PRIVILEGES = ("create_run", "cancel_run", "suspend_run", "resume_run", "terminate_run", "restart_run",
+              "reset_run", "send_external_event", "alter_queue", "create_queue", "poll_tasks", "queue_depth")
+
+
+def privileges(conn) -> Dict[str, Any]:
+    """The current role ("role") and which of dex's calls it may make."""
+    may: Dict[str, Any] = {name: False for name in PRIVILEGES}
+    for r in conn.execute(
+            "SELECT p.proname AS name, bool_or(has_function_privilege(p.oid, 'EXECUTE')) AS may "
+            "FROM pg_catalog.pg_proc p WHERE p.pronamespace = 'dex'::regnamespace "
+            "AND p.proname = ANY(%s) GROUP BY p.proname", (list(PRIVILEGES),)):
+        may[r["name"]] = r["may"]
+    may["role"] = conn.execute("SELECT current_user AS role").fetchone()["role"]
+    return may
+
+
+@router.get("/whoami", response_model=WhoAmI, responses=ERRORS, tags=["tokens"],
+            summary="The role the token's requests run as, and what it may call")
+def whoami(request: Request, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        row = privileges(conn)
+    return {"role": row.pop("role"), "may": row}
+
+
+@router.get("/runs", response_model=RunPage, responses=ERRORS, tags=["runs"],
+            summary="Runs, newest first, a page at a time")
+def list_runs(request: Request, token: str = Depends(caller),
+              status: Optional[str] = None, queue: Optional[str] = None,
+              workflow: Optional[str] = None, instance_id: Optional[str] = None,
+              label: Optional[List[str]] = Query(None, description="key=value; repeat for more"),
+              parent_id: Optional[uuid.UUID] = None,
+              created_after: Optional[dt.datetime] = None, created_before: Optional[dt.datetime] = None,
+              cursor: Optional[str] = None, limit: int = 50):
+    flt = R.RunFilter(status, queue, workflow, instance_id, label, parent_id, created_after, created_before)
+    with db(request).as_caller(token) as conn:
+        rows, next_cursor = R.list_runs(conn, flt, limit, cursor)
+    return {"runs": rows, "next_cursor": next_cursor}
+
+
+@router.get("/runs/counts", response_model=RunCounts, responses=ERRORS, tags=["runs"],
+            summary="Runs by status, with the filters of the listing")
+def count_runs(request: Request, token: str = Depends(caller),
+               queue: Optional[str] = None, workflow: Optional[str] = None,
+               instance_id: Optional[str] = None,
+               label: Optional[List[str]] = Query(None, description="key=value; repeat for more"),
+               created_after: Optional[dt.datetime] = None, created_before: Optional[dt.datetime] = None):
+    flt = R.RunFilter(None, queue, workflow, instance_id, label, None, created_after, created_before)
+    with db(request).as_caller(token) as conn:
+        counts, since = R.count_runs(conn, flt)
+    return {"counts": counts, "since": since}
+
+
+@router.post("/runs", response_model=Run, status_code=201, responses=ERRORS, tags=["runs"],
+             summary="Start a run (dex.create_run)")
+def create_run(body: RunCreate, request: Request, response: Response, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        run_id = conn.execute(
+            "SELECT dex.create_run(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) AS id",
+            (body.workflow_name, body.queue, _jsonb(body.argument), body.workflow_version,
+             body.instance_id, body.priority, _jsonb(body.labels), body.concurrency_key,
+             body.if_active, body.start_at,
+             _interval(body.execution_timeout_seconds, "execution_timeout_seconds"))).fetchone()["id"]
+        run = R.get_run(conn, run_id)
+    response.headers["Location"] = f"/v1/runs/{run_id}"
+    return run
+
+
+@router.get("/runs/{run_id}", response_model=Run, responses=ERRORS, tags=["runs"], summary="A run")
+def get_run(run_id: uuid.UUID, request: Request, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        return R.get_run(conn, run_id)
+
+
+@router.get("/runs/{run_id}/history", response_model=History, responses=ERRORS, tags=["runs"],
+            summary="The run's event history, in order")
+def get_history(run_id: uuid.UUID, request: Request, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        return {"events": R.history(conn, run_id)}
+
+
+@router.get("/runs/{run_id}/attempts", response_model=Attempts, responses=ERRORS, tags=["runs"],
+            summary="Every ended attempt of the run's workflow tasks and activities")
+def get_attempts(run_id: uuid.UUID, request: Request, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        return {"attempts": R.attempts(conn, run_id)}
+
+
+def _control(fn: str, doc: str):
+    def control(run_id: uuid.UUID, request: Request, body: Reason = Reason(),
+                token: str = Depends(caller)):
+        with db(request).as_caller(token) as conn:
+            conn.execute(f"SELECT dex.{fn}(%s, %s)", (run_id, body.reason))
+            return R.get_run(conn, run_id)
+    control.__name__ = fn
+    router.post(f"/runs/{{run_id}}/{fn.split('_')[0]}", response_model=Run, responses=ERRORS,
+                tags=["runs"], summary=doc)(control)
+
+
+_control("cancel_run", "Cancel a run (dex.cancel_run): the workflow cleans up, or it ends now if not executing")
+_control("suspend_run", "Suspend a running run (dex.suspend_run)")
+_control("resume_run", "Resume a suspended run, or retry a blocked one (dex.resume_run)")
+_control("terminate_run", "End a run now without running its code (dex.terminate_run)")
+
+
+@router.post("/runs/{run_id}/restart", response_model=Run, status_code=201, responses=ERRORS,
+             tags=["runs"], summary="Run it again from the start as a new run (dex.restart_run)")
+def restart_run(run_id: uuid.UUID, request: Request, response: Response, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        new = conn.execute("SELECT dex.restart_run(%s) AS id", (run_id,)).fetchone()["id"]
+        run = R.get_run(conn, new)
+    response.headers["Location"] = f"/v1/runs/{new}"
+    return run
+
+
+@router.post("/runs/{run_id}/reset", response_model=Run, status_code=201, responses=ERRORS,
+             tags=["runs"], summary="A new run that goes back to a workflow task of this one (dex.reset_run)")
+def reset_run(run_id: uuid.UUID, body: Reset, request: Request, response: Response,
+              token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        new = conn.execute("SELECT dex.reset_run(%s, %s, %s) AS id",
+                           (run_id, body.event_id, body.reason)).fetchone()["id"]
+        run = R.get_run(conn, new)
+    response.headers["Location"] = f"/v1/runs/{new}"
+    return run
+
+
+@router.post("/runs/{run_id}/events", response_model=Delivered, responses=ERRORS, tags=["runs"],
+             summary="Send an external event to a run (dex.send_external_event)")
+def send_event(run_id: uuid.UUID, body: ExternalEvent, request: Request, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        row = conn.execute("SELECT dex.send_external_event(%s, %s, %s) AS delivered",
+                           (run_id, body.event_id, _jsonb(body.payload))).fetchone()
+    return row
+
+
+@router.get("/queues", response_model=Queues, responses=ERRORS, tags=["queues"],
+            summary="Every queue: what it holds now and its counters (dex.queue_depth, dex.stat_queues)")
+def list_queues(request: Request, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        return {"queues": R.queues(conn)}
+
+
+@router.post("/queues", response_model=Queue, status_code=201, responses=ERRORS, tags=["queues"],
+             summary="Create a queue (dex.create_queue)")
+def create_queue(body: QueueCreate, request: Request, response: Response, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        conn.execute("SELECT dex.create_queue(%s, %s, %s)", (body.name, body.kind, body.capacity))
+        q = R.queues(conn, body.name)[0]
+    response.headers["Location"] = f"/v1/queues/{body.name}"
+    return q
+
+
+@router.get("/queues/{name}", response_model=QueueStats, responses=ERRORS, tags=["queues"],
+            summary="A queue now, its depth and throughput over the last hour, and run latency")
+def get_queue(name: str, request: Request, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        q = R.queues(conn, name)[0]
+        lat = (R.latency(conn, name, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1))
+               if q["kind"] == "workflow" else None)
+    return {"queue": q, "samples": request.app.state.sampler.series(name), "latency_seconds": lat}
+
+
+@router.patch("/queues/{name}", response_model=Queue, responses=ERRORS, tags=["queues"],
+              summary="Pause or resume a queue, or change its capacity (dex.alter_queue)")
+def alter_queue(name: str, body: QueueChange, request: Request, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        conn.execute("SELECT dex.alter_queue(%s, %s, %s)", (name, body.capacity, body.paused))
+        return R.queues(conn, name)[0]
+
+
+@router.post("/queues/{name}/poll", response_model=Tasks, responses=ERRORS, tags=["workers"],
+             summary="Lease tasks of the queue (dex.poll_tasks), waiting up to wait_seconds for some")
+def poll(name: str, body: Poll, request: Request, token: str = Depends(caller)):
+    lease = _interval(body.lease_seconds, "lease_seconds")
+    if not 0 <= body.wait_seconds <= 300:
+        raise Problem(400, "Bad Request", "wait_seconds must be 0 to 300")
+    q = ("SELECT kind, run_id, task_id, lock_version, locked_until, task "
+         "FROM dex.poll_tasks(%s, %s, %s, %s, names => %s, versions => %s)")
+    args = (name, body.worker_id, body.max_tasks, lease, body.names, body.versions)
+    deadline = time.monotonic() + body.wait_seconds
+    while True:
+        with db(request).as_caller(token) as conn:
+            tasks = conn.execute(q, args).fetchall()
+        # a wake-up may be for a task another poller took, or that this one does not run
+        if tasks or time.monotonic() >= deadline:
+            break
+        db(request).wait_for_tasks(name, deadline - time.monotonic())
+    return {"tasks": tasks}
+
+
+def _report(request: Request, token: str, fn: str, lease: Lease, value: Optional[Jsonb]) -> Response:
+    with db(request).as_caller(token) as conn:
+        conn.execute(f"SELECT dex.{fn}(%s, %s, %s, %s)",
+                     (lease.run_id, lease.task_id, lease.lock_version, value))
+    return Response(status_code=204)
+
+
+@router.post("/tasks/complete", status_code=204, responses=ERRORS, tags=["workers"],
+             summary="Complete a leased task (dex.complete_task)")
+def complete(body: Completion, request: Request, token: str = Depends(caller)):
+    return _report(request, token, "complete_task", body, _jsonb(body.result))
+
+
+@router.post("/tasks/fail", status_code=204, responses=ERRORS, tags=["workers"],
+             summary="Fail an attempt of a leased task (dex.fail_task)")
+def fail(body: Failure, request: Request, token: str = Depends(caller)):
+    return _report(request, token, "fail_task", body, Jsonb(body.failure))
+
+
+@router.post("/tasks/heartbeat", response_model=Extended, responses=ERRORS, tags=["workers"],
+             summary="Extend a held lease (dex.heartbeat_task)")
+def heartbeat(body: Heartbeat, request: Request, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        return conn.execute("SELECT dex.heartbeat_task(%s, %s, %s, %s, %s) AS locked_until",
+                            (body.run_id, body.task_id, body.lock_version,
+                             _interval(body.lease_seconds, "lease_seconds"),
+                             _jsonb(body.details))).fetchone()
