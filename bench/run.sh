@@ -20,7 +20,9 @@
 #   pg_stat_statements.max = 10000
 #
 # Environment:
-#   BENCH_ONLY=W1,W3   run only these workloads (W1..W9; default all)
+#   BENCH_ONLY=W1,W3   run only these workloads (W1..W9, SDK; default all). SDK: W1 through
+#                      the Python and the TypeScript SDKs' workers (bench/sdk_w1.py,
+#                      clients/typescript/bench/w1.ts), on the same cluster, after the others
 #   BENCH_SCALE=0.1    multiply every N and duration (quick check; default 1)
 #   BENCH_K=2          workers per kind of queue (default 2)
 #   BENCH_BATCH=100    tasks per poll and per complete_tasks_pb call (default 100)
@@ -51,7 +53,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 
 export DEX_TEST_PORT=${DEX_TEST_PORT:-54450}
-BENCH_ONLY=${BENCH_ONLY:-W1,W2,W3,W4,W5,W6,W7,W8,W9}
+BENCH_ONLY=${BENCH_ONLY:-W1,W2,W3,W4,W5,W6,W7,W8,W9,SDK}
 export BENCH_SCALE=${BENCH_SCALE:-1} BENCH_K=${BENCH_K:-2} BENCH_BATCH=${BENCH_BATCH:-100}
 export BENCH_W5_MAX=${BENCH_W5_MAX:-1000000}
 
@@ -103,12 +105,23 @@ order=()
 for w in W6 W1 W2 W3 W4 W7 W8 W9 W5; do
   [[ ,$BENCH_ONLY, == *,$w,* ]] && order+=("$w")
 done
-((${#order[@]} > 0)) || dex_die "BENCH_ONLY=$BENCH_ONLY names no workload (W1..W9)"
+((${#order[@]} > 0)) || [[ ,$BENCH_ONLY, == *,SDK,* ]] || dex_die "BENCH_ONLY=$BENCH_ONLY names no workload (W1..W9, SDK)"
 echo "run.sh: workloads ${order[*]}; BENCH_SCALE=$BENCH_SCALE BENCH_K=$BENCH_K BENCH_BATCH=$BENCH_BATCH"
 
 rows=$(mktemp)
-"$here/dexbench" "${order[@]}" | tee >(grep '^ROW|' >"$rows")
+((${#order[@]} == 0)) || "$here/dexbench" "${order[@]}" | tee >(grep '^ROW|' >"$rows")
 sleep 0.5   # the tee's grep
+
+# W1 through the SDKs' own workers (BENCH_K workers each, every worker one workflow and one
+# activity loop): rows "ROW|sdk|runs|s|runs/s|xact/run|client CPU ms/run|create runs/s|process runs/s|check".
+sdk_rows=$(mktemp)
+if [[ ,$BENCH_ONLY, == *,SDK,* ]]; then
+  n=$(awk -v s="$BENCH_SCALE" 'BEGIN { printf "%d", 10000 * s }')
+  echo "run.sh: SDK: W1 ($n runs) through the Python and the TypeScript workers"
+  "${DEX_PYTHON:-/usr/bin/python3}" "$here/sdk_w1.py" "$n" "$BENCH_K" | tee -a "$sdk_rows"
+  "$root/clients/typescript/node_modules/.bin/tsc" -p "$root/clients/typescript"
+  node "$root/clients/typescript/dist/bench/w1.js" "$n" "$BENCH_K" | tee -a "$sdk_rows"
+fi
 
 {
   echo
@@ -123,6 +136,12 @@ sleep 0.5   # the tee's grep
   done
   echo
   echo "W6: items are seconds of idling (per item = per second)."
+  if [[ -s $sdk_rows ]]; then
+    echo
+    echo "| W1 through the SDK's worker | runs | s | runs/s | xact/run | client CPU ms/run | create runs/s | process runs/s | check |"
+    echo "|---|--:|--:|--:|--:|--:|--:|--:|---|"
+    awk -F'|' '$1 == "ROW" { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$sdk_rows"
+  fi
 } | tee "$here/results/last.md"
-rm -f "$rows"
+rm -f "$rows" "$sdk_rows"
 echo "run.sh: done in $(($(date +%s) - started)) s"

@@ -6,6 +6,7 @@
 # run's history is printed as a table. Stops the cluster at the end.
 #
 # DEX_PYTHON is the interpreter (default /usr/bin/python3, which has Debian's psycopg).
+# "bash test/demo.sh ts" runs the TypeScript demo instead (examples/typescript/demo.ts).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=test/lib.sh
@@ -15,5 +16,11 @@ source "$here/lib.sh"
 dex_build
 DEX_DATABASE=dex_demo dex_start_cluster   # stopped again however the script exits
 dex_copy_tree                             # a copy the cluster's OS user can read
+if [[ ${1:-} == ts ]]; then   # bash test/demo.sh ts: the TypeScript demo (examples/typescript)
+  dex_run_in "$DEX_SRC/examples/typescript" env TMPDIR="$DEX_SCRATCH" sh -c \
+    '../../clients/typescript/node_modules/.bin/tsc -p ../../clients/typescript &&
+     ../../clients/typescript/node_modules/.bin/tsc -p . && node demo.js'
+  exit
+fi
 dex_run_in "$DEX_SRC/examples" env PYTHONDONTWRITEBYTECODE=1 TMPDIR="$DEX_SCRATCH" \
   "${DEX_PYTHON:-/usr/bin/python3}" -u demo.py

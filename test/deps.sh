@@ -21,7 +21,24 @@ packages=(
   chromium chromium-driver python3-selenium  # the dashboard's browser test (headless)
   pgbouncer                              # reference client tests behind a transaction pool
   clang libclang-rt-14-dev               # fuzz suite: clang, libFuzzer and sanitizer runtimes
+  nodejs                                 # the TypeScript client (clients/typescript): node 20 and npm
 )
+
+# clients/typescript's npm packages, pinned by its package-lock.json: npm ci when node_modules is
+# missing or older than the lockfile.
+node_deps() {
+  local dir
+  dir=$(cd "$(dirname "$0")/.." && pwd)/clients/typescript
+  [[ -f $dir/package-lock.json ]] || return 0
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "$prog: no npm: the packages of clients/typescript are not installed" >&2
+    return 1
+  fi
+  if [[ ! -f $dir/node_modules/.package-lock.json || $dir/package-lock.json -nt $dir/node_modules/.package-lock.json ]]; then
+    echo "$prog: npm ci in clients/typescript" >&2
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
 
 if ! command -v dpkg-query >/dev/null 2>&1; then
   echo "$prog: no dpkg-query: not a Debian system, install these yourself: ${packages[*]}" >&2
@@ -36,6 +53,7 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "$prog: all ${#packages[@]} packages present" >&2
+  node_deps
   exit 0
 fi
 
@@ -53,3 +71,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -q
 "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
   apt-get install -y -q --no-install-recommends "${missing[@]}"
+node_deps

@@ -7,13 +7,14 @@
 #   pgtap      pg_prove over test/pgtap/*.sql
 #   tap        prove over test/t/*.pl (PostgreSQL::Test::Cluster; they make their own clusters)
 #   pytest     clients/python/tests
+#   node       clients/typescript/test (node --test; the packages test/deps.sh installs)
 #   demo       test/demo.sh as a smoke test (its own cluster)
 #   fuzz       test/fuzz/run.sh: the libFuzzer targets of the codec, DEX_FUZZ_SECONDS in all
 # The last line of output is "N passed, M failed"; the exit status is non-zero if anything
 # failed or could not run.
 #
 # What is counted: one test is one test file for regress, isolation, pgtap and tap (a script
-# passes only if every assertion in it does), one test case for pytest, one run for the demo.
+# passes only if every assertion in it does), one test case for pytest and node, one run for the demo.
 # A step or suite that cannot run at all (or whose runner fails with no failed test to show
 # for it) counts as one failure.
 #
@@ -196,6 +197,23 @@ pytest_count() {
   grep -oE "[0-9]+ $1([ ,]|\$)" <<<"$line" | grep -oE '^[0-9]+' || echo 0
 }
 
+# The TypeScript client's tests: built with its tsc, run by node's test runner (TAP), which
+# ends with "# pass N" and "# fail M". DEX_PGDATA, DEX_LOG and PG_BINDIR let a test restart the
+# cluster; DEX_PYTHON runs the Python client in the interoperability tests.
+suite_node() {
+  local dir=$DEX_SRC/clients/typescript
+  [[ -f $dir/package.json ]] || { skip node "no clients/typescript"; return; }
+  [[ -d $dir/node_modules ]] || { record node 0 1 "no clients/typescript/node_modules (test/deps.sh installs it)"; return; }
+  run_logged node "$dir" env TMPDIR="$DEX_SCRATCH" DEX_PGDATA="$DEX_PGDATA" DEX_LOG="$DEX_LOG" PG_BINDIR="$PG_BINDIR" \
+    DEX_PYTHON="${DEX_PYTHON:-/usr/bin/python3}" sh -c 'node_modules/.bin/tsc -p . &&
+      node_modules/.bin/tsc -p ../../examples/typescript && node --test --test-concurrency=1 --test-reporter=tap dist/test/*.test.js'
+  settle node "$(tap_count pass)" "$(tap_count fail)"
+}
+
+tap_count() {
+  grep -E "^# $1 [0-9]+\$" "$out" | tail -n 1 | grep -oE '[0-9]+' || echo 0
+}
+
 suite_demo() {
   [[ -f $DEX_ROOT/test/demo.sh ]] || { skip demo "no test/demo.sh"; return; }
   out=$DEX_SCRATCH/demo.out
@@ -236,6 +254,7 @@ run_suite isolation
 run_suite pgtap
 run_suite tap
 run_suite pytest
+run_suite node
 dex_stop_cluster   # the demo runs its own
 run_suite demo
 run_suite fuzz

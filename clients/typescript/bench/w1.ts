@@ -1,0 +1,60 @@
+/**
+ * W1 of bench/README.md through the TypeScript SDK's Worker: N one-activity workflows (created
+ * up front, 1,000 per dex.create_runs call, argument = the run's index), then K workers, each
+ * with one workflow and one activity queue loop; the activity returns its argument + 1.
+ *
+ *   node dist/bench/w1.js [N] [K]        (PG* variables name the database; bench/sdk-w1.sh)
+ *
+ * Prints one line "ROW|typescript|N|seconds|runs/s|xact/run|client CPU ms/run|create runs/s|process runs/s|check"
+ * (client CPU: this process's user + system time over the workload, creates included).
+ * xact/run: the database's committed transactions (pg_stat_database) over the workload, read
+ * after the workers have disconnected (a backend reports its counts when it exits).
+ */
+import { randomUUID } from "node:crypto";
+import { Client, Worker, activity, workflow } from "../src/index.js";
+
+const N = Number(process.argv[2] ?? 10000), K = Number(process.argv[3] ?? 2);
+const inc = activity("inc", (n: number) => n + 1);
+const w1 = workflow("w1", async (ctx, n: number) => ctx.activity(inc, n));
+
+async function xacts(client: Client): Promise<number> {
+  await new Promise((resolve) => setTimeout(resolve, 1500));     // the exited backends' counts
+  const [row] = await client.sql("SELECT xact_commit::bigint AS n FROM pg_stat_database WHERE datname = current_database()");
+  return Number(row!.n);
+}
+
+const client = new Client(undefined, { max: 2 });
+const tag = randomUUID().slice(0, 6);
+const wq = `w1ts-wf-${tag}`, aq = `w1ts-act-${tag}`;
+await client.createQueue(wq, "workflow");
+await client.createQueue(aq, "activity");
+const x0 = await xacts(client);
+const t0 = performance.now();
+const cpu0 = process.cpuUsage();
+for (let i = 0; i < N; i += 1000) {
+  await client.startMany(w1, Array.from({ length: Math.min(1000, N - i) }, (_, j) => i + j), { queue: wq });
+}
+const t1 = performance.now();
+const workers = Array.from({ length: K }, (_, i) => new Worker({
+  workflowQueues: [wq], activityQueues: [aq], workflows: [w1], activities: [inc], workerId: `w1ts-${i}`,
+  concurrency: 100, maxBatch: 100, pollTimeout: 60, logger: { info() {}, warn: console.warn, error: console.error },
+}));
+await Promise.all(workers.map((w) => w.start()));
+for (;;) {
+  const [row] = await client.sql("SELECT count(*)::int AS n FROM dex.runs WHERE queue = $1 AND status = 'COMPLETED'", [wq]);
+  if (row!.n >= N) break;
+  await new Promise((resolve) => setTimeout(resolve, 50));
+}
+const t2 = performance.now();
+const cpu = process.cpuUsage(cpu0);
+await Promise.all(workers.map((w) => w.shutdown()));
+const [check] = await client.sql(
+  "SELECT count(*) FILTER (WHERE status = 'COMPLETED' AND result = to_jsonb((argument #>> '{}')::int + 1))::int AS ok, count(*)::int AS n " +
+  "FROM dex.runs WHERE queue = $1", [wq]);
+const x1 = await xacts(client);
+await client.close();
+const s = (t2 - t0) / 1000;
+console.log(`ROW|typescript|${N}|${s.toFixed(2)}|${(N / s).toFixed(0)}|${((x1 - x0) / N).toFixed(2)}|` +
+            `${((cpu.user + cpu.system) / 1000 / N).toFixed(3)}|` +
+            `${(N / ((t1 - t0) / 1000)).toFixed(0)}|${(N / ((t2 - t1) / 1000)).toFixed(0)}|` +
+            `${check!.ok === N ? "ok" : "FAILED"}: ${check!.ok}/${check!.n} completed with argument + 1`);

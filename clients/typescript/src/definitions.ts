@@ -1,0 +1,64 @@
+/** Declaring workflows and activities: `workflow(name, fn)` and `activity(name, fn)`. */
+import type { Duration, RetryPolicy } from "./convert.js";
+import type { WorkflowContext } from "./runtime.js";
+import type { ActivityContext } from "./worker.js";
+
+export type WorkflowFunction<A = any, R = any> = (ctx: WorkflowContext, arg: A) => Promise<R>;
+export type ActivityFunction<A = any, R = any> = (arg: A, ctx: ActivityContext) => R | Promise<R>;
+
+export interface WorkflowOptions {
+  /** Runs are started with this version (default 1); a worker runs each (name, version) it has. */
+  version?: number;
+  /** The queue of the activities it calls when neither the call nor the activity names one. */
+  activityQueue?: string;
+}
+
+export interface WorkflowDefinition<A = any, R = any> {
+  readonly kind: "workflow";
+  readonly name: string;
+  readonly version: number;
+  readonly fn: WorkflowFunction<A, R>;
+  readonly activityQueue: string | undefined;
+}
+
+export interface ActivityOptions {
+  /** Its queue, when the workflow's call does not name one. */
+  queue?: string;
+  retry?: RetryPolicy;
+  startToCloseTimeout?: Duration;
+  scheduleToCloseTimeout?: Duration;
+  heartbeatTimeout?: Duration;
+}
+
+export interface ActivityDefinition<A = any, R = any> extends ActivityOptions {
+  readonly kind: "activity";
+  readonly name: string;
+  readonly fn: ActivityFunction<A, R>;
+}
+
+function checkName(what: string, name: unknown): string {
+  if (typeof name !== "string" || name === "") throw new TypeError(`${what} needs a name (a non-empty string)`);
+  return name;
+}
+
+/**
+ * Declare a workflow: `async (ctx, arg) => result`, replayed deterministically from its
+ * history.  Pass the definition to a Worker (to run it) and to Client.start (or a name).
+ */
+export function workflow<A = any, R = any>(name: string, fn: WorkflowFunction<A, R>, options: WorkflowOptions = {}): WorkflowDefinition<A, R> {
+  checkName("a workflow", name);
+  if (typeof fn !== "function") throw new TypeError(`workflow '${name}': its code must be a function (ctx, arg) => Promise`);
+  const version = options.version ?? 1;
+  if (!Number.isInteger(version) || version < 1) throw new RangeError(`workflow '${name}': version must be an integer >= 1, not ${version}`);
+  return Object.freeze({ kind: "workflow", name, version, fn, activityQueue: options.activityQueue });
+}
+
+/**
+ * Declare an activity: `(arg, ctx) => result` (sync or async), run at least once by a worker
+ * of its queue; the options are defaults for the workflows that call it.
+ */
+export function activity<A = any, R = any>(name: string, fn: ActivityFunction<A, R>, options: ActivityOptions = {}): ActivityDefinition<A, R> {
+  checkName("an activity", name);
+  if (typeof fn !== "function") throw new TypeError(`activity '${name}': its code must be a function (arg, ctx) => result`);
+  return Object.freeze({ ...options, kind: "activity", name, fn });
+}

@@ -1,0 +1,930 @@
+/**
+ * The worker: polls workflow and activity queues, replays workflows, runs activities.
+ *
+ * One Node process, one connection per loop (every call one statement in autocommit):
+ *
+ * - one loop per workflow queue: `CALL dex.poll_tasks_wait` (lease a batch, waiting in the
+ *   server while there is none: the long poll), run each task (resumed from the workflow cache,
+ *   or replayed from its history), then complete the batch and wait for the next one in the
+ *   same CALL (dex 1.5's completions with worker_cache); a full batch is completed with
+ *   `dex.complete_tasks` and the next polled with `dex.poll_tasks`;
+ * - one loop per activity queue: leases as many tasks as there are free slots (`concurrency`
+ *   activities run at once), long-polls when idle;
+ * - one reporter: sends activity results and failures in batches (`dex.complete_tasks` /
+ *   `dex.fail_tasks`) and extends the leases of running activities (`dex.heartbeat_tasks`,
+ *   one call per queue) every third of the lease.
+ *
+ * On SIGTERM (with {@link Worker.run}) or {@link Worker.shutdown} the loops stop leasing (a
+ * waiting long poll is cancelled), workflow tasks in hand are completed, running activities get
+ * `shutdownTimeout` seconds to finish and report; those still running then are failed as
+ * retryable (dex.WorkerShutdown), so their retry does not wait for the lease to expire.
+ *
+ * Task calls use the JSON forms (jsonb); the workflow cache asks the server for incremental
+ * histories (worker_cache), so a cached run's task carries only what is new.
+ */
+import { hostname } from "node:os";
+import { randomUUID } from "node:crypto";
+import type pg from "pg";
+import { type Message, decode, toJsonText } from "./convert.js";
+import type { ActivityDefinition, WorkflowDefinition } from "./definitions.js";
+import { ApplicationError, DexError, LeaseLost, NonRetryableError, NotFoundError, QueueKindError, failureFromError, sqlstate } from "./errors.js";
+import { type ConnectionOptions, closeQuietly, connect, hasRoutines, isBroken, isConnectionError, notSupported } from "./pg.js";
+import { Replayer, WorkflowTaskFailure, failRunCommand } from "./runtime.js";
+
+const LEASE_LOST = "WD001";
+/** The most names one poll may declare (the server's DEX_MAX_DECLARED). */
+const DECLARE_MAX = 1000;
+
+/** A query text with `$N` / `$V` (the declaration's parameters) numbered after `base` parameters. */
+function withDeclared(text: string, declared: { sql: string; values: unknown[] }, base: number): string {
+  return text.replace("/*declared*/", declared.sql.replace("$N", `$${base + 1}`).replace("$V", `$${base + 2}`));
+}
+
+export interface WorkerOptions {
+  /** A connection string or node-postgres config; default: the PG* environment variables. */
+  connection?: ConnectionOptions;
+  workflowQueues?: string[];
+  activityQueues?: string[];
+  workflows?: WorkflowDefinition[];
+  activities?: ActivityDefinition[];
+  /** How many activities run at once (default 10). */
+  concurrency?: number;
+  workerId?: string;
+  /** The most tasks leased or completed in one call (default 100, at most 1000). */
+  maxBatch?: number;
+  /** Lease of a workflow task, seconds (default 10). */
+  workflowLease?: number;
+  /** Lease of an activity task, seconds (default 30); extended every third of it while it runs. */
+  activityLease?: number;
+  /** How long one long poll waits in the server, seconds (default 30). */
+  pollTimeout?: number;
+  /** How long shutdown waits for running activities, seconds (default 30). */
+  shutdownTimeout?: number;
+  /** The queue of activities no call or declaration gives one (default the first activity queue). */
+  defaultActivityQueue?: string;
+  /** How many runs' workflow state is kept between their tasks (default 1000; 0: off). */
+  workflowCacheSize?: number;
+  /** Where the worker's own messages go (default console). */
+  logger?: Pick<Console, "info" | "warn" | "error">;
+}
+
+/** What an activity attempt is. */
+export interface ActivityInfo {
+  runId: string;
+  taskId: number;
+  name: string;
+  queue: string;
+  attempt: number;
+  lockVersion: string;
+  retryPolicy: Message;
+  lastFailure: Message | undefined;
+}
+
+/** The second parameter of activity code. */
+export class ActivityContext {
+  #leaseLost = false;
+  readonly #abort = new AbortController();
+  /** @internal */
+  constructor(readonly info: ActivityInfo, private readonly worker: Worker) {}
+
+  /** Aborted when the lease is lost or the worker shuts down: long activities may wind up early. */
+  get signal(): AbortSignal {
+    return this.#abort.signal;
+  }
+  get leaseLost(): boolean {
+    return this.#leaseLost;
+  }
+  get shuttingDown(): boolean {
+    return this.worker.stopping;
+  }
+  /**
+   * The worker extends leases by itself while the activity runs; this throws {@link LeaseLost}
+   * if the lease was lost (the result would be discarded).
+   */
+  heartbeat(): void {
+    if (this.#leaseLost) {
+      throw new LeaseLost(`the lease of activity '${this.info.name}' (id ${this.info.taskId}) of run ${this.info.runId} was lost`, { sqlstate: "WD001" });
+    }
+  }
+  /** @internal */
+  _loseLease(): void {
+    this.#leaseLost = true;
+    this.#abort.abort(new LeaseLost(`the lease of activity '${this.info.name}' was lost`, { sqlstate: "WD001" }));
+  }
+  /** @internal */
+  _shutdown(): void {
+    if (!this.#abort.signal.aborted) this.#abort.abort(new DexError("the worker is shutting down"));
+  }
+}
+
+type Row = { runId: string; taskId: number; lockVersion: string; task: Message };
+
+type Outcome = { kind: "complete"; value: unknown } | { kind: "fail"; failure: Message };
+
+class Running {
+  outcome: Outcome | undefined;
+  reported = false;
+  finished = false;
+  readonly ctx: ActivityContext;
+  constructor(readonly row: Row, worker: Worker) {
+    const t = row.task;
+    this.ctx = new ActivityContext({
+      runId: row.runId, taskId: row.taskId, name: t.name ?? "", queue: t.queue ?? "",
+      attempt: Number(t.attempt ?? 1), lockVersion: row.lockVersion, retryPolicy: t.retryPolicy ?? {},
+      lastFailure: t.lastFailure,
+    }, worker);
+  }
+  get key(): string {
+    return `${this.row.runId}/${this.row.taskId}`;
+  }
+}
+
+/**
+ * The workflow state of recently run runs, least recently used out.  A run's state is taken
+ * out while one of its tasks runs and put back only after the engine accepted that task's
+ * completion, so an entry always stands for a history that ends with this worker's last
+ * completion; anything else shows up as a history that does not continue where the state left
+ * off, and the task is replayed from scratch.
+ */
+class WorkflowCache {
+  readonly #runs = new Map<string, Replayer>();
+  constructor(readonly size: number) {}
+  get length(): number {
+    return this.#runs.size;
+  }
+  take(runId: string): Replayer | undefined {
+    const s = this.#runs.get(runId);
+    this.#runs.delete(runId);
+    return s;
+  }
+  put(runId: string, state: Replayer): void {
+    if (this.size === 0 || state.finished) {
+      state.close();
+      return;
+    }
+    this.#runs.get(runId)?.close();
+    this.#runs.delete(runId);
+    this.#runs.set(runId, state);
+    while (this.#runs.size > this.size) {
+      const [oldest, s] = this.#runs.entries().next().value as [string, Replayer];
+      this.#runs.delete(oldest);
+      s.close();
+    }
+  }
+  clear(): void {
+    for (const s of this.#runs.values()) s.close();
+    this.#runs.clear();
+  }
+}
+
+/** dex.run_history failed while a workflow task was being run. */
+class HistoryReadError extends Error {
+  constructor(cause: unknown) {
+    super("the run's history could not be read", { cause });
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+function taskRow(t: Message): Row {
+  return { runId: t.runId, taskId: Number(t.taskId ?? 0), lockVersion: String(t.lockVersion ?? "0"), task: t };
+}
+
+/** Encoded values for a jsonb[] parameter: JSON text each (null stays SQL NULL). */
+function jsonArray(values: unknown[]): Array<string | null> {
+  return values.map((v) => (v === null || v === undefined ? null : JSON.stringify(v)));
+}
+
+export interface WorkerStats {
+  workflowTasks: number;
+  activitiesCompleted: number;
+  activitiesFailed: number;
+  leasesLost: number;
+  fullReplays: number;
+  cacheHits: number;
+  cacheStale: number;
+  historyReads: number;
+  /** Calls that completed workflow tasks (each a batch: dex.complete_tasks or CALL dex.poll_tasks_wait). */
+  workflowCompletionCalls: number;
+  /** Calls that reported activity outcomes (each a batch: dex.complete_tasks or dex.fail_tasks). */
+  activityReportCalls: number;
+}
+
+/** Runs workflows and activities of some queues. */
+export class Worker {
+  readonly workerId: string;
+  readonly workflowQueues: string[];
+  readonly activityQueues: string[];
+  readonly concurrency: number;
+  readonly maxBatch: number;
+  readonly workflowLease: number;
+  readonly activityLease: number;
+  readonly pollTimeout: number;
+  readonly shutdownTimeout: number;
+  readonly defaultActivityQueue: string | undefined;
+  readonly stats: WorkerStats = {
+    workflowTasks: 0, activitiesCompleted: 0, activitiesFailed: 0, leasesLost: 0,
+    fullReplays: 0, cacheHits: 0, cacheStale: 0, historyReads: 0, workflowCompletionCalls: 0, activityReportCalls: 0,
+  };
+  readonly #connection: ConnectionOptions;
+  readonly #workflows = new Map<string, WorkflowDefinition>();
+  readonly #activities = new Map<string, ActivityDefinition>();
+  readonly #cache: WorkflowCache;
+  readonly #log: Pick<Console, "info" | "warn" | "error">;
+  #stopping = false;
+  #started = false;
+  #loops: Promise<void>[] = [];
+  #reporter: Promise<void> | undefined;
+  #free: number;
+  #slotWaiters: Array<() => void> = [];
+  readonly #inflight = new Map<string, Running>();
+  #results: Running[] = [];
+  #wakeReporter: (() => void) | undefined;
+  #reporterStop = false;
+  /** Connections whose call may sleep in the server, and whether dex.stop_waiting ends it (a CALL dex.poll_tasks_wait). */
+  readonly #waiting = new Map<pg.Client, boolean>();
+  /** Whether the installed dex has dex.stop_waiting (1.6). */
+  #canStopWaits = false;
+  /** What stopped the worker by itself (a queue that does not exist): run() rejects with it. */
+  error: DexError | undefined;
+
+  constructor(options: WorkerOptions) {
+    this.workflowQueues = [...(options.workflowQueues ?? [])];
+    this.activityQueues = [...(options.activityQueues ?? [])];
+    if (!this.workflowQueues.length && !this.activityQueues.length) {
+      throw new TypeError("a worker needs at least one workflow or activity queue");
+    }
+    this.#connection = options.connection;
+    this.concurrency = Math.max(1, Math.trunc(options.concurrency ?? 10));
+    this.workerId = options.workerId ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 6)}`;
+    this.maxBatch = Math.max(1, Math.min(Math.trunc(options.maxBatch ?? 100), 1000));
+    this.workflowLease = options.workflowLease ?? 10;
+    this.activityLease = options.activityLease ?? 30;
+    this.pollTimeout = options.pollTimeout ?? 30;
+    this.shutdownTimeout = options.shutdownTimeout ?? 30;
+    this.defaultActivityQueue = options.defaultActivityQueue ?? this.activityQueues[0];
+    this.#cache = new WorkflowCache(Math.max(0, Math.trunc(options.workflowCacheSize ?? 1000)));
+    this.#log = options.logger ?? console;
+    this.#free = this.concurrency;
+    for (const w of options.workflows ?? []) {
+      if (w?.kind !== "workflow") throw new TypeError(`not a workflow definition (use workflow(name, fn)): ${String(w)}`);
+      this.#workflows.set(`${w.name}@${w.version}`, w);
+    }
+    for (const a of options.activities ?? []) {
+      if (a?.kind !== "activity") throw new TypeError(`not an activity definition (use activity(name, fn)): ${String(a)}`);
+      this.#activities.set(a.name, a);
+    }
+  }
+
+  /** True once the worker was asked to stop. */
+  get stopping(): boolean {
+    return this.#stopping;
+  }
+
+  /** How many runs' states the workflow cache holds. */
+  get cachedRuns(): number {
+    return this.#cache.length;
+  }
+
+  // -- lifecycle --------------------------------------------------------------------------------
+
+  /** Start polling; resolves once the installed dex was checked (rejects if it is too old). */
+  async start(): Promise<this> {
+    if (this.#started) return this;
+    const conn = await connect(this.#connection, `dex worker ${this.workerId}`);
+    try {
+      // what the installed dex's polls take: 5 arguments with 1.5's worker_cache (and the
+      // one-call wait's completions), 7 with 1.6's names and versions (what a worker runs)
+      const res = await conn.query(
+        "SELECT (SELECT p.pronargs FROM pg_catalog.pg_proc p WHERE p.oid = to_regproc('dex.poll_tasks')) AS n, " +
+        "to_regproc('dex.poll_tasks_wait') IS NOT NULL AS wait");
+      const level = Number(res.rows[0]?.n ?? 0);
+      if (level < 5 || !res.rows[0]?.wait ||
+          !(await hasRoutines(conn, "dex.heartbeat_tasks(uuid[],integer[],bigint[],interval,text)"))) {
+        throw notSupported("dex.poll_tasks_wait with worker_cache and completions");
+      }
+      this.#declares = level >= 7;
+      this.#canStopWaits = await hasRoutines(conn, "dex.stop_waiting(text)");
+    } finally {
+      await closeQuietly(conn);
+    }
+    this.#started = true;
+    this.#stopping = false;
+    this.error = undefined;
+    this.#reporterStop = false;
+    if (this.activityQueues.length) this.#reporter = this.#guard("reporter", () => this.#reporterLoop());
+    for (const q of this.workflowQueues) this.#loops.push(this.#guard(`workflow queue ${q}`, () => this.#workflowLoop(q)));
+    for (const q of this.activityQueues) this.#loops.push(this.#guard(`activity queue ${q}`, () => this.#activityLoop(q)));
+    return this;
+  }
+
+  /** Start, then run until SIGTERM or SIGINT, then shut down gracefully. */
+  async run(): Promise<void> {
+    await this.start();
+    await new Promise<void>((resolve) => {
+      const stop = () => {
+        process.off("SIGTERM", stop);
+        process.off("SIGINT", stop);
+        resolve();
+      };
+      process.on("SIGTERM", stop);
+      process.on("SIGINT", stop);
+      this.#stopRequested = stop;
+      if (this.#stopping) stop();
+    });
+    await this.shutdown();
+    if (this.error) throw this.error;
+  }
+
+  #stopRequested: (() => void) | undefined;
+  /** Whether the polls declare what the worker runs (dex 1.6). */
+  #declares = false;
+
+  /**
+   * The declaration of a poll (dex 1.6: the server hands the worker nothing else): the
+   * (name, version) pairs of its workflows on a workflow queue, the names of its activities on
+   * an activity queue; none (every task of the queue) before 1.6, or with nothing or more than
+   * the server takes (1,000) to declare.
+   */
+  #declared(workflow: boolean): { sql: string; values: unknown[] } {
+    const none = { sql: "", values: [] };
+    if (!this.#declares) return none;
+    const names = workflow ? [...this.#workflows.values()].map((w) => w.name) : [...this.#activities.keys()];
+    if (!names.length || names.length > DECLARE_MAX) {
+      if (!this.#declareWarned) {
+        this.#declareWarned = true;
+        this.#log.warn(`dex: worker ${this.workerId} has ${names.length} ${workflow ? "workflows" : "activities"}: ` +
+                       "its polls declare none and take every task of their queues");
+      }
+      return none;
+    }
+    const versions = workflow ? [...this.#workflows.values()].map((w) => w.version) : null;
+    return { sql: ", names => $N::text[], versions => $V::integer[]", values: [names, versions] };
+  }
+
+  #declareWarned = false;
+
+  /**
+   * Stop leasing, finish what is in hand, wait for running activities (up to `timeout`
+   * seconds, default shutdownTimeout), fail the rest as retryable.
+   */
+  shutdown(timeout?: number): Promise<void> {
+    // one shutdown at a time: a second call (run()'s, after a programmatic one) waits for it
+    this.#shutdown ??= this.#shutdownOnce(timeout).finally(() => { this.#shutdown = undefined; });
+    return this.#shutdown;
+  }
+
+  #shutdown: Promise<void> | undefined;
+
+  async #shutdownOnce(timeout?: number): Promise<void> {
+    if (!this.#started) return;
+    this.#stopRequested?.();
+    this.#stopping = true;
+    for (const w of this.#slotWaiters.splice(0)) w();
+    for (const r of this.#inflight.values()) r.ctx._shutdown();
+    let loopsDone = false;
+    const all = Promise.all(this.#loops).then(() => { loopsDone = true; });
+    while (!loopsDone) {
+      await this.#cancelWaits();
+      await Promise.race([all, sleep(200)]);
+    }
+    const deadline = Date.now() + 1000 * (timeout ?? this.shutdownTimeout);
+    while (Date.now() < deadline && [...this.#inflight.values()].some((r) => !r.reported)) await sleep(50);
+    for (const r of this.#inflight.values()) {
+      if (!r.finished && !r.reported) {
+        this.#log.warn(`dex: activity ${r.ctx.info.name} (id ${r.row.taskId}) of run ${r.row.runId} still running at shutdown: failing it as retryable`);
+        this.#report(r, { kind: "fail", failure: { message: "the worker shut down before the activity finished", type: "dex.WorkerShutdown" } });
+      }
+    }
+    this.#reporterStop = true;
+    this.#wakeReporter?.();
+    await this.#reporter;
+    this.#cache.clear();
+    this.#loops = [];
+    this.#started = false;
+  }
+
+  async #guard(what: string, fn: () => Promise<void>): Promise<void> {
+    try {
+      await fn();
+    } catch (e) {
+      this.#log.error(`dex: worker ${this.workerId}: ${what} died:`, e);
+    }
+  }
+
+  async #connect(): Promise<pg.Client> {
+    for (;;) {
+      try {
+        return await connect(this.#connection, `dex worker ${this.workerId}`);
+      } catch (e) {
+        if (this.#stopping) throw e;
+        this.#log.warn(`dex: cannot connect (${(e as Error).message}); retrying in 1 s`);
+        await sleep(1000);
+      }
+    }
+  }
+
+  /**
+   * End the calls sleeping in the server (shutdown): dex.stop_waiting (1.6) ends this worker's
+   * CALL dex.poll_tasks_wait as at its timeout, leaving nothing in the server's log; a call it
+   * cannot end (dex.wait_for_tasks, or a dex without it) is cancelled, which the server logs
+   * as an error.  Shutdown calls this until its loops are done, so that a call that entered its
+   * wait after one round is ended by the next.
+   */
+  async #cancelWaits(): Promise<void> {
+    const stop = this.#canStopWaits && [...this.#waiting.values()].some((stoppable) => stoppable);
+    const pids = [...this.#waiting].filter(([, stoppable]) => !(stoppable && this.#canStopWaits))
+      .map(([c]) => (c as unknown as { processID: number }).processID).filter(Boolean);
+    if (!stop && !pids.length) return;
+    let conn: pg.Client | undefined;
+    try {
+      conn = await connect(this.#connection, `dex worker ${this.workerId} shutdown`);
+      if (stop) await conn.query("SELECT dex.stop_waiting($1)", [this.workerId]);
+      if (pids.length) await conn.query("SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid", [pids]);
+    } catch (e) {
+      this.#log.warn(`dex: could not cancel the long polls: ${(e as Error).message}`);
+    } finally {
+      await closeQuietly(conn);
+    }
+  }
+
+  /** Run `body(conn)` until stopping; reconnect after connection errors. */
+  async #polling(queue: string, body: (conn: pg.Client) => Promise<void>): Promise<void> {
+    let conn: pg.Client | undefined;
+    while (!this.#stopping) {
+      try {
+        if (!conn || isBroken(conn)) {
+          await closeQuietly(conn);
+          conn = await this.#connect();
+        }
+        await body(conn);
+      } catch (e) {
+        if (this.#stopping) break;
+        if (isConnectionError(e) || (conn && isBroken(conn))) {
+          this.#log.warn(`dex: queue ${queue}: connection problem (${(e as Error).message}); reconnecting`);
+          await closeQuietly(conn);
+          conn = undefined;
+          await sleep(500);
+        } else if (sqlstate(e) === "42704" || sqlstate(e) === "22023") {
+          // the queue does not exist, or is of the other kind (the server refuses what the poll
+          // declares): nothing to do but stop
+          const kind = this.workflowQueues.includes(queue) ? "workflow" : "activity";
+          const what = `${kind} queue '${queue}': ${(e as Error).message} (SQLSTATE ${sqlstate(e)})`;
+          this.error ??= sqlstate(e) === "42704"
+            ? new NotFoundError(`${what}; create it first: SELECT dex.create_queue('${queue}', '${kind}')`, { cause: e })
+            : new QueueKindError(`${what}; it is ${kind === "workflow" ? "an activity" : "a workflow"} queue: give it in ` +
+                                 `${kind === "workflow" ? "activityQueues" : "workflowQueues"}`, { cause: e });
+          this.#log.error(`dex: worker ${this.workerId}: ${this.error.message}; the worker stops`);
+          this.#stopping = true;
+          this.#stopRequested?.();
+          break;
+        } else {
+          this.#log.error(`dex: queue ${queue}: unexpected error; going on in 1 s:`, e);
+          await sleep(1000);
+        }
+      }
+    }
+    await closeQuietly(conn);
+  }
+
+  /** A call that may sleep in the server: shutdown cancels it; a cancellation then is no error. */
+  async #waitingCall<T>(conn: pg.Client, stoppable: boolean, call: () => Promise<T>, cancelled: T): Promise<T> {
+    if (this.#stopping) return cancelled;
+    this.#waiting.set(conn, stoppable);
+    try {
+      return await call();
+    } catch (e) {
+      if (sqlstate(e) === "57014" && this.#stopping) return cancelled;
+      throw e;
+    } finally {
+      this.#waiting.delete(conn);
+    }
+  }
+
+  async #pollWait(conn: pg.Client, queue: string, n: number, lease: number, workflow: boolean, cache: boolean): Promise<Row[]> {
+    const declared = this.#declared(workflow);
+    return this.#waitingCall(conn, true, async () => {
+      const res = await conn.query({
+        text: withDeclared("CALL dex.poll_tasks_wait($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5), NULL, $6" +
+                           "/*declared*/)", declared, 6),
+        values: [queue, this.workerId, n, lease, this.pollTimeout, cache, ...declared.values],
+      });
+      return ((res.rows[0]?.tasks ?? []) as Message[]).map(taskRow);
+    }, []);
+  }
+
+  async #poll(conn: pg.Client, queue: string, n: number, lease: number, workflow: boolean, cache: boolean): Promise<Row[]> {
+    const declared = this.#declared(workflow);
+    const res = await conn.query({
+      name: `dex_poll_${workflow ? "w" : "a"}${cache ? "c" : "n"}${declared.sql ? "d" : ""}`,
+      text: withDeclared("SELECT task FROM dex.poll_tasks($1, $2, $3, make_interval(secs => $4), $5/*declared*/)", declared, 5),
+      values: [queue, this.workerId, n, lease, cache, ...declared.values],
+    });
+    return res.rows.map((r: { task: Message }) => taskRow(r.task));
+  }
+
+  // -- workflow tasks ----------------------------------------------------------------------------
+
+  async #workflowLoop(queue: string): Promise<void> {
+    const cache = this.#cache.size > 0;
+    await this.#polling(queue, async (conn) => {
+      let rows = await this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true, cache);
+      while (rows.length) {
+        const done = await this.#runWorkflowTasks(conn, rows);
+        if (cache && rows.length < this.maxBatch && !this.#stopping) {
+          // complete them and wait for the next ones in one call
+          rows = await this.#completeAndPollWait(conn, queue, done);
+        } else {
+          await this.#completeWorkflowTasks(conn, done);
+          rows = this.#stopping ? [] : await this.#poll(conn, queue, this.maxBatch, this.workflowLease, true, cache);
+        }
+      }
+    });
+  }
+
+  async #runWorkflowTasks(conn: pg.Client, rows: Row[]): Promise<Array<[Row, Message[], Replayer]>> {
+    const done: Array<[Row, Message[], Replayer]> = [];
+    const failed: Array<[Row, Message]> = [];
+    for (const row of rows) {
+      try {
+        const [state, cmds] = await this.#runWorkflowTask(conn, row);
+        done.push([row, cmds, state]);
+      } catch (e) {
+        if (e instanceof WorkflowTaskFailure) {       // the task fails, not the run
+          this.#log.error(`dex: run ${row.runId}: its workflow task fails: ${e.message}`);
+          failed.push([row, e.failure]);
+          continue;
+        }
+        // the history could not be read: the connection's loop deals with it
+        if (e instanceof HistoryReadError) throw e.cause;
+        // a bug of the SDK: leave the task to its lease
+        this.#log.error(`dex: run ${row.runId}: replay failed; its workflow task is left to expire:`, e);
+      }
+    }
+    if (failed.length) {
+      await conn.query({
+        name: "dex_fail_tasks",
+        text: "SELECT run_id, task_id, failed AS ok FROM dex.fail_tasks($1::uuid[], $2::integer[], $3::bigint[], $4::jsonb[])",
+        values: [failed.map(([r]) => r.runId), failed.map(([r]) => r.taskId), failed.map(([r]) => r.lockVersion),
+                 jsonArray(failed.map(([, f]) => f))],
+      });
+    }
+    return done;
+  }
+
+  #replayer(task: Message): Replayer {
+    const d = this.#workflows.get(`${task.workflowName ?? ""}@${Number(task.workflowVersion ?? 1)}`);
+    return new Replayer(d, this.#activities, this.defaultActivityQueue);
+  }
+
+  /**
+   * The run's state after the task and the task's commands: resumed from the cache when the
+   * run's state is there and the history continues where it left off, else replayed from the
+   * whole history (read from the server when the task left out the part this worker had seen).
+   */
+  async #runWorkflowTask(conn: pg.Client, row: Row): Promise<[Replayer, Message[]]> {
+    let task = row.task;
+    const omitted = Number(task.historyOmitted ?? 0);
+    const cached = this.#cache.take(row.runId);
+    if (cached) {
+      let cmds: Message[] | undefined;
+      try {
+        cmds = await cached.resume(task, task.history ?? [], omitted);
+      } catch (e) {
+        this.#log.warn(`dex: run ${row.runId}: resuming its cached state failed; replaying:`, e);
+      }
+      if (cmds) {
+        this.stats.cacheHits++;
+        return [cached, cmds];
+      }
+      cached.close();
+      this.stats.cacheStale++;
+    }
+    if (omitted) task = await this.#wholeTask(conn, row.runId, task);
+    const state = this.#replayer(task);
+    try {
+      const cmds = await state.run(task);
+      this.stats.fullReplays++;
+      return [state, cmds];
+    } catch (e) {
+      state.close();
+      throw e;
+    }
+  }
+
+  /** The task with its whole history (as it was when leased: only its completion adds to it). */
+  async #wholeTask(conn: pg.Client, runId: string, task: Message): Promise<Message> {
+    const length = Number(task.historyLength ?? 0);
+    let res: pg.QueryResult;
+    try {
+      res = await conn.query("SELECT event FROM dex.run_history($1) ORDER BY sequence", [runId]);
+    } catch (e) {
+      throw new HistoryReadError(e);
+    }
+    const history = res.rows.map((r: { event: Message }) => r.event);
+    if (history.length < length) throw new DexError(`run ${runId}: its history has ${history.length} events, the task says ${length}`);
+    this.stats.historyReads++;
+    return { ...task, history: history.slice(0, length), historyOmitted: 0 };
+  }
+
+  /** Run them, complete them and lease the next ones in one CALL; the rows leased. */
+  async #completeAndPollWait(conn: pg.Client, queue: string, done: Array<[Row, Message[], Replayer]>): Promise<Row[]> {
+    if (!done.length) return this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true, true);
+    let res: pg.QueryResult;
+    try {
+      this.#waiting.set(conn, true);
+      try {
+        const declared = this.#declared(true);
+        res = await conn.query({
+          text: withDeclared("CALL dex.poll_tasks_wait($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5), NULL, true, " +
+                             "$6::uuid[], $7::integer[], $8::bigint[], $9::jsonb[]/*declared*/)", declared, 9),
+          values: [queue, this.workerId, this.maxBatch, this.workflowLease, this.pollTimeout,
+                   done.map((d) => d[0].runId), done.map((d) => d[0].taskId), done.map((d) => d[0].lockVersion),
+                   jsonArray(done.map((d) => d[1])), ...declared.values],
+        });
+      } finally {
+        this.#waiting.delete(conn);
+      }
+    } catch (e) {
+      if (sqlstate(e) === "57014" || isConnectionError(e)) {
+        for (const d of done) d[2].close();      // applied or not, unknown: keep nothing
+        if (!(sqlstate(e) === "57014" && this.#stopping)) throw e;
+        // shutdown cancelled the call, perhaps before its completions: make them (those it
+        // made are refused now as lost leases, harmlessly)
+        // (the states are closed: none is cached)
+        await this.#completeWorkflowTasks(conn, done, true)
+          .catch(() => this.#log.warn(`dex: shutdown: ${done.length} workflow task(s) left to their leases`));
+        return [];
+      }
+      this.#log.warn(`dex: completion with the poll refused (${(e as Error).message}); completing apart`);
+      await this.#completeWorkflowTasks(conn, done);
+      return this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true, true);
+    }
+    this.stats.workflowCompletionCalls++;
+    const applied: boolean[] = res.rows[0]?.completed ?? [];
+    this.#settleWorkflowTasks(done, (i) => applied[i] === true);
+    return ((res.rows[0]?.tasks ?? []) as Message[]).map(taskRow);
+  }
+
+  /** dex.complete_tasks for the batch; `quiet`: a lost lease is expected (the tasks may be completed already). */
+  async #completeWorkflowTasks(conn: pg.Client, done: Array<[Row, Message[], Replayer]>, quiet = false): Promise<void> {
+    if (!done.length) return;
+    let res: pg.QueryResult;
+    try {
+      res = await conn.query({
+        name: "dex_complete_tasks",
+        text: "SELECT run_id, task_id, completed FROM dex.complete_tasks($1::uuid[], $2::integer[], $3::bigint[], $4::jsonb[])",
+        values: [done.map((d) => d[0].runId), done.map((d) => d[0].taskId), done.map((d) => d[0].lockVersion),
+                 jsonArray(done.map((d) => d[1]))],
+      });
+    } catch (e) {
+      for (const d of done) d[2].close();
+      if (isConnectionError(e)) throw e;
+      // a completion was refused (invalid commands): one by one, to find it
+      this.#log.warn(`dex: batch completion refused (${(e as Error).message}); completing one by one`);
+      for (const [row, cmds] of done) await this.#completeOneWorkflowTask(conn, row, cmds);
+      return;
+    }
+    this.stats.workflowCompletionCalls++;
+    const ok = new Set(res.rows.filter((r) => r.completed).map((r) => r.run_id as string));
+    this.#settleWorkflowTasks(done, (i) => ok.has(done[i]![0].runId), quiet);
+  }
+
+  /** Keep the state of each run whose task the engine completed, drop the others' (lost leases). */
+  #settleWorkflowTasks(done: Array<[Row, Message[], Replayer]>, completed: (i: number) => boolean, quiet = false): void {
+    done.forEach(([row, , state], i) => {
+      if (completed(i)) {
+        this.stats.workflowTasks++;
+        this.#cache.put(row.runId, state);
+      } else {
+        state.close();
+        if (quiet) return;
+        this.stats.leasesLost++;
+        this.#log.warn(`dex: workflow task of run ${row.runId}: lease lost, result discarded`);
+      }
+    });
+  }
+
+  async #completeOneWorkflowTask(conn: pg.Client, row: Row, cmds: Message[]): Promise<void> {
+    let attempt = cmds;
+    for (let i = 0; i < 2; i++) {
+      try {
+        await conn.query("SELECT dex.complete_task($1, $2, $3, $4::jsonb)", [row.runId, row.taskId, row.lockVersion, JSON.stringify(attempt)]);
+        this.stats.workflowTasks++;
+        return;
+      } catch (e) {
+        if (sqlstate(e) === LEASE_LOST) {
+          this.stats.leasesLost++;
+          this.#log.warn(`dex: workflow task of run ${row.runId}: lease lost, result discarded`);
+          return;
+        }
+        if (isConnectionError(e)) throw e;
+        const msg = `${sqlstate(e)}: ${(e as Error).message}`;
+        this.#log.error(`dex: run ${row.runId}: completion refused: ${msg}`);
+        attempt = [failRunCommand(`the engine refused the workflow's commands: ${msg}`, "dex.InvalidCommands")];
+      }
+    }
+    this.#log.error(`dex: run ${row.runId}: could not complete its workflow task`);
+  }
+
+  // -- activity tasks ----------------------------------------------------------------------------
+
+  async #reserve(): Promise<number> {
+    while (this.#free === 0 && !this.#stopping) await new Promise<void>((resolve) => this.#slotWaiters.push(resolve));
+    if (this.#stopping) return 0;
+    const n = Math.min(this.#free, this.maxBatch);
+    this.#free -= n;
+    return n;
+  }
+
+  #release(n: number): void {
+    if (n <= 0) return;
+    this.#free += n;
+    for (const w of this.#slotWaiters.splice(0)) w();
+  }
+
+  async #activityLoop(queue: string): Promise<void> {
+    // the one-call wait holds its reserved slots while it waits: only when no other activity
+    // queue of this worker shares them; otherwise poll, and long-poll with dex.wait_for_tasks
+    const oneQueue = this.activityQueues.length === 1;
+    await this.#polling(queue, async (conn) => {
+      const n = await this.#reserve();
+      if (n === 0) return;
+      let rows: Row[];
+      try {
+        rows = oneQueue ? await this.#pollWait(conn, queue, n, this.activityLease, false, false)
+                        : await this.#poll(conn, queue, n, this.activityLease, false, false);
+      } catch (e) {
+        this.#release(n);
+        throw e;
+      }
+      this.#release(n - rows.length);
+      for (const row of rows) {
+        const r = new Running(row, this);
+        this.#inflight.set(r.key, r);
+        void this.#execute(r);
+      }
+      if (!rows.length && !oneQueue) {
+        await this.#waitingCall(conn, false, () => conn.query("CALL dex.wait_for_tasks($1, make_interval(secs => $2))", [queue, this.pollTimeout]), undefined);
+      }
+    });
+  }
+
+  async #execute(r: Running): Promise<void> {
+    const info = r.ctx.info;
+    let outcome: Outcome;
+    try {
+      const d = this.#activities.get(info.name);
+      if (!d) throw new ApplicationError(`no activity '${info.name}' is registered on worker ${this.workerId}`, { type: "dex.UnknownActivity" });
+      const result = await d.fn(decode(r.row.task.argument), r.ctx);
+      try {
+        toJsonText(result, `the result of activity '${info.name}'`);
+      } catch (e) {
+        throw new NonRetryableError((e as Error).message, { type: "TypeError" });
+      }
+      outcome = { kind: "complete", value: result === undefined ? null : result };
+    } catch (e) {
+      outcome = { kind: "fail", failure: failureFromError(e) };
+    }
+    r.finished = true;
+    this.#release(1);
+    this.#report(r, outcome);
+  }
+
+  /** Queue the outcome for the reporter; only a task's first outcome counts. */
+  #report(r: Running, outcome: Outcome): void {
+    if (r.outcome) return;
+    r.outcome = outcome;
+    this.#results.push(r);
+    this.#wakeReporter?.();
+  }
+
+  async #reporterLoop(): Promise<void> {
+    let conn: pg.Client | undefined;
+    const interval = Math.max(200, (this.activityLease * 1000) / 3);
+    let nextBeat = Date.now() + interval;
+    for (;;) {
+      if (!this.#results.length && !this.#reporterStop) {
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, Math.max(0, nextBeat - Date.now()));
+          this.#wakeReporter = () => { clearTimeout(t); resolve(); };
+        });
+        this.#wakeReporter = undefined;
+      }
+      const batch = this.#results.splice(0, 1000);
+      try {
+        if (!conn || isBroken(conn)) {
+          await closeQuietly(conn);
+          conn = await connect(this.#connection, `dex worker ${this.workerId}`);
+        }
+        if (batch.length) await this.#sendResults(conn, batch);
+        if (Date.now() >= nextBeat) {
+          await this.#heartbeat(conn);
+          nextBeat = Date.now() + interval;
+        }
+      } catch (e) {
+        this.#log.warn(`dex: reporter: ${(e as Error).message}; retrying`);
+        await closeQuietly(conn);
+        conn = undefined;
+        this.#results.unshift(...batch);        // send them again
+        if (this.#reporterStop && Date.now() > nextBeat + 30_000) {
+          this.#log.error(`dex: reporter: giving up on ${this.#results.length} results`);
+          break;
+        }
+        await sleep(500);
+        continue;
+      }
+      if (this.#reporterStop && !this.#results.length) break;
+    }
+    await closeQuietly(conn);
+  }
+
+  async #sendResults(conn: pg.Client, batch: Running[]): Promise<void> {
+    for (const fail of [false, true]) {
+      const rs = batch.filter((r) => (r.outcome!.kind === "fail") === fail);
+      if (!rs.length) continue;
+      const values = rs.map((r) => (r.outcome!.kind === "fail" ? r.outcome!.failure : (r.outcome as { value: unknown }).value));
+      const fn = fail ? "fail_tasks" : "complete_tasks";
+      let res: pg.QueryResult;
+      try {
+        res = await conn.query({
+          name: `dex_${fn}`,
+          text: `SELECT run_id, task_id, ${fail ? "failed" : "completed"} AS ok FROM dex.${fn}($1::uuid[], $2::integer[], $3::bigint[], $4::jsonb[])`,
+          values: [rs.map((r) => r.row.runId), rs.map((r) => r.row.taskId), rs.map((r) => r.row.lockVersion), jsonArray(values)],
+        });
+      } catch (e) {
+        if (isConnectionError(e)) throw e;
+        this.#log.warn(`dex: reporter: dex.${fn} refused (${(e as Error).message}); one by one`);
+        for (const r of rs) await this.#sendOne(conn, r);
+        continue;
+      }
+      this.stats.activityReportCalls++;
+      const ok = new Set(res.rows.filter((x) => x.ok).map((x) => `${x.run_id}/${x.task_id}`));
+      for (const r of rs) this.#settle(r, ok.has(r.key));
+    }
+  }
+
+  async #sendOne(conn: pg.Client, r: Running): Promise<void> {
+    const o = r.outcome!;
+    const keys = [r.row.runId, r.row.taskId, r.row.lockVersion];
+    try {
+      if (o.kind === "complete") await conn.query("SELECT dex.complete_task($1, $2, $3, $4::jsonb)", [...keys, o.value === null ? null : JSON.stringify(o.value)]);
+      else await conn.query("SELECT dex.fail_task($1, $2, $3, $4::jsonb)", [...keys, JSON.stringify(o.failure)]);
+      this.#settle(r, true);
+    } catch (e) {
+      if (isConnectionError(e)) throw e;
+      if (sqlstate(e) === LEASE_LOST) {
+        this.#settle(r, false);
+        return;
+      }
+      // the result itself is refused (too large, ...): that is the activity's failure
+      this.#log.error(`dex: activity ${r.ctx.info.name} (id ${r.row.taskId}) of run ${r.row.runId}: result refused: ${(e as Error).message}`);
+      try {
+        await conn.query("SELECT dex.fail_task($1, $2, $3, $4::jsonb)", [...keys, JSON.stringify({
+          message: `the engine refused the activity's result: ${(e as Error).message}`, type: "dex.ResultRefused", terminal: true })]);
+        r.outcome = { kind: "fail", failure: {} };
+        this.#settle(r, true);
+      } catch (e2) {
+        if (isConnectionError(e2)) throw e2;
+        this.#settle(r, false);
+      }
+    }
+  }
+
+  #settle(r: Running, ok: boolean): void {
+    r.reported = true;
+    this.#inflight.delete(r.key);
+    if (!ok) {
+      this.stats.leasesLost++;
+      this.#log.warn(`dex: activity ${r.ctx.info.name} (id ${r.row.taskId}) of run ${r.row.runId}: lease lost, outcome discarded`);
+    } else if (r.outcome!.kind === "complete") {
+      this.stats.activitiesCompleted++;
+    } else {
+      this.stats.activitiesFailed++;
+    }
+  }
+
+  async #heartbeat(conn: pg.Client): Promise<void> {
+    const held = [...this.#inflight.values()].filter((r) => !r.reported);
+    if (!held.length) return;
+    const groups = new Map<string, Running[]>();
+    for (const r of held) groups.set(r.ctx.info.queue, [...(groups.get(r.ctx.info.queue) ?? []), r]);
+    const kept = new Set<string>();
+    for (const [queue, rs] of groups) {
+      const res = await conn.query({
+        name: "dex_heartbeat_tasks",
+        text: "SELECT run_id, task_id FROM dex.heartbeat_tasks($1::uuid[], $2::integer[], $3::bigint[], make_interval(secs => $4), $5)",
+        values: [rs.map((r) => r.row.runId), rs.map((r) => r.row.taskId), rs.map((r) => r.row.lockVersion), this.activityLease, queue],
+      });
+      for (const row of res.rows) kept.add(`${row.run_id}/${row.task_id}`);
+    }
+    for (const r of held) {
+      if (!kept.has(r.key) && !r.ctx.leaseLost && !r.reported) {
+        r.ctx._loseLease();
+        this.#log.warn(`dex: activity ${r.ctx.info.name} (id ${r.row.taskId}) of run ${r.row.runId}: lease lost while running`);
+      }
+    }
+  }
+}

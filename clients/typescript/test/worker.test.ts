@@ -1,0 +1,290 @@
+/** The worker: crashes, shutdown, heartbeats, lost leases, the workflow cache, non-determinism. */
+import assert from "node:assert/strict";
+import { test } from "node:test";
+import { spawnSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { activity, workflow, replay, LeaseLost, NotFoundError, QueueKindError, Worker, commandKind, eventKind, type Message } from "./sdk.js";
+import { client, eventually, kinds, queues, sleep, startWorker } from "./helpers.js";
+import { activityLog, exited, lines, output, spawnTsWorker, waitForLine } from "./proc.js";
+import { order, step } from "./fixtures/crashflows.js";
+
+test("a worker killed with SIGKILL mid-run is replaced, and no completed activity runs again", async (t) => {
+  const qs = await queues();
+  const log = activityLog();
+  const proc = spawnTsWorker(qs);
+  const id = await client().start(order, { seconds: 2.0 }, { queue: qs[0] });
+  await waitForLine(log, "start c 1", proc);
+  proc.kill("SIGKILL");                              // in the middle of activity c
+  await exited(proc, 10000);
+  await startWorker(t, qs, { workflows: [order], activities: [step], activityLease: 1 });
+  assert.deepEqual(await client().result(id, { timeout: 30 }), ["a", "b", "c", "d"]);
+  const ls = lines(log);
+  assert.equal(ls.filter((l) => l === "done a 1").length, 1);
+  assert.equal(ls.filter((l) => l === "done b 1").length, 1);
+  assert.ok(!ls.includes("done c 1"), ls.join(", "));
+  assert.equal(ls.filter((l) => l === "done c 2").length, 1);
+  assert.deepEqual(ls.filter((l) => l.startsWith("start d")), ["start d 1"]);
+  const completed = (await client().history(id)).filter((e) => e.activityTaskCompleted).map((e) => e.activityTaskCompleted.attempt);
+  assert.deepEqual(completed, [1, 1, 2, 1]);
+});
+
+test("SIGTERM: the worker stops leasing, lets the running activity finish and report, and exits 0", async (t) => {
+  const qs = await queues();
+  const log = activityLog();
+  const proc = spawnTsWorker(qs, 10);
+  const id = await client().start(order, { seconds: 1.0 }, { queue: qs[0] });
+  await waitForLine(log, "start c 1", proc);
+  const t0 = Date.now();
+  proc.kill("SIGTERM");
+  assert.equal(await exited(proc, 15000), 0, output(proc));
+  assert.ok(Date.now() - t0 < 10000);
+  assert.ok(lines(log).includes("done c 1"));
+  assert.match(output(proc), /stopped .*"activitiesCompleted":3/);
+  // c was reported before the worker left: nothing is redone
+  await startWorker(t, qs, { workflows: [order], activities: [step] });
+  assert.deepEqual(await client().result(id, { timeout: 30 }), ["a", "b", "c", "d"]);
+  assert.equal(lines(log).filter((l) => l.startsWith("start c")).length, 1);
+});
+
+test("SIGTERM on an idle worker ends its long polls at once", async () => {
+  const qs = await queues();
+  const proc = spawnTsWorker(qs, 10);
+  await sleep(1500);                                 // started, and in its long polls by now
+  assert.equal(proc.exitCode, null, output(proc));
+  const t0 = Date.now();
+  proc.kill("SIGTERM");
+  assert.equal(await exited(proc, 10000), 0, output(proc));
+  assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms`);
+  // dex.stop_waiting ended them as at their timeout: no cancel, so nothing in the server's log
+  const workerId = /worker (\S+) starting/.exec(output(proc))?.[1];
+  assert.ok(workerId, output(proc));
+  if (process.env.DEX_LOG) {
+    const logged = readFileSync(process.env.DEX_LOG, "utf8").split("\n").filter((l) => l.includes(workerId) && /ERROR|FATAL/.test(l));
+    assert.deepEqual(logged, []);
+  }
+});
+
+const quiet = { info() {}, warn() {}, error() {} };
+
+test("a worker on a queue that does not exist stops: run() rejects with NotFoundError saying how to create it", async () => {
+  const missing = `no-such-queue-${Date.now()}`;
+  const w = new Worker({ workflowQueues: [missing], workflows: [oneStep], pollTimeout: 5, logger: quiet });
+  const t0 = Date.now();
+  await assert.rejects(w.run(), (e: unknown) => e instanceof NotFoundError &&
+    e.message.includes(`workflow queue '${missing}'`) && e.message.includes(`SELECT dex.create_queue('${missing}', 'workflow')`));
+  assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms`);
+});
+
+test("a queue given as the other kind stops the worker: QueueKindError says which kind it is", async () => {
+  const qs = await queues();
+  const w = new Worker({ workflowQueues: [qs[1]], workflows: [oneStep], pollTimeout: 5, logger: quiet });
+  await assert.rejects(w.run(), (e: unknown) => e instanceof QueueKindError &&
+    e.message.includes(`workflow queue '${qs[1]}'`) && /it is an activity queue: give it in activityQueues/.test(e.message));
+  const a = new Worker({ activityQueues: [qs[0]], activities: [one], pollTimeout: 5, logger: quiet });
+  await assert.rejects(a.run(), (e: unknown) => e instanceof QueueKindError && /it is a workflow queue/.test(e.message));
+});
+
+let gate: () => void = () => {};
+const holdOn = activity("hold-on", async (ms: number, actx) => {
+  const t0 = Date.now();
+  while (Date.now() - t0 < ms) {
+    await sleep(50);
+    actx.heartbeat();
+  }
+  return actx.info.attempt;
+});
+const holder = workflow("holder", async (ctx, ms: number) => ctx.activity(holdOn, ms));
+
+test("heartbeats keep the lease of an activity that runs longer than it", async (t) => {
+  const qs = await queues();
+  const w = await startWorker(t, qs, { workflows: [holder], activities: [holdOn], activityLease: 1 });
+  const id = await client().start(holder, 3000, { queue: qs[0] });
+  assert.equal(await client().result(id, { timeout: 30 }), 1);
+  assert.equal(w.stats.leasesLost, 0);
+});
+
+const seen: unknown[] = [];
+const abandoned = activity("abandoned", async (_: null, actx) => {
+  await new Promise<void>((resolve) => actx.signal.addEventListener("abort", () => resolve()));
+  seen.push(actx.signal.reason?.constructor?.name, actx.leaseLost);
+  try {
+    actx.heartbeat();
+  } catch (e) {
+    seen.push(e instanceof LeaseLost);
+  }
+  return "late";
+});
+const abandoner = workflow("abandoner", async (ctx) => ctx.activity(abandoned, null));
+
+test("a lost lease (the run was terminated) aborts the activity's signal and heartbeat() throws LeaseLost", async (t) => {
+  const qs = await queues();
+  const w = await startWorker(t, qs, { workflows: [abandoner], activities: [abandoned], activityLease: 1 });
+  const id = await client().start(abandoner, null, { queue: qs[0] });
+  await eventually(async () => kinds(await client().history(id)).includes("activityTaskCreated"), "the activity");
+  await sleep(300);
+  await client().terminate(id, "enough");
+  await eventually(() => seen.length === 3, "the activity to see its lease lost");
+  assert.deepEqual(seen, ["LeaseLost", true, true]);
+  await eventually(() => w.stats.leasesLost >= 1, "the outcome to be discarded");
+  assert.equal((await client().get(id)).status, "TERMINATED");
+});
+
+const stubborn = activity("stubborn", async (ms: number, actx) => {
+  if (actx.info.attempt === 1) await sleep(ms);       // ignores the shutdown
+  return actx.info.attempt;
+}, { retry: { initialDelay: 0.05 } });
+const stubbornFlow = workflow("stubborn-flow", async (ctx) => ctx.activity(stubborn, 4000));
+
+test("shutdown fails an activity still running after the timeout as retryable, and another worker retries it", async (t) => {
+  const qs = await queues();
+  const w = await startWorker(t, qs, { workflows: [stubbornFlow], activities: [stubborn] });
+  const id = await client().start(stubbornFlow, null, { queue: qs[0] });
+  await eventually(async () => kinds(await client().history(id)).includes("activityTaskCreated"), "the activity");
+  await sleep(300);
+  const t0 = Date.now();
+  await w.shutdown(0.3);
+  assert.ok(Date.now() - t0 < 3000, `shutdown took ${Date.now() - t0} ms`);
+  await startWorker(t, qs, { workflows: [stubbornFlow], activities: [stubborn] });
+  assert.equal(await client().result(id, { timeout: 20 }), 2);
+  const attempts = await sqlAttempts(id);
+  assert.ok(attempts.some((a) => a.failure?.type === "dex.WorkerShutdown"), JSON.stringify(attempts));
+});
+
+async function sqlAttempts(runId: string): Promise<Array<{ outcome: string; failure: Message | null }>> {
+  const { sql } = await import("./helpers.js");
+  return (await sql("SELECT outcome, failure FROM dex.run_attempts($1) WHERE task = 'activity'", [runId])).rows;
+}
+
+// -- the workflow cache and replay -----------------------------------------------------------------
+
+const fanout = workflow("fanout", async (ctx, n: number) => {
+  const parts = await ctx.all(Array.from({ length: n }, (_, i) => ctx.activity(step, { name: `p${i}` })));
+  const pick = ctx.sideEffect(() => parts.length * 10, "pick");
+  await ctx.sleep(0.05);
+  const w = ctx.waitEvent("maybe", { timeout: 0.1 });
+  const got = await w.then(() => "event", () => "timeout");
+  const last = await ctx.activity(step, { name: `last${pick}` });
+  return { parts, got, last, at: ctx.uuid() };
+});
+
+const EVENT_COMMAND: Record<string, string> = {
+  activityTaskCreated: "scheduleActivity", timerCreated: "startTimer", timerCancelled: "cancelTimer",
+  externalEventWaitStarted: "waitExternalEvent", sideEffectExecuted: "recordSideEffect", runCompleted: "completeRun",
+};
+
+function commandsOf(history: Message[]): string[] {
+  return history.filter((e) => e.id).map((e) => {
+    const k = eventKind(e);
+    return `${e.id}:${k}:${e[k].name ?? e[k].eventId ?? ""}`;
+  });
+}
+
+test("a run with the workflow cache and one replayed from scratch at every task give the same commands", async (t) => {
+  activityLog();
+  const cached = await queues(), uncached = await queues();
+  const wc = await startWorker(t, cached, { workflows: [fanout], activities: [step] });
+  const wu = await startWorker(t, uncached, { workflows: [fanout], activities: [step], workflowCacheSize: 0 });
+  const a = await client().start(fanout, 3, { queue: cached[0] });
+  const b = await client().start(fanout, 3, { queue: uncached[0] });
+  const ra = await client().result(a, { timeout: 30 }), rb = await client().result(b, { timeout: 30 });
+  assert.deepEqual({ ...ra, at: 0 }, { ...rb, at: 0 });
+  const ha = await client().history(a), hb = await client().history(b);
+  assert.deepEqual(commandsOf(ha), commandsOf(hb));
+  assert.ok(wc.stats.cacheHits >= 3 && wc.stats.fullReplays === 1, JSON.stringify(wc.stats));
+  assert.ok(wu.stats.cacheHits === 0 && wu.stats.fullReplays >= 4, JSON.stringify(wu.stats));
+  // and replaying the cached run's history offline, task by task, gives what each task recorded
+  const starts = ha.map((e, i) => (eventKind(e) === "workflowTaskStarted" ? i : -1)).filter((i) => i >= 0);
+  for (const s of starts) {
+    const end = ha.findIndex((e, i) => i > s && eventKind(e) === "workflowTaskCompleted");
+    const task = { runId: a, workflowName: "fanout", workflowVersion: 1, queue: cached[0],
+                   history: ha.slice(0, s), newEvents: ha.slice(s, end), historyLength: s };
+    const cmds = await replay(task, fanout, [step], cached[1]);
+    const next = ha.findIndex((e, i) => i > end && eventKind(e) === "workflowTaskStarted");
+    const recorded = ha.slice(end + 1, next < 0 ? ha.length : next).filter((e) => EVENT_COMMAND[eventKind(e)]);
+    assert.deepEqual(cmds.map((c) => `${c.id ?? ""}:${commandKind(c)}`),
+                     recorded.map((e) => `${e.id ?? ""}:${EVENT_COMMAND[eventKind(e)]}`));
+  }
+});
+
+let variant = "a";
+let started: () => void = () => {};
+const ndStep = activity("nd-step", async () => {
+  started();
+  await new Promise<void>((resolve) => { gate = resolve; });
+  return 1;
+});
+const ndOther = activity("nd-other", async () => 2);
+const changing = workflow("changing", async (ctx) => {
+  if (variant === "a") await ctx.activity(ndStep);
+  else await ctx.activity(ndOther);
+  return "done";
+});
+
+test("non-determinism: a replay that issues another command fails the run, naming both commands", async (t) => {
+  const qs = await queues();
+  variant = "a";
+  const running = new Promise<void>((resolve) => { started = resolve; });
+  await startWorker(t, qs, { workflows: [changing], activities: [ndStep, ndOther], workflowCacheSize: 0 });
+  const id = await client().start(changing, null, { queue: qs[0] });
+  await running;
+  variant = "b";                                     // "deploy" other code mid-run
+  gate();
+  const err = await client().result(id, { timeout: 20 }).catch((e) => e);
+  assert.equal(err.type, "dex.NonDeterminism");
+  assert.match(err.message, /the history has activityTaskCreated 'nd-step' \(id 1\), recorded by workflow task 1, but on replay the workflow issues scheduleActivity 'nd-other' \(id 1\) in workflow task 1/);
+});
+
+test("server restart mid-run: the worker reconnects and the run finishes, nothing done twice", async (t) => {
+  const pgdata = process.env.DEX_PGDATA, bindir = process.env.PG_BINDIR;
+  if (!pgdata || !bindir) {
+    t.skip("DEX_PGDATA and PG_BINDIR name the cluster to restart (test/run-tests.sh sets them)");
+    return;
+  }
+  const qs = await queues();
+  const log = activityLog();
+  await startWorker(t, qs, { workflows: [order], activities: [step], activityLease: 5 });
+  const id = await client().start(order, { seconds: 1.5 }, { queue: qs[0] });
+  await waitForLine(log, "start c 1");
+  // -l: the server's output goes to its log, not to a pipe of ours (which would stay open)
+  const serverLog = process.env.DEX_LOG ?? `${log}.server`;
+  const r = spawnSync(`${bindir}/pg_ctl`, ["-D", pgdata, "-l", serverLog, "-m", "fast", "-w", "-t", "60", "restart"],
+                      { encoding: "utf8", timeout: 90000 });
+  assert.equal(r.status, 0, r.stderr);
+  assert.deepEqual(await client().result(id, { timeout: 60 }), ["a", "b", "c", "d"]);
+  const ls = lines(log);
+  for (const name of ["a", "b", "d"]) assert.equal(ls.filter((l) => l.startsWith(`done ${name}`)).length, 1, ls.join(", "));
+});
+
+const one = activity("one-step", (n: number) => n + 1);
+const oneStep = workflow("one-step-flow", async (ctx, n: number) => ctx.activity(one, n));
+
+test("completions and activity results go back in batches: far fewer calls than tasks", async (t) => {
+  const qs = await queues();
+  const ids = await client().startMany(oneStep, Array.from({ length: 200 }, (_, i) => i), { queue: qs[0] });
+  const w = await startWorker(t, qs, { workflows: [oneStep], activities: [one], concurrency: 100 });
+  const results = await Promise.all(ids.map((id) => client().result(id, { timeout: 60 })));
+  assert.deepEqual(results, Array.from({ length: 200 }, (_, i) => i + 1));
+  await eventually(() => w.stats.workflowTasks === 400, "every workflow task's completion to be counted");
+  assert.equal(w.stats.activitiesCompleted, 200);
+  t.diagnostic(JSON.stringify(w.stats));
+  // 400 workflow tasks and 200 activity results: batches of up to 100 (maxBatch), so a handful
+  // of calls each when they come in bursts; one call per task would be 400 and 200
+  assert.ok(w.stats.workflowCompletionCalls <= 40, JSON.stringify(w.stats));
+  assert.ok(w.stats.activityReportCalls <= 40, JSON.stringify(w.stats));
+});
+
+const stepper = workflow("stepper", async (ctx, n: number) => {
+  let total = 0;
+  for (let i = 0; i < 4; i++) total += await ctx.activity(one, n + i);
+  return total;
+});
+
+test("a workflow cache smaller than the runs in flight evicts states; evicted runs replay and finish right", async (t) => {
+  const qs = await queues();
+  const w = await startWorker(t, qs, { workflows: [stepper], activities: [one], workflowCacheSize: 2 });
+  const ids = await client().startMany(stepper, [0, 10, 20, 30, 40, 50], { queue: qs[0] });
+  const results = await Promise.all(ids.map((id) => client().result(id, { timeout: 60 })));
+  assert.deepEqual(results, [0, 10, 20, 30, 40, 50].map((n) => 4 * n + 10));
+  assert.ok(w.cachedRuns <= 2, `${w.cachedRuns} runs cached`);
+  assert.ok(w.stats.fullReplays > 6, JSON.stringify(w.stats));   // more than one per run: evictions
+});
