@@ -130,18 +130,21 @@ scraped_is('up', { '' => 1 }, 'Prometheus scrapes the exporter');
 scraped_is('dex_queue_ready{queue="wf"}', { 'kind=workflow,queue=wf' => 0 },
 	'the queries file is read: an empty queue');
 
-# the work: 10 runs; 4 workflow tasks handed out and completed, each run
-# scheduling an activity; 2 more handed out and held; on the activity queue
-# 3 of the 4 activities handed out, 1 completed, 1 failed without retries,
-# 1 held; an empty poll of "idle"
+# the work: 10 runs, left ready for over a second; 4 workflow tasks handed
+# out and completed, each run scheduling an activity; 2 more handed out and
+# held; on the activity queue 3 of the 4 activities handed out, 1 completed
+# after over half a second, 1 failed without retries, 1 held; an empty poll
+# of "idle"
 $node->safe_psql('postgres', q{
 	SELECT dex.create_run('w', 'wf', to_jsonb(i)) FROM generate_series(1, 10) i;
+	SELECT pg_sleep(1.1);
 	SELECT count(dex.complete_task(run_id, 0, lock_version, '[
 	  {"id": 1, "scheduleActivity": {"name": "a", "queue": "act",
 	     "retryPolicy": {"maxAttempts": 1}}}]'))
 	  FROM dex.poll_tasks('wf', 'w1', 4);
 	SELECT count(*) FROM dex.poll_tasks('wf', 'w2', 2);
 	CREATE TABLE leases AS SELECT run_id, task_id, lock_version FROM dex.poll_tasks('act', 'w3', 3);
+	SELECT pg_sleep(0.6);
 	SELECT dex.complete_task(run_id, task_id, lock_version, '{"json": "1"}')
 	  FROM (SELECT * FROM leases ORDER BY run_id LIMIT 1) l;
 	SELECT dex.fail_task(run_id, task_id, lock_version, '{"message": "no"}')
@@ -182,6 +185,23 @@ scraped_is('dex_runs_runs', { 'status=CREATED,workflow=w' => 6, 'status=RUNNING,
 	'runs by status');
 scraped_is('dex_scheduler_passes_total > bool 0', { '' => 1 }, 'scheduler passes are counted');
 
+# the latency histograms: a task_wait observation per task handed out, the
+# 6 of "wf" each after more than a second ready; one activity_execution
+# observation of more than half a second; no run has ended yet
+scraped_is('dex_task_wait_seconds_count',
+	{ 'queue=act' => 3, 'queue=wf' => 6 }, 'task_wait counts the tasks handed out');
+scraped_is('dex_task_wait_seconds_bucket{queue="wf",le=~"1|5|[+]Inf"}',
+	{ 'le=1,queue=wf' => 0, 'le=5,queue=wf' => 6, 'le=+Inf,queue=wf' => 6 },
+	'task_wait buckets: each of them waited between 1 and 5 seconds');
+scraped_is('dex_task_wait_seconds_sum{queue="wf"} > bool 6.6',
+	{ 'queue=wf' => 1 }, 'task_wait sum: over 6 times 1.1 seconds');
+scraped_is('dex_activity_execution_seconds_bucket{le=~"0.5|5"}',
+	{ 'le=0.5,queue=act' => 0, 'le=5,queue=act' => 1 },
+	'activity_execution: the completed attempt, between 0.5 and 5 seconds');
+scraped_is('histogram_quantile(0.5, dex_task_wait_seconds_bucket{queue="wf"}) > bool 1',
+	{ 'queue=wf' => 1 }, 'histogram_quantile over task_wait');
+is_deeply(query('dex_run_duration_seconds_count'), {}, 'run_duration: no run ended yet');
+
 # a counter is monotonic: more work only adds; a PromQL rate sees it
 $node->safe_psql('postgres', q{
 	SELECT count(dex.complete_task(run_id, 0, lock_version, '[{"completeRun": {}}]'))
@@ -193,5 +213,10 @@ scraped_is('dex_runs_runs{status="COMPLETED"}', { 'status=COMPLETED,workflow=w' 
 	'completed runs');
 scraped_is('increase(dex_queue_tasks_completed_total{queue="wf"}[10m]) > bool 0',
 	{ 'kind=workflow,queue=wf' => 1 }, 'increase() sees the counter grow');
+scraped_is('dex_run_duration_seconds_bucket{le=~"1|[+]Inf"}',
+	{ 'le=1,workflow=w' => 0, 'le=+Inf,workflow=w' => 6 },
+	'run_duration: the 6 runs that ended, each after more than a second');
+scraped_is('dex_task_wait_seconds_count{queue="wf"}', { 'queue=wf' => 12 },
+	'task_wait after more work');
 
 done_testing();
