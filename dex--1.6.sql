@@ -1441,7 +1441,7 @@ LANGUAGE C
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'dex_latency_histograms';
 COMMENT ON FUNCTION dex.latency_histograms() IS
-    'The latency histograms in shared memory, one row per histogram in use of every database since the server started or dex.reset_stats: task_wait and activity_execution per queue (queue_id), run_duration per workflow name (workflow); le, the buckets'' upper bounds in seconds; bucket, the cumulative counts (the +Inf bucket is count); sum in seconds; count. Calls count even if their transaction rolls back. Empty if dex is not preloaded.';
+    'The latency histograms in shared memory, one row per histogram in use of every database since the server started or dex.reset_stats: task_wait, activity_execution and timer_lag per queue (queue_id), run_duration per workflow name (workflow); le, the buckets'' upper bounds in seconds; bucket, the cumulative counts (the +Inf bucket is count); sum in seconds; count. Calls count even if their transaction rolls back. Empty if dex is not preloaded.';
 
 CREATE VIEW dex.stat_latency AS
 SELECT h.histogram, q.name AS queue, h.workflow, h.le, h.bucket, h.sum, h.count
@@ -1451,7 +1451,7 @@ SELECT h.histogram, q.name AS queue, h.workflow, h.le, h.bucket, h.sum, h.count
                                         WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
    AND (h.workflow IS NOT NULL OR q.name IS NOT NULL);
 COMMENT ON VIEW dex.stat_latency IS
-    'Latency histograms of this database since the server started or dex.reset_stats, in Prometheus'' shape: task_wait (per queue: from a task becoming ready, made, its lease expired or its retry backoff over, to a poll handing it out), activity_execution (per activity queue: from an attempt''s lease to its completion) and run_duration (per workflow: from a run''s creation to its end); le, the buckets'' upper bounds in seconds, bucket the cumulative counts (+Inf: count), sum in seconds, count. From shared memory: free to read.';
+    'Latency histograms of this database since the server started or dex.reset_stats, in Prometheus'' shape: task_wait (per queue: from a task becoming ready, made, its lease expired or its retry backoff over, to a poll handing it out), activity_execution (per activity queue: from an attempt''s lease to its completion), run_duration (per workflow: from a run''s creation to its end) and timer_lag (per workflow queue: from a timer or delayed event falling due to the scheduler waking its run); le, the buckets'' upper bounds in seconds, bucket the cumulative counts (+Inf: count), sum in seconds, count. From shared memory: free to read.';
 
 COMMENT ON FUNCTION dex.reset_stats() IS
     'Zero the activity counters (dex.stat_queues, dex.stat_database) and the latency histograms (dex.stat_latency) of the current database, and the counters'' overflow entry. Superusers only, unless granted.';

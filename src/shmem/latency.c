@@ -16,6 +16,11 @@
  *   run_duration        per workflow name: from a run's creation to its end
  *                       in any terminal status (engine/lifecycle.c,
  *                       dex_end_runs).
+ *   timer_lag           per workflow queue: how late the scheduler wakes a
+ *                       run for a due timer or delayed event, from the
+ *                       event's due time to the run's new workflow task
+ *                       (workers/scheduler.c; events of a run that has a
+ *                       task already, and run timers, are not counted).
  * A value is observed when the SQL call does the thing, not at commit: a
  * rolled-back call still counts, as in stats.c.
  *
@@ -69,7 +74,7 @@ static const int64 bucket_bounds[] = {
 StaticAssertDecl(N_BOUNDS + 1 == DEX_LATENCY_BUCKETS, "DEX_LATENCY_BUCKETS is the bounds and +Inf");
 
 static const char *const histogram_names[DEX_LATENCY_N] = {
-	"task_wait", "activity_execution", "run_duration"
+	"task_wait", "activity_execution", "run_duration", "timer_lag"
 };
 
 typedef struct DexLatencyEntry

@@ -103,6 +103,7 @@ typedef enum DexLatency
 	DEX_LATENCY_TASK_WAIT,		/* per queue: ready to handed out */
 	DEX_LATENCY_ACTIVITY_EXECUTION, /* per activity queue: lease to completion */
 	DEX_LATENCY_RUN_DURATION,	/* per workflow name: creation to end */
+	DEX_LATENCY_TIMER_LAG,		/* per workflow queue: a due event to its run woken */
 	DEX_LATENCY_N
 } DexLatency;
 

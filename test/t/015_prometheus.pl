@@ -4,7 +4,8 @@
 # work is done with SQL and the values are read back through Prometheus'
 # HTTP API (/api/v1/query): the queues' backlog (ready, leased), the
 # counters of what was handed out, completed, failed and polled for nothing,
-# runs by status, and the latency histograms.  Skipped only when the two
+# runs by status, and the latency histograms (how long tasks wait, activities
+# run, runs last, and how late timers fire).  Skipped only when the two
 # programs (Debian's prometheus-postgres-exporter and prometheus, which
 # test/deps.sh installs) are missing or cannot run.
 use strict;
@@ -36,7 +37,7 @@ my $node = dex_cluster('metrics', conf => "dex.scheduler_naptime = '200ms'\n");
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION dex;
 	SELECT dex.create_queue('wf', 'workflow'), dex.create_queue('act', 'activity'),
-	       dex.create_queue('idle', 'workflow');
+	       dex.create_queue('idle', 'workflow'), dex.create_queue('tq', 'workflow');
 	CREATE ROLE dex_exporter LOGIN IN ROLE pg_monitor;
 });
 
@@ -142,8 +143,9 @@ $node->safe_psql('postgres', q{
 	  {"id": 1, "scheduleActivity": {"name": "a", "queue": "act",
 	     "retryPolicy": {"maxAttempts": 1}}}]'))
 	  FROM dex.poll_tasks('wf', 'w1', 4);
-	SELECT count(*) FROM dex.poll_tasks('wf', 'w2', 2);
-	CREATE TABLE leases AS SELECT run_id, task_id, lock_version FROM dex.poll_tasks('act', 'w3', 3);
+	SELECT count(*) FROM dex.poll_tasks('wf', 'w2', 2, '1 hour');
+	CREATE TABLE leases AS
+	  SELECT run_id, task_id, lock_version FROM dex.poll_tasks('act', 'w3', 3, '1 hour');
 	SELECT pg_sleep(0.6);
 	SELECT dex.complete_task(run_id, task_id, lock_version, '{"json": "1"}')
 	  FROM (SELECT * FROM leases ORDER BY run_id LIMIT 1) l;
@@ -155,21 +157,25 @@ $node->safe_psql('postgres', q{
 scraped_is('dex_queue_ready', {
 		'kind=activity,queue=act' => 1,
 		'kind=workflow,queue=idle' => 0,
+		'kind=workflow,queue=tq' => 0,
 		'kind=workflow,queue=wf' => 4 + 2,	# 4 not polled, 2 runs with an activity's result or failure
 	}, 'ready gauges: the backlog of each queue');
 scraped_is('dex_queue_leased', {
 		'kind=activity,queue=act' => 1,
 		'kind=workflow,queue=idle' => 0,
+		'kind=workflow,queue=tq' => 0,
 		'kind=workflow,queue=wf' => 2,
 	}, 'leased gauges');
 scraped_is('dex_queue_tasks_leased_total', {
 		'kind=activity,queue=act' => 3,
 		'kind=workflow,queue=idle' => 0,
+		'kind=workflow,queue=tq' => 0,
 		'kind=workflow,queue=wf' => 6,
 	}, 'handed-out counters');
 scraped_is('dex_queue_tasks_completed_total', {
 		'kind=activity,queue=act' => 1,
 		'kind=workflow,queue=idle' => 0,
+		'kind=workflow,queue=tq' => 0,
 		'kind=workflow,queue=wf' => 4,
 	}, 'completed counters equal what was completed');
 scraped_is('dex_queue_tasks_failed_total{queue="act"}', { 'kind=activity,queue=act' => 1 },
@@ -177,6 +183,7 @@ scraped_is('dex_queue_tasks_failed_total{queue="act"}', { 'kind=activity,queue=a
 scraped_is('dex_queue_polls_empty_total', {
 		'kind=activity,queue=act' => 0,
 		'kind=workflow,queue=idle' => 1,
+		'kind=workflow,queue=tq' => 0,
 		'kind=workflow,queue=wf' => 0,
 	}, 'polls that found nothing');
 scraped_is('dex_queue_tasks_created_total{queue="act"}', { 'kind=activity,queue=act' => 4 },
@@ -201,6 +208,18 @@ scraped_is('dex_activity_execution_seconds_bucket{le=~"0.5|5"}',
 scraped_is('histogram_quantile(0.5, dex_task_wait_seconds_bucket{queue="wf"}) > bool 1',
 	{ 'queue=wf' => 1 }, 'histogram_quantile over task_wait');
 is_deeply(query('dex_run_duration_seconds_count'), {}, 'run_duration: no run ended yet');
+
+# timer_lag: 3 runs on "tq" start a 1 s timer; the scheduler (200 ms naptime)
+# wakes each once, late by less than 5 s however busy the machine
+$node->safe_psql('postgres', q{
+	SELECT dex.create_run('t', 'tq', to_jsonb(i)) FROM generate_series(1, 3) i;
+	SELECT count(dex.complete_task(run_id, 0, lock_version,
+	         '[{"id": 1, "startTimer": {"name": "t", "delay": "1s"}}]'))
+	  FROM dex.poll_tasks('tq', 'w5', 10);
+});
+scraped_is('dex_timer_lag_seconds_bucket{le=~"5|[+]Inf"}',
+	{ 'le=5,queue=tq' => 3, 'le=+Inf,queue=tq' => 3 },
+	'timer_lag: each run woken once for its timer, less than 5 s late');
 
 # a counter is monotonic: more work only adds; a PromQL rate sees it
 $node->safe_psql('postgres', q{
