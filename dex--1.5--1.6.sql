@@ -324,3 +324,41 @@ GRANT EXECUTE ON FUNCTION dex.authenticate_api_token(text) TO dex_client, dex_wo
 GRANT SELECT ON dex.api_tokens TO dex_admin;
 SELECT pg_catalog.pg_extension_config_dump('dex.api_token',
     'WHERE EXISTS (SELECT FROM pg_catalog.pg_roles r WHERE r.oid OPERATOR(pg_catalog.=) role)');
+
+-- Latency histograms (metrics, issue 19)
+/*
+ * Kept by dex in shared memory (src/shmem/latency.c), like the counters of
+ * dex.stat_counters(): no table is written, a rolled-back call still
+ * counts, and dex.reset_stats() zeroes the current database's.  Each row is
+ * one histogram in the shape Prometheus wants: le holds the finite upper
+ * bounds of the buckets in seconds, bucket the cumulative count of
+ * observations at most each bound (the +Inf bucket is count), sum the total
+ * in seconds.  prometheus-postgres-exporter reads them with the usage
+ * HISTOGRAM (contrib/prometheus/dex-queries.yaml).
+ */
+CREATE FUNCTION dex.latency_histograms(
+    OUT datid oid, OUT histogram text, OUT queue_id integer, OUT workflow text,
+    OUT le double precision[], OUT bucket bigint[], OUT sum double precision, OUT count bigint)
+RETURNS SETOF record
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'dex_latency_histograms';
+COMMENT ON FUNCTION dex.latency_histograms() IS
+    'The latency histograms in shared memory, one row per histogram in use of every database since the server started or dex.reset_stats: task_wait, activity_execution and timer_lag per queue (queue_id), run_duration per workflow name (workflow); le, the buckets'' upper bounds in seconds; bucket, the cumulative counts (the +Inf bucket is count); sum in seconds; count. Calls count even if their transaction rolls back. Empty if dex is not preloaded.';
+
+CREATE VIEW dex.stat_latency AS
+SELECT h.histogram, q.name AS queue, h.workflow, h.le, h.bucket, h.sum, h.count
+  FROM dex.latency_histograms() h
+  LEFT JOIN dex.queue q ON q.id OPERATOR(pg_catalog.=) h.queue_id
+ WHERE h.datid OPERATOR(pg_catalog.=) (SELECT d.oid FROM pg_catalog.pg_database d
+                                        WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
+   AND (h.workflow IS NOT NULL OR q.name IS NOT NULL);
+COMMENT ON VIEW dex.stat_latency IS
+    'Latency histograms of this database since the server started or dex.reset_stats, in Prometheus'' shape: task_wait (per queue: from a task becoming ready, made, its lease expired or its retry backoff over, to a poll handing it out), activity_execution (per activity queue: from an attempt''s lease to its completion), run_duration (per workflow: from a run''s creation to its end) and timer_lag (per workflow queue: from a timer or delayed event falling due to the scheduler waking its run); le, the buckets'' upper bounds in seconds, bucket the cumulative counts (+Inf: count), sum in seconds, count. From shared memory: free to read.';
+
+COMMENT ON FUNCTION dex.reset_stats() IS
+    'Zero the activity counters (dex.stat_queues, dex.stat_database) and the latency histograms (dex.stat_latency) of the current database, and the counters'' overflow entry. Superusers only, unless granted.';
+
+REVOKE ALL ON FUNCTION dex.latency_histograms() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION dex.latency_histograms() TO pg_monitor, dex_admin;
+GRANT SELECT ON dex.stat_latency TO pg_monitor, dex_admin;

@@ -1,7 +1,8 @@
 --
 -- monitoring: the counters move as tasks are created, polled, completed and
--- failed (asserted as deltas: other tests and the scheduler count too), a
--- reset zeroes them, and the views over the tables say what queues hold
+-- failed (asserted as deltas: other tests and the scheduler count too), so do
+-- the latency histograms, a reset zeroes both, and the views over the tables
+-- say what queues hold
 --
 SELECT dex.create_queue('mon-wf', 'workflow'), dex.create_queue('mon-act', 'activity');
 
@@ -10,7 +11,7 @@ SELECT c.relname AS view, string_agg(a.attname || ' ' || format_type(a.atttypid,
                                      ORDER BY a.attnum) AS columns
   FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
  WHERE c.relnamespace = 'dex'::regnamespace
-   AND c.relname IN ('stat_queues', 'stat_database', 'queue_depth', 'runs_by_status')
+   AND c.relname IN ('stat_queues', 'stat_database', 'queue_depth', 'runs_by_status', 'stat_latency')
  GROUP BY c.relname ORDER BY 1;
 
 -- counters as they are now, and what changed since
@@ -98,8 +99,29 @@ SELECT count(*) FILTER (WHERE queue_id = 0) AS own_rows,
   FROM dex.stat_counters()
  WHERE datid = (SELECT oid FROM pg_database WHERE datname = current_database());
 
+-- the latency histograms (1.6): a task_wait observation per task handed out
+-- (two workflow tasks, one activity); the activity failed, so it has no
+-- activity_execution, and no run ended, so no run_duration
+SELECT histogram, queue, workflow, count, sum >= 0 AS sum_known,
+       cardinality(le) = cardinality(bucket) AS one_count_per_bound,
+       bucket[cardinality(bucket)] <= count AS last_bound_within_count
+  FROM dex.stat_latency WHERE queue LIKE 'mon-%' OR workflow = 'mon' ORDER BY 1, 2;
+-- the bounds in seconds, increasing; the cumulative counts never decrease
+SELECT le FROM dex.stat_latency WHERE queue = 'mon-wf';
+SELECT bool_and(b.n >= b.before) AS cumulative
+  FROM dex.stat_latency h,
+       LATERAL (SELECT n, coalesce(lag(n) OVER (ORDER BY i), 0) AS before
+                  FROM unnest(h.bucket) WITH ORDINALITY u(n, i)) b
+ WHERE h.queue LIKE 'mon-%';
+-- run_duration: a run of its own ends
+SELECT dex.create_run('mon-end', 'mon-wf') AS er \gset
+SELECT dex.terminate_run(:'er');
+SELECT histogram, workflow, count, queue IS NULL AS no_queue FROM dex.stat_latency WHERE workflow = 'mon-end';
+
 -- a reset zeroes this database's counters and records when
 SELECT dex.reset_stats();
+SELECT histogram, queue, workflow, count, sum, bucket[cardinality(bucket)] AS last_bucket
+  FROM dex.stat_latency WHERE queue LIKE 'mon-%' OR workflow = 'mon-end' ORDER BY 1, 2, 3;
 SELECT queue, tasks_created, polls, polls_empty, tasks_leased, tasks_completed, tasks_failed,
        completions_superseded, retries_due, leases_expired,
        stats_reset BETWEEN now() - interval '1 minute' AND clock_timestamp() AS reset_now
@@ -118,13 +140,15 @@ SELECT has_function_privilege('public', 'dex.reset_stats()', 'EXECUTE') AS publi
        bool_or(has_table_privilege('pg_monitor', 'dex.workflow_run', 'SELECT')) AS monitor_reads_runs,
        bool_or(has_column_privilege('pg_monitor', 'dex.activity_task', 'argument', 'SELECT'))
          AS monitor_reads_payloads
-  FROM unnest(ARRAY['dex.stat_queues', 'dex.stat_database', 'dex.queue_depth', 'dex.runs_by_status']) v;
+  FROM unnest(ARRAY['dex.stat_queues', 'dex.stat_database', 'dex.queue_depth', 'dex.runs_by_status',
+                    'dex.stat_latency']) v;
 CREATE ROLE regress_dex_monitor IN ROLE pg_monitor;
 SET ROLE regress_dex_monitor;
 SELECT count(*) > 0 AS reads_stat_queues FROM dex.stat_queues;
 SELECT count(*) = 1 AS reads_stat_database FROM dex.stat_database;
 SELECT count(*) > 0 AS reads_queue_depth FROM dex.queue_depth;
 SELECT count(*) > 0 AS reads_runs_by_status FROM dex.runs_by_status;
+SELECT count(*) >= 0 AS reads_stat_latency FROM dex.stat_latency;
 SELECT dex.reset_stats();
 RESET ROLE;
 DROP ROLE regress_dex_monitor;

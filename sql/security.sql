@@ -454,6 +454,11 @@ SELECT workflow_name, status, runs, estimated
 SELECT queue, role FROM dex.queue_privileges WHERE queue OPERATOR(pg_catalog.~~) 'sec-%'
  ORDER BY queue, role::pg_catalog.text;
 SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 AS counters FROM dex.stat_counters();
+SELECT histogram, queue, workflow, pg_catalog.cardinality(le) AS bounds,
+       count OPERATOR(pg_catalog.>) 0 AS observed
+  FROM dex.stat_latency WHERE coalesce(queue, workflow) OPERATOR(pg_catalog.~~) 'sec%'
+ ORDER BY histogram, queue, workflow;
+SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 AS histograms FROM dex.latency_histograms();
 -- a run moves to version 2, where no worker waits for it, and ends
 SELECT dex.create_run('sec-v', 'sec-wf') AS r5 \gset
 SELECT dex.set_run_version(:'r5', 2);

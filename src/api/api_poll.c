@@ -58,9 +58,18 @@
 
 #define MAX_TASKS_PER_POLL 1000
 
+/*
+ * When a task to be leased became ready, for the task_wait histogram
+ * (shmem/latency.c): a workflow task when it was made or its last lease
+ * expired (GREATEST skips a NULL locked_until); an activity task when it was
+ * made, its retry backoff ended or its run was resumed (visible_from).
+ */
+#define WORKFLOW_READY_AT "GREATEST(created_at, locked_until)"
+#define ACTIVITY_READY_AT "GREATEST(created_at, visible_from)"
+
 /* $5: the lease's start (see dex_poll_lease_start) */
 static DexPlan lease_workflow_plan = {
-	"WITH c AS MATERIALIZED (SELECT run_id FROM dex.workflow_task "
+	"WITH c AS MATERIALIZED (SELECT run_id, " WORKFLOW_READY_AT " AS ready_at FROM dex.workflow_task "
 	"      WHERE queue_id = $1 AND (locked_until IS NULL OR locked_until <= $5) "
 	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
 	"UPDATE dex.workflow_task t SET locked_by = $3, locked_until = $5 + $4, "
@@ -69,14 +78,15 @@ static DexPlan lease_workflow_plan = {
 	"                   WHERE i.run_id = t.run_id AND i.visible_from <= clock_timestamp() "
 	"                   ORDER BY i.visible_from, i.id) "
 	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id "
-	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids",
+	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids, c.ready_at",
 	5, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}
 };
 
 /* $6, $7: the declared (workflow, version) pairs, each once (read_declared) */
 static DexPlan lease_declared_workflow_plan = {
-	"WITH c AS MATERIALIZED (SELECT s.run_id FROM unnest($6::text[], $7::integer[]) AS k(n, v), "
-	"      LATERAL (SELECT t.run_id, t.priority, t.created_at FROM dex.workflow_task t "
+	"WITH c AS MATERIALIZED (SELECT s.run_id, s.ready_at FROM unnest($6::text[], $7::integer[]) AS k(n, v), "
+	"      LATERAL (SELECT t.run_id, t.priority, t.created_at, " WORKFLOW_READY_AT " AS ready_at "
+	"               FROM dex.workflow_task t "
 	"               WHERE t.queue_id = $1 AND t.workflow_name = k.n AND t.workflow_version = k.v "
 	"               AND (t.locked_until IS NULL OR t.locked_until <= $5) "
 	"               ORDER BY (- t.priority), t.created_at LIMIT $2 FOR UPDATE SKIP LOCKED) s "
@@ -87,7 +97,7 @@ static DexPlan lease_declared_workflow_plan = {
 	"                   WHERE i.run_id = t.run_id AND i.visible_from <= clock_timestamp() "
 	"                   ORDER BY i.visible_from, i.id) "
 	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id "
-	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids",
+	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids, c.ready_at",
 	7, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID, INT4ARRAYOID}
 };
 
@@ -100,12 +110,13 @@ static DexPlan lease_declared_workflow_plan = {
 	"    coalesce(t.schedule_deadline, 'infinity')) " \
 	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id AND t.event_id = c.event_id " \
 	"RETURNING t.run_id, t.event_id, t.lock_version, t.locked_until, t.name, t.argument, " \
-	"t.attempt, t.retry_policy, t.last_failure, t.heartbeat_details"
+	"t.attempt, t.retry_policy, t.last_failure, t.heartbeat_details, c.ready_at"
 
 /* $6: the declared activity names, each once */
 static DexPlan lease_declared_activity_plan = {
-	"WITH c AS MATERIALIZED (SELECT s.run_id, s.event_id FROM unnest($6::text[]) AS k(n), "
-	"      LATERAL (SELECT t.run_id, t.event_id, t.priority, t.created_at FROM dex.activity_task t "
+	"WITH c AS MATERIALIZED (SELECT s.run_id, s.event_id, s.ready_at FROM unnest($6::text[]) AS k(n), "
+	"      LATERAL (SELECT t.run_id, t.event_id, t.priority, t.created_at, " ACTIVITY_READY_AT " AS ready_at "
+	"               FROM dex.activity_task t "
 	"               WHERE t.queue_id = $1 AND t.name = k.n AND t.status = 'QUEUED' "
 	"               AND t.locked_by IS NULL "
 	"               ORDER BY (- t.priority), t.created_at LIMIT $2 FOR UPDATE SKIP LOCKED) s "
@@ -115,7 +126,7 @@ static DexPlan lease_declared_activity_plan = {
 };
 
 static DexPlan lease_activity_plan = {
-	"WITH c AS MATERIALIZED (SELECT run_id, event_id FROM dex.activity_task "
+	"WITH c AS MATERIALIZED (SELECT run_id, event_id, " ACTIVITY_READY_AT " AS ready_at FROM dex.activity_task "
 	"      WHERE queue_id = $1 AND status = 'QUEUED' AND locked_by IS NULL "
 	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
 	LEASE_ACTIVITY_SET,
@@ -330,6 +341,23 @@ dex_read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg, int names_arg)
 }
 
 /*
+ * The task_wait histogram: how long each task the lease statement just
+ * leased at "start" had been ready (its last column), added up here and
+ * flushed to shared memory at once.
+ */
+static void
+observe_waits(int32 queue_id, TimestampTz start)
+{
+	int			col = SPI_tuptable->tupdesc->natts;
+	DexLatencyBatch waits;
+
+	dex_latency_batch_init(&waits, DEX_LATENCY_TASK_WAIT, queue_id);
+	for (uint64 i = 0; i < SPI_processed; i++)
+		dex_latency_batch_add(&waits, (TimestampTz) dex_spi_getint64(i, col), start);
+	dex_latency_batch_flush(&waits);
+}
+
+/*
  * Lease the queue's tasks to the worker: how many, their rows in
  * SPI_tuptable.  A paused queue hands out nothing, a full one nothing more.
  */
@@ -373,6 +401,7 @@ lease_tasks(const DexQueue *queue, const PollArgs *args)
 		plan = queue->is_workflow ? &lease_declared_workflow_plan : &lease_declared_activity_plan;
 	}
 	dex_spi_exec(plan, values, NULL, 0);
+	observe_waits(queue->id, start);
 	return SPI_processed;
 }
 

@@ -21,6 +21,7 @@
 
 #include "access/xact.h"
 #include "catalog/pg_type.h"
+#include "utils/timestamp.h"
 
 #include "engine/engine.h"
 
@@ -92,6 +93,7 @@ fence_activity_tasks(DexActivityCompletion *items, int n, Datum *values, const b
 {
 	ArrayBuildState *retried_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 	ArrayBuildState *retried_ids = initArrayResult(INT4OID, CurrentMemoryContext, false);
+	TimestampTz now = GetCurrentTimestamp();
 
 	dex_spi_exec(&fence_activities_plan, values, NULL, 0);
 	dex_check_queue_use_spi(5);
@@ -115,6 +117,9 @@ fence_activity_tasks(DexActivityCompletion *items, int n, Datum *values, const b
 			workers[i] = dex_spi_gettext_copy(r, 7);
 			started[i] = (TimestampTz) dex_spi_getint64(r, 8);
 			dex_stat_add((int32) dex_spi_getint64(r, 5), DEX_STAT_TASKS_COMPLETED, 1);
+			if (started[i] != 0)
+				dex_latency_observe(DEX_LATENCY_ACTIVITY_EXECUTION, (int32) dex_spi_getint64(r, 5),
+									started[i], now);
 			if (attempts[i] > 1)
 			{
 				dex_array_add(retried_runs, UUIDPGetDatum(items[i].run_id), false);

@@ -397,7 +397,7 @@ dex_resume_run_internal(pg_uuid_t *run_id, const char *reason)
 	"           WHERE r.id = ANY ($1) AND i.instance_id = r.instance_id AND i.run_id = r.id), " \
 	since_1_4 \
 	"     i AS (DELETE FROM dex.workflow_inbox WHERE run_id = ANY ($1)) " \
-	"SELECT 1"
+	"SELECT r.workflow_name, r.created_at FROM dex.workflow_run r WHERE r.id = ANY ($1)"
 static DexPlan end_runs_plans[2] = {
 	{END_RUNS_SQL(""), 1, {UUIDARRAYOID}},
 	{END_RUNS_SQL("     rt AS (DELETE FROM dex.run_timer WHERE run_id = ANY ($1)), "
@@ -450,6 +450,24 @@ child_ended_event(TimestampTz now, int32 created_event_id, const char *status,
 }
 
 /*
+ * The run_duration histogram (shmem/latency.c): each run that the end
+ * statement just read back (workflow name, creation) lasted until now.
+ */
+static void
+observe_run_durations(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	for (uint64 i = 0; i < SPI_processed; i++)
+	{
+		char	   *name = dex_spi_gettext_copy(i, 1);
+
+		dex_latency_run_ended(name, (TimestampTz) dex_spi_getint64(i, 2), now);
+		pfree(name);
+	}
+}
+
+/*
  * Everything that follows the end of runs (locked by the caller): their
  * pending work is removed, their instance ids and concurrency keys freed (the
  * next run waiting for a key is admitted), their parents told
@@ -469,6 +487,7 @@ dex_end_runs(Datum run_ids)
 	char	  **policies;
 
 	dex_spi_exec(&end_runs_plans[dex_schema_1_4()], values, NULL, 0);
+	observe_run_durations();
 	dex_runs_ended(run_ids);	/* dex.wait_for_run's waiters, at commit */
 	dex_release_keys(run_ids);
 

@@ -2,8 +2,9 @@
  *
  * shmem/shmem.h
  *	  dex's shared memory: the registry of databases and their workers, the
- *	  scheduler's and the queues' wake-ups (wakeup.c), and the activity
- *	  counters of dex.stat_counters() (stats.c).
+ *	  scheduler's and the queues' wake-ups (wakeup.c), the activity
+ *	  counters of dex.stat_counters() (stats.c), and the latency histograms
+ *	  of dex.latency_histograms() (latency.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -95,5 +96,37 @@ extern void dex_stat_poll(int32 queue_id, int64 n);
 extern void dex_stat_count_spi(DexStatCounter counter, int col);
 extern void dex_stat_scheduler_pass(TimestampTz start, bool failed);
 extern void dex_report_wait(const char *what);
+
+/* latency.c: the latency histograms of dex.latency_histograms() */
+typedef enum DexLatency
+{
+	DEX_LATENCY_TASK_WAIT,		/* per queue: ready to handed out */
+	DEX_LATENCY_ACTIVITY_EXECUTION, /* per activity queue: lease to completion */
+	DEX_LATENCY_RUN_DURATION,	/* per workflow name: creation to end */
+	DEX_LATENCY_TIMER_LAG,		/* per workflow queue: a due event to its run woken */
+	DEX_LATENCY_N
+} DexLatency;
+
+#define DEX_LATENCY_BUCKETS 17
+
+/* observations of one queue's histogram added up locally, then flushed at once */
+typedef struct DexLatencyBatch
+{
+	DexLatency	histogram;
+	int32		queue_id;
+	uint64		n;
+	uint64		sum;			/* microseconds */
+	uint64		counts[DEX_LATENCY_BUCKETS];
+} DexLatencyBatch;
+
+extern Size dex_latency_shmem_size(void);
+extern void dex_latency_shmem_startup(void);
+extern void dex_latency_batch_init(DexLatencyBatch *batch, DexLatency histogram, int32 queue_id);
+extern void dex_latency_batch_add(DexLatencyBatch *batch, TimestampTz from, TimestampTz to);
+extern void dex_latency_batch_flush(DexLatencyBatch *batch);
+extern void dex_latency_observe(DexLatency histogram, int32 queue_id, TimestampTz from,
+								TimestampTz to);
+extern void dex_latency_run_ended(const char *name, TimestampTz from, TimestampTz to);
+extern void dex_latency_reset(void);
 
 #endif							/* DEX_SHMEM_SHMEM_H */

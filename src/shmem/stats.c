@@ -301,16 +301,9 @@ Datum
 dex_stat_counters(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	TupleDesc	desc;
 
 	InitMaterializedSRF(fcinfo, 0);
-	desc = rsinfo->setDesc;
-	if (desc->natts != STAT_COLUMNS)
-		ereport(ERROR,
-				(errcode(ERRCODE_DATATYPE_MISMATCH),
-				 errmsg("dex.stat_counters() does not return the columns this library counts"),
-				 errdetail("It returns %d columns; the library has %d.", desc->natts, STAT_COLUMNS),
-				 errhint("Install the library and the extension script of one version of dex.")));
+	dex_check_result_columns(fcinfo, STAT_COLUMNS, "dex.stat_counters()");
 	if (dex_stats == NULL)
 		return (Datum) 0;
 
@@ -336,7 +329,8 @@ reset_entry(DexStatEntry *e, TimestampTz now)
 
 /*
  * dex.reset_stats(): zero the counters of the current database (its queues
- * and its own), and the overflow entry's.  Other databases keep theirs.
+ * and its own), and the overflow entry's, and its latency histograms
+ * (latency.c).  Other databases keep theirs.
  */
 Datum
 dex_reset_stats(PG_FUNCTION_ARGS)
@@ -354,5 +348,6 @@ dex_reset_stats(PG_FUNCTION_ARGS)
 			reset_entry(e, now);
 	}
 	reset_entry(&dex_stats->overflow, now);
+	dex_latency_reset();
 	PG_RETURN_VOID();
 }

@@ -188,6 +188,7 @@ dex_shmem_request(void)
 	RequestAddinShmemSpace(MAXALIGN(DEX_SHARED_SIZE(MaxBackends)));
 	RequestAddinShmemSpace(dex_run_cache_shmem_size());
 	RequestAddinShmemSpace(dex_pollers_shmem_size());
+	RequestAddinShmemSpace(dex_latency_shmem_size());
 	dex_stats_shmem_request();
 }
 
@@ -228,6 +229,7 @@ dex_shmem_startup(void)
 	dex_stats_shmem_startup();
 	dex_run_cache_shmem_startup();
 	dex_pollers_shmem_startup();
+	dex_latency_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * args.c
- *	  Checks of the arguments of SQL entry points: nulls and names.
+ *	  Checks of the arguments of SQL entry points: nulls and names; and that
+ *	  a C set-returning function's SQL declaration has the library's columns.
  *
  * An argument with a default is not optional: NULL is refused
  * (ERRCODE_NULL_VALUE_NOT_ALLOWED), not taken as the default.  NULL means
@@ -14,6 +15,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "funcapi.h"
 #include "utils/builtins.h"
 
 #include "util/util.h"
@@ -75,4 +77,22 @@ char *
 dex_arg_optional_name(FunctionCallInfo fcinfo, int arg, const char *what)
 {
 	return PG_ARGISNULL(arg) ? NULL : dex_arg_name(fcinfo, arg, what);
+}
+
+/*
+ * Refuse to fill the result of "function" (a materialized SRF, set up) when
+ * its SQL declaration has not the n columns this library fills: the
+ * extension script and the library are of different versions.
+ */
+void
+dex_check_result_columns(FunctionCallInfo fcinfo, int n, const char *function)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	if (rsinfo->setDesc->natts != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("%s does not return the columns this library fills", function),
+				 errdetail("It returns %d columns; the library has %d.", rsinfo->setDesc->natts, n),
+				 errhint("Install the library and the extension script of one version of dex.")));
 }

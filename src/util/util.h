@@ -70,6 +70,7 @@ extern int32 dex_arg_int32(FunctionCallInfo fcinfo, int arg, const char *what);
 extern void dex_check_name(const char *name, const char *what);
 extern char *dex_arg_name(FunctionCallInfo fcinfo, int arg, const char *what);
 extern char *dex_arg_optional_name(FunctionCallInfo fcinfo, int arg, const char *what);
+extern void dex_check_result_columns(FunctionCallInfo fcinfo, int n, const char *function);
 
 /* ids.c */
 extern pg_uuid_t *dex_new_uuid(void);

@@ -73,9 +73,12 @@ PGDLLEXPORT void dex_scheduler_main(Datum main_arg);
  * event when polled, or its completion, which must lock the run after us,
  * re-creates it.
  */
-/* [1] 1.6: the tasks with their runs' workflow and version */
+/*
+ * [1] 1.6: the tasks with their runs' workflow and version.  The last column
+ * is when the run's earliest event of the batch fell due (timer_lag).
+ */
 #define DUE_EVENTS_SQL(cols, run_cols) \
-	"WITH batch AS MATERIALIZED (SELECT run_id, id FROM dex.workflow_inbox " \
+	"WITH batch AS MATERIALIZED (SELECT run_id, id, visible_from FROM dex.workflow_inbox " \
 	"      WHERE delayed AND visible_from <= now() " \
 	"      ORDER BY visible_from LIMIT $1 FOR UPDATE SKIP LOCKED), " \
 	"runs AS MATERIALIZED (SELECT id, queue_id, priority, status, workflow_name, workflow_version " \
@@ -88,7 +91,8 @@ PGDLLEXPORT void dex_scheduler_main(Datum main_arg);
 	"WHERE r.id IN (SELECT run_id FROM due) AND r.status IN ('CREATED', 'RUNNING') " \
 	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id) " \
 	"ON CONFLICT DO NOTHING " \
-	"RETURNING queue_id, (SELECT count(*) FROM batch), run_id" cols
+	"RETURNING queue_id, (SELECT count(*) FROM batch), run_id" cols ", " \
+	"(SELECT min(b.visible_from) FROM batch b WHERE b.run_id = workflow_task.run_id)"
 static DexPlan due_events_plans[2] = {
 	{DUE_EVENTS_SQL("", ""), 1, {INT4OID}},
 	{DUE_EVENTS_SQL(DEX_TASK_RUN_COLS, ", r.workflow_name, r.workflow_version"), 1, {INT4OID}}
@@ -257,6 +261,22 @@ restore_in_progress(void)
 }
 
 /*
+ * The timer_lag histogram (shmem/latency.c): for each run the due events
+ * statement woke (its rows), how late the scheduler was, from when the
+ * run's earliest due event fell due (the last column) to now.
+ */
+static void
+observe_timer_lag(DexRows rows)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int			col = rows.tuptable->tupdesc->natts;
+
+	for (uint64 i = 0; i < rows.n; i++)
+		dex_latency_observe(DEX_LATENCY_TIMER_LAG, (int32) dex_rows_getint64(rows, i, 1),
+							(TimestampTz) dex_rows_getint64(rows, i, col), now);
+}
+
+/*
  * One pass over the scheduler's duties, in a transaction of its own.
  * Returns when it should run next: now if a batch was full, else the
  * earliest due time (DT_NOEND if none).
@@ -290,6 +310,7 @@ scheduler_pass(bool *installed)
 	dex_queue_run_tasks_added_spi(1, 3, v ? 4 : 0);
 	dex_stat_count_spi(DEX_STAT_TASKS_CREATED, 1);
 	dex_stat_add(0, DEX_STAT_RUNS_WOKEN, (int64) rows.n);
+	observe_timer_lag(rows);
 	if (rows.n > 0 && dex_rows_getint64(rows, 0, 2) >= BATCH_SIZE)
 		more = true;
 

@@ -18,7 +18,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(317);
+SELECT plan(323);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -56,6 +56,7 @@ INSERT INTO api VALUES
     ('set_run_version',  '{uuid,integer}',                                          'void'),
     ('last_polled',      '{integer,text,integer}',                                  'timestamp with time zone'),
     ('unserved',         '{interval}',                                              'setof record'),
+    ('latency_histograms', '{}',                                                    'setof record'),
     ('stop_waiting',     '{text}',                                                  'integer'),
     ('list_runs',        '{text,text,jsonb,"timestamp with time zone","timestamp with time zone","timestamp with time zone","timestamp with time zone",uuid,uuid,integer}', 'setof dex.runs'),
     ('grant_queue',      '{text,regrole}',                                          'void'),
@@ -109,6 +110,12 @@ SELECT ok(has_function_privilege('dex_admin', 'dex.set_run_version(uuid,integer)
           AND NOT has_function_privilege('dex_client', 'dex.set_run_version(uuid,integer)', 'EXECUTE')
           AND NOT has_function_privilege('dex_worker', 'dex.set_run_version(uuid,integer)', 'EXECUTE'),
           'dex_admin moves runs between versions, pg_monitor sees what is unserved; clients and workers do neither');
+SELECT ok(has_table_privilege('pg_monitor', 'dex.stat_latency', 'SELECT')
+          AND has_function_privilege('pg_monitor', 'dex.latency_histograms()', 'EXECUTE')
+          AND has_table_privilege('dex_admin', 'dex.stat_latency', 'SELECT')
+          AND NOT has_table_privilege('dex_client', 'dex.stat_latency', 'SELECT')
+          AND NOT has_function_privilege('dex_worker', 'dex.latency_histograms()', 'EXECUTE'),
+          'pg_monitor and dex_admin read the latency histograms; clients and workers do not');
 SELECT ok(has_function_privilege('dex_admin', 'dex.create_api_token(text,regrole,timestamptz)', 'EXECUTE')
           AND has_function_privilege('dex_admin', 'dex.revoke_api_token(text)', 'EXECUTE')
           AND NOT has_function_privilege('dex_client', 'dex.create_api_token(text,regrole,timestamptz)', 'EXECUTE')
