@@ -67,18 +67,22 @@
 #define WORKFLOW_READY_AT "GREATEST(created_at, locked_until)"
 #define ACTIVITY_READY_AT "GREATEST(created_at, visible_from)"
 
+/* what the lease statements of workflow tasks do to the tasks c chose */
+#define LEASE_WORKFLOW_SET \
+	"UPDATE dex.workflow_task t SET locked_by = $3, locked_until = $5 + $4, " \
+	"lock_version = nextval('dex.lease_version'), started_at = $5, " \
+	"inbox_ids = ARRAY(SELECT i.id FROM dex.workflow_inbox i " \
+	"                   WHERE i.run_id = t.run_id AND i.visible_from <= clock_timestamp() " \
+	"                   ORDER BY i.visible_from, i.id) " \
+	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id " \
+	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids, c.ready_at"
+
 /* $5: the lease's start (see dex_poll_lease_start) */
 static DexPlan lease_workflow_plan = {
 	"WITH c AS MATERIALIZED (SELECT run_id, " WORKFLOW_READY_AT " AS ready_at FROM dex.workflow_task "
 	"      WHERE queue_id = $1 AND (locked_until IS NULL OR locked_until <= $5) "
 	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
-	"UPDATE dex.workflow_task t SET locked_by = $3, locked_until = $5 + $4, "
-	"lock_version = nextval('dex.lease_version'), started_at = $5, "
-	"inbox_ids = ARRAY(SELECT i.id FROM dex.workflow_inbox i "
-	"                   WHERE i.run_id = t.run_id AND i.visible_from <= clock_timestamp() "
-	"                   ORDER BY i.visible_from, i.id) "
-	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id "
-	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids, c.ready_at",
+	LEASE_WORKFLOW_SET,
 	5, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}
 };
 
@@ -91,13 +95,7 @@ static DexPlan lease_declared_workflow_plan = {
 	"               AND (t.locked_until IS NULL OR t.locked_until <= $5) "
 	"               ORDER BY (- t.priority), t.created_at LIMIT $2 FOR UPDATE SKIP LOCKED) s "
 	"      ORDER BY s.priority DESC, s.created_at LIMIT $2) "
-	"UPDATE dex.workflow_task t SET locked_by = $3, locked_until = $5 + $4, "
-	"lock_version = nextval('dex.lease_version'), started_at = $5, "
-	"inbox_ids = ARRAY(SELECT i.id FROM dex.workflow_inbox i "
-	"                   WHERE i.run_id = t.run_id AND i.visible_from <= clock_timestamp() "
-	"                   ORDER BY i.visible_from, i.id) "
-	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id "
-	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids, c.ready_at",
+	LEASE_WORKFLOW_SET,
 	7, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID, INT4ARRAYOID}
 };
 
@@ -731,7 +729,6 @@ dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks, in
 	queue = dex_existing_queue(args->queue_name, NULL);
 	dex_check_queue_use(&queue);
 	*queue_id = queue.id;
-	check_declared(&queue, args);
 	dex_queue_wait_begin(queue.id, dex_worker_hash(args->worker_id), args->keys, args->n_names);
 
 	leases = read_leases(queue.is_workflow, lease_tasks(&queue, args));

@@ -114,6 +114,12 @@ static DexPlan next_waiting_plans[2] = {
 	"WHERE r.status = ANY ('{CREATED,RUNNING}'::text[]) " \
 	"RETURNING queue_id, (SELECT count(*) FROM slot)"
 #define ADMIT_TASK ADMIT_TASK_SQL("", "")
+/* keys per queue (1.2): the wait row goes, the slot is taken */
+#define ADMIT_SLOT_PER_QUEUE \
+	"     w AS (DELETE FROM dex.concurrency_wait w USING r " \
+	"           WHERE w.queue_id = $3 AND w.key = $1 AND w.run_id = r.id RETURNING w.run_id), " \
+	"     slot AS (INSERT INTO dex.concurrency_slot (queue_id, key, run_id) SELECT $3, $1, run_id FROM w " \
+	"              RETURNING run_id) "
 /* [0] keys global (1.1), [1] per queue, [2] 1.6: tasks with their runs' workflow and version */
 static DexPlan admit_plans[3] = {
 	{ADMIT_RUN
@@ -124,17 +130,11 @@ static DexPlan admit_plans[3] = {
 		ADMIT_TASK,
 	3, {TEXTOID, UUIDOID, INT4OID}},
 	{ADMIT_RUN
-		"     w AS (DELETE FROM dex.concurrency_wait w USING r "
-		"           WHERE w.queue_id = $3 AND w.key = $1 AND w.run_id = r.id RETURNING w.run_id), "
-		"     slot AS (INSERT INTO dex.concurrency_slot (queue_id, key, run_id) SELECT $3, $1, run_id FROM w "
-		"              RETURNING run_id) "
+		ADMIT_SLOT_PER_QUEUE
 		ADMIT_TASK,
 	3, {TEXTOID, UUIDOID, INT4OID}},
 	{ADMIT_RUN
-		"     w AS (DELETE FROM dex.concurrency_wait w USING r "
-		"           WHERE w.queue_id = $3 AND w.key = $1 AND w.run_id = r.id RETURNING w.run_id), "
-		"     slot AS (INSERT INTO dex.concurrency_slot (queue_id, key, run_id) SELECT $3, $1, run_id FROM w "
-		"              RETURNING run_id) "
+		ADMIT_SLOT_PER_QUEUE
 		ADMIT_TASK_SQL(DEX_TASK_RUN_COLS, ", r.workflow_name, r.workflow_version"),
 	3, {TEXTOID, UUIDOID, INT4OID}}
 };

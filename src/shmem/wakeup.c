@@ -551,6 +551,42 @@ take_wakeup(const DexQueueWaiter *w, PendingQueue *p)
 }
 
 /*
+ * Set the latches of this database's waiting entries that pick(w, arg)
+ * takes (it marks them, under the waiters' lock), at most "most" of them;
+ * how many.  At most 64 latches per pass over the table, set outside the
+ * lock.
+ */
+static int
+wake_waiters(bool (*pick) (DexQueueWaiter *w, void *arg), void *arg, int most)
+{
+	Latch	   *latches[64];
+	int			n = 0;
+	bool		more = true;
+
+	while (more && n < most)
+	{
+		int			n_latches = 0;
+
+		more = false;
+		SpinLockAcquire(&dex_shared->waiters_mutex);
+		for (int i = 0; i < dex_shared->n_waiter_entries && !more && n + n_latches < most; i++)
+		{
+			DexQueueWaiter *w = &dex_shared->waiters[i];
+
+			if (!w->waiting || w->dbid != MyDatabaseId || !pick(w, arg))
+				continue;
+			latches[n_latches++] = w->latch;
+			more = n_latches == lengthof(latches);
+		}
+		SpinLockRelease(&dex_shared->waiters_mutex);
+		for (int i = 0; i < n_latches; i++)
+			SetLatch(latches[i]);
+		n += n_latches;
+	}
+	return n;
+}
+
+/*
  * Sticky wake-ups: a task whose run a worker holds (it completed the run's
  * last workflow task, run_cache.c) wakes that worker if it waits on the
  * queue, so that the task finds the run's state in its cache and leaves the
@@ -606,54 +642,37 @@ wake_holders(Latch **latches)
  * waiter enters the table before it looks for work, so one that did not see
  * this commit is in it by now.
  */
+/* wake_waiters' pick of wake_pending_queues: a waiter this commit's tasks wake */
+static bool
+pick_for_pending(DexQueueWaiter *w, void *arg)
+{
+	if (w->woken)
+		return false;
+	for (int q = 0; q < n_pending_queues || pending_all_queues; q++)
+	{
+		PendingQueue *p = pending_all_queues ? NULL : &pending_queues[q];
+
+		if (p != NULL && p->queue_id != w->queue_id)
+			continue;
+		w->woken = take_wakeup(w, p);
+		return w->woken;
+	}
+	return false;
+}
+
 static void
 wake_pending_queues(void)
 {
-	Latch	   *latches[64];
-	int			n_latches = 0;
-	bool		more = true;
+	Latch	   *latches[MAX_PENDING_SLOTS];
 
-	StaticAssertStmt(MAX_PENDING_SLOTS <= lengthof(latches), "holders' latches fit");
 	pg_memory_barrier();
-	if (dex_shared == NULL || pg_atomic_read_u32(&dex_shared->queue_waiters) == 0)
-		more = false;
-	else if (n_pending_holders > 0)
+	if (dex_shared != NULL && pg_atomic_read_u32(&dex_shared->queue_waiters) > 0)
 	{
-		n_latches = wake_holders(latches);
+		int			n_latches = n_pending_holders > 0 ? wake_holders(latches) : 0;
+
 		for (int i = 0; i < n_latches; i++)
 			SetLatch(latches[i]);
-		n_latches = 0;
-	}
-	while (more)
-	{
-		/* at most 64 latches per pass over the table, set outside the lock */
-		more = false;
-		SpinLockAcquire(&dex_shared->waiters_mutex);
-		for (int i = 0; i < dex_shared->n_waiter_entries && !more; i++)
-		{
-			DexQueueWaiter *w = &dex_shared->waiters[i];
-
-			if (!w->waiting || w->woken || w->dbid != MyDatabaseId)
-				continue;
-			for (int q = 0; q < n_pending_queues || pending_all_queues; q++)
-			{
-				PendingQueue *p = pending_all_queues ? NULL : &pending_queues[q];
-
-				if (p != NULL && p->queue_id != w->queue_id)
-					continue;
-				if (take_wakeup(w, p))
-				{
-					w->woken = true;
-					latches[n_latches++] = w->latch;
-					more = n_latches == lengthof(latches);
-				}
-				break;
-			}
-		}
-		SpinLockRelease(&dex_shared->waiters_mutex);
-		for (int i = 0; i < n_latches; i++)
-			SetLatch(latches[i]);
-		n_latches = 0;
+		(void) wake_waiters(pick_for_pending, NULL, PG_INT32_MAX);
 	}
 	n_pending_queues = 0;
 	pending_all_queues = false;
@@ -1074,6 +1093,37 @@ waiter_covers(const DexQueueWaiter *w, const uint64 *keys, int n)
 	return true;
 }
 
+/* What a waiter passing its wake-up on could take: its queue and declared keys */
+typedef struct PassedOn
+{
+	int32		queue_id;
+	const uint64 *keys;
+	int			n;
+} PassedOn;
+
+/* wake_waiters' picks of dex_queue_pass_wakeup_on */
+static bool
+pick_covering(DexQueueWaiter *w, void *arg)
+{
+	PassedOn   *from = arg;
+
+	if (w->woken || w->queue_id != from->queue_id || !waiter_covers(w, from->keys, from->n))
+		return false;
+	w->woken = true;
+	return true;
+}
+
+static bool
+pick_declaring(DexQueueWaiter *w, void *arg)
+{
+	PassedOn   *from = arg;
+
+	if (w->woken || w->queue_id != from->queue_id || w->n_keys == 0)
+		return false;
+	w->woken = true;
+	return true;
+}
+
 /*
  * dex.poll_tasks_wait leased tasks and returns, but a commit woke its entry
  * meanwhile: that wake-up was for a task it may not have taken, so another
@@ -1084,45 +1134,10 @@ waiter_covers(const DexQueueWaiter *w, const uint64 *keys, int n)
 void
 dex_queue_pass_wakeup_on(int32 queue_id, const uint64 *keys, int n)
 {
-	Latch	   *latches[64];
-	int			n_latches = 0;
-	bool		covered = false;
-	bool		more = true;
+	PassedOn	from = {queue_id, keys, n};
 
-	while (more)
-	{
-		/* at most 64 latches per pass, set outside the lock */
-		more = false;
-		SpinLockAcquire(&dex_shared->waiters_mutex);
-		for (int i = 0; i < dex_shared->n_waiter_entries && !covered && n_latches == 0; i++)
-		{
-			DexQueueWaiter *w = &dex_shared->waiters[i];
-
-			if (w->waiting && !w->woken && w->dbid == MyDatabaseId && w->queue_id == queue_id &&
-				waiter_covers(w, keys, n))
-			{
-				w->woken = true;
-				latches[n_latches++] = w->latch;
-				covered = true;
-			}
-		}
-		for (int i = 0; i < dex_shared->n_waiter_entries && !covered && !more; i++)
-		{
-			DexQueueWaiter *w = &dex_shared->waiters[i];
-
-			if (w->waiting && !w->woken && w->dbid == MyDatabaseId && w->queue_id == queue_id &&
-				w->n_keys != 0)
-			{
-				w->woken = true;
-				latches[n_latches++] = w->latch;
-				more = n_latches == lengthof(latches);
-			}
-		}
-		SpinLockRelease(&dex_shared->waiters_mutex);
-		for (int i = 0; i < n_latches; i++)
-			SetLatch(latches[i]);
-		n_latches = 0;
-	}
+	if (wake_waiters(pick_covering, &from, 1) == 0)
+		(void) wake_waiters(pick_declaring, &from, PG_INT32_MAX);
 }
 
 static void
@@ -1191,6 +1206,16 @@ dex_queue_wait_stopped(void)
 	return stop;
 }
 
+/* wake_waiters' pick of dex_queue_stop_waiters: the worker's waits, told to stop */
+static bool
+pick_worker_to_stop(DexQueueWaiter *w, void *arg)
+{
+	if (w->stop || w->worker != *(uint32 *) arg)
+		return false;
+	w->stop = true;
+	return true;
+}
+
 /*
  * dex.stop_waiting: the waits of this database's backends for the worker
  * (dex_worker_hash of its id) end now, as at their timeout: its shutdown
@@ -1199,33 +1224,8 @@ dex_queue_wait_stopped(void)
 int
 dex_queue_stop_waiters(uint32 worker)
 {
-	Latch	   *latches[64];
-	int			n_latches = 0;
-	int			n = 0;
-	bool		more = true;
-
 	require_shared_memory("tasks");
-	while (more)
-	{
-		more = false;
-		SpinLockAcquire(&dex_shared->waiters_mutex);
-		for (int i = 0; i < dex_shared->n_waiter_entries && !more; i++)
-		{
-			DexQueueWaiter *w = &dex_shared->waiters[i];
-
-			if (!w->waiting || w->stop || w->dbid != MyDatabaseId || w->worker != worker)
-				continue;
-			w->stop = true;
-			latches[n_latches++] = w->latch;
-			more = n_latches == lengthof(latches);
-		}
-		SpinLockRelease(&dex_shared->waiters_mutex);
-		for (int i = 0; i < n_latches; i++)
-			SetLatch(latches[i]);
-		n += n_latches;
-		n_latches = 0;
-	}
-	return n;
+	return wake_waiters(pick_worker_to_stop, &worker, PG_INT32_MAX);
 }
 
 /*
