@@ -1,6 +1,6 @@
 # Upgrades: install dex 1.0, leave runs in flight (an activity leased, a timer
 # pending, a wait for an event), ALTER EXTENSION dex UPDATE to 1.1, finish
-# them, then UPDATE to 1.2, 1.3, 1.4, 1.5 and to the default version (1.6); the updated database then has
+# them, then UPDATE to 1.2, 1.3, 1.4, 1.5, 1.6 and to the default version (1.7); the updated database then has
 # exactly the objects of a fresh install (functions with their definitions,
 # rights and comments, tables, columns, indexes, constraints, views, grants,
 # what pg_dump dumps of the extension's tables).
@@ -160,9 +160,9 @@ is($node->safe_psql('postgres', qq{
 # that declares them takes it, one that declares another version does not
 my $run_i = $node->safe_psql('postgres',
 	q{SELECT dex.create_run('to-declare', 'wf', workflow_version => 3)});
-$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE TO '1.6'});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
-	'1.6', 'dex is updated to the default version, 1.6');
+	'1.6', 'dex is updated to 1.6');
 is($node->safe_psql('postgres', qq{SELECT workflow_name || ' ' || workflow_version
 	FROM dex.workflow_task WHERE run_id = '$run_i'}),
 	'to-declare 3', 'under 1.6 the task of 1.5 has its run\'s workflow and version');
@@ -172,6 +172,10 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.poll_tasks('wf', 'w',
 is($node->safe_psql('postgres', qq{SELECT run_id FROM dex.poll_tasks('wf', 'w', 10,
 	names => '{to-declare}', versions => '{3}')}),
 	$run_i, 'a poll declaring its version does');
+
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
+	'1.7', 'dex is updated to the default version, 1.7');
 
 # the updated schema is the fresh schema
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
@@ -221,8 +225,8 @@ my %in_f = map { $_ => 1 } @f;
 ok(@f > 100, 'the catalog comparison sees the schema (' . scalar(@f) . ' objects)');
 
 # the same for every released version updated straight to the current one:
-# "postgres" came from 1.0 through 1.1, 1.2, 1.3, 1.4 and 1.5; "from_1_1" starts at 1.1,
-# "from_1_3" at 1.3, "from_1_4" at 1.4, "from_1_5" at 1.5
+# "postgres" came from 1.0 through 1.1, 1.2, 1.3, 1.4, 1.5 and 1.6; "from_1_1" starts at 1.1,
+# "from_1_3" at 1.3, "from_1_4" at 1.4, "from_1_5" at 1.5, "from_1_6" at 1.6
 $node->safe_psql('postgres', 'CREATE DATABASE from_1_1');
 $node->safe_psql('from_1_1', q{CREATE EXTENSION dex VERSION '1.1'; SELECT dex.create_queue('wf', 'workflow');
 	SELECT dex.create_run('w', 'wf', instance_id => 'i', concurrency_key => 'k'); ALTER EXTENSION dex UPDATE});
@@ -244,7 +248,10 @@ $node->safe_psql('from_1_4', q{CREATE EXTENSION dex VERSION '1.4'; SELECT dex.cr
 $node->safe_psql('postgres', 'CREATE DATABASE from_1_5');
 $node->safe_psql('from_1_5', q{CREATE EXTENSION dex VERSION '1.5'; SELECT dex.create_queue('wf', 'workflow');
 	SELECT dex.create_run('w', 'wf'); ALTER EXTENSION dex UPDATE});
-for my $db ('postgres', 'from_1_1', 'from_1_3', 'from_1_4', 'from_1_5')
+$node->safe_psql('postgres', 'CREATE DATABASE from_1_6');
+$node->safe_psql('from_1_6', q{CREATE EXTENSION dex VERSION '1.6'; SELECT dex.create_queue('wf', 'workflow');
+	SELECT dex.create_run('w', 'wf'); ALTER EXTENSION dex UPDATE});
+for my $db ('postgres', 'from_1_1', 'from_1_3', 'from_1_4', 'from_1_5', 'from_1_6')
 {
 	my @u = split /\n/, $node->safe_psql($db, $catalog);
 	my %in_u = map { $_ => 1 } @u;
