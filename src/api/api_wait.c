@@ -198,8 +198,8 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 	}
 	PG_CATCH();
 	{
-		/* an entry left behind would take wake-ups meant for other waiters */
-		(void) dex_queue_wait_end();
+		/* an entry left behind would take wake-ups meant for other waiters; one it got goes on */
+		dex_queue_wait_abandon();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -654,7 +654,7 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 	}
 	PG_CATCH();
 	{
-		(void) dex_queue_wait_end();
+		dex_queue_wait_abandon();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

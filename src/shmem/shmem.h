@@ -43,6 +43,7 @@ extern void dex_queue_keyed_tasks_added(int32 queue_id, uint64 key, int64 tasks)
 extern void dex_queue_wait_begin(int32 queue_id, uint32 worker, const uint64 *keys, int n_keys);
 extern bool dex_queue_wait(long timeout_ms);
 extern bool dex_queue_wait_end(void);
+extern void dex_queue_wait_abandon(void);
 extern bool dex_queue_wait_stopped(void);
 extern int	dex_queue_stop_waiters(uint32 worker);
 extern void dex_queue_pass_wakeup_on(int32 queue_id, const uint64 *keys, int n);

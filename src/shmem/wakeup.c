@@ -1140,10 +1140,40 @@ dex_queue_pass_wakeup_on(int32 queue_id, const uint64 *keys, int n)
 		(void) wake_waiters(pick_declaring, &from, PG_INT32_MAX);
 }
 
+/*
+ * Leave the table on the way out of a wait that ends in an error or with the
+ * session (a cancel, a client gone, a termination).  A commit may have woken
+ * this entry for a task it will never take: if it had, and none other was
+ * woken for it, the task would wait for the next poll of some worker, up to
+ * a poll timeout later (a worker killed mid-activity left its waiting
+ * connection behind; the retry of that activity woke it, and it ended on
+ * finding its client gone).  So the wake-up goes on, as dex.poll_tasks_wait
+ * passes on one it got after its last look.
+ */
+void
+dex_queue_wait_abandon(void)
+{
+	int32		queue_id;
+	int			n_keys;
+	uint64		keys[DEX_WAIT_KEYS];
+
+	if (my_waiter == NULL)
+		return;
+	SpinLockAcquire(&dex_shared->waiters_mutex);
+	queue_id = my_waiter->queue_id;
+	n_keys = my_waiter->n_keys;
+	if (n_keys > 0)
+		memcpy(keys, my_waiter->keys, sizeof(uint64) * n_keys);
+	SpinLockRelease(&dex_shared->waiters_mutex);
+	/* a wide declaration is passed on as none: to a waiter that takes anything, else to all */
+	if (dex_queue_wait_end())
+		dex_queue_pass_wakeup_on(queue_id, keys, Max(n_keys, 0));
+}
+
 static void
 queue_wait_at_exit(int code, Datum arg)
 {
-	(void) dex_queue_wait_end();
+	dex_queue_wait_abandon();
 }
 
 /*

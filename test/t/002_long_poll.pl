@@ -321,5 +321,38 @@ $other->finish;
 like($$other_out, qr/"workflowName": "after"/, 'the other worker waited on, and takes the next task');
 unlike(slurp_file($node->logfile), qr/canceling statement/, 'and the server log has no cancel error');
 
+# 13. a waiter that ends without serving its wake-up passes it on: a worker
+# killed mid-activity leaves its waiting connection behind, and the commit
+# that wakes it (the activity's retry, say) finds its backend about to learn
+# that its client is gone.  Another waiter gets the task at once, not at its
+# next poll
+$node->safe_psql('postgres', q{SELECT dex.create_queue('po', 'workflow')});
+my %po;
+for my $worker ('po-1', 'po-2')
+{
+	my ($hh, $o) = start_call("CALL dex.poll_tasks_wait('po', '$worker', 1, '1 min', '60 s')");
+	$po{$worker} = [ $hh, $o ];
+	ok($node->poll_query_until('postgres', qq{
+		SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE query LIKE 'CALL dex.poll_tasks_wait(''po'', ''$worker''%' AND wait_event_type = 'Extension'}),
+		"$worker waits on the queue");
+}
+# a commit wakes the first waiter it finds in the table (by backend id): kill that one
+my ($killed, $alive) = split /\|/, $node->safe_psql('postgres', q{
+	SELECT string_agg(substring(a.query from '''po'', ''(po-[12])'''), '|' ORDER BY b)
+	  FROM pg_stat_get_backend_idset() b JOIN pg_stat_activity a ON a.pid = pg_stat_get_backend_pid(b)
+	 WHERE a.query LIKE 'CALL dex.poll_tasks_wait(''po''%'});
+$po{$killed}[0]->signal('KILL');
+$po{$killed}[0]->finish;
+# at once: its backend checks its client every 2 s while it sleeps
+$t0 = time;
+$node->safe_psql('postgres', q{SELECT dex.create_run('passed-on', 'po')});
+$po{$alive}[0]->finish;
+like(${ $po{$alive}[1] }, qr/"workflowName": "passed-on"/, 'the other waiter takes the task');
+cmp_ok(time - $t0, '<', 10, 'within seconds, not at its timeout (60 s)');
+is($node->safe_psql('postgres', q{
+	SELECT t.locked_by FROM dex.workflow_task t JOIN dex.workflow_run r ON r.id = t.run_id
+	 WHERE r.workflow_name = 'passed-on'}), $alive, 'leased to it, not to the killed worker');
+
 $node->stop;
 done_testing();
