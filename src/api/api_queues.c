@@ -48,6 +48,7 @@
 
 PG_FUNCTION_INFO_V1(dex_create_queue);
 PG_FUNCTION_INFO_V1(dex_queue_partition_trigger);
+PG_FUNCTION_INFO_V1(dex_queue_changed_trigger);
 
 #define QUEUE_NAME_MAX 128
 #define PARTITION_PREFIX_LEN 16	/* strlen("workflow_task_q_") */
@@ -359,6 +360,26 @@ dex_alter_queue(PG_FUNCTION_ARGS)
 	dex_queue_cache_reset();
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+/*
+ * dex.queue_changed(): the statement trigger on dex.queue and
+ * dex.queue_grant (1.7).  Whatever wrote them, the queue lookups cached
+ * in every backend go when the transaction commits (engine/queues.c).
+ */
+Datum
+dex_queue_changed_trigger(PG_FUNCTION_ARGS)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) ||
+		!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_STATEMENT(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("dex.queue_changed() must be fired AFTER ... FOR EACH STATEMENT")));
+	dex_queue_changed(RelationGetNamespace(trigdata->tg_relation));
+	return PointerGetDatum(NULL);
 }
 
 /* ----------------------------------------------------------------

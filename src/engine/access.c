@@ -24,8 +24,8 @@
  * SECURITY DEFINER function that calls dex.  The API notes it here as each
  * call begins (api/api_call.c), before it takes the extension owner's rights.
  *
- * Grants are read with their queue, by the per-transaction queue cache
- * (queues.c): a check costs no statement of its own.  Rows of dropped roles
+ * Grants are read with their queue, by the queue cache (queues.c): a check
+ * costs no statement of its own.  Rows of dropped roles
  * are removed by the maintenance worker, so that a role that gets a dropped
  * role's oid again does not inherit its grants.
  *

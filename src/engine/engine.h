@@ -39,6 +39,7 @@ extern DexQueue dex_existing_queue(const char *name, const char *kind);
 extern bool dex_queue_by_id(int32 queue_id, DexQueue *queue);
 extern const char *dex_queue_name(int32 queue_id);
 extern void dex_queue_cache_reset(void);
+extern void dex_queue_changed(Oid schema);
 /* a statement's column: whether the queue of task t has a capacity */
 #define DEX_QUEUE_LIMITED_SQL \
 	"(SELECT q.capacity IS NOT NULL FROM dex.queue q WHERE q.id = t.queue_id)"

@@ -8,6 +8,18 @@
  * and creating or changing queues is the API's (api/api_queues.c), which
  * resets the cache.  Runs inside the caller's SPI connection.
  *
+ * The cache outlives the transaction (1.7) when it can tell that nothing
+ * changed: statement triggers on dex.queue and dex.queue_grant (queue_changed,
+ * whatever writes them: the API, the maintenance worker, a restore, a
+ * superuser's UPDATE) send a relcache invalidation of dex.queue at commit,
+ * which every backend receives before its next transaction's first look
+ * here, and which empties the cache (as does a DROP EXTENSION, through the
+ * relation's own invalidations).  A transaction that aborts empties it too:
+ * it may have cached its own uncommitted changes.  Without the triggers (a
+ * schema before 1.7), or when filled under REPEATABLE READ or SERIALIZABLE
+ * (whose snapshot may predate an invalidation already received), it lasts
+ * one transaction, as before.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -15,35 +27,139 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
+#include "commands/trigger.h"
 #include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 #include "engine/engine.h"
 
 /*
- * Queues are looked up through a small cache that lives as long as the
- * current top-level transaction: a batch names the same few queues again and
- * again, and queue rows do not change identity within a transaction.
+ * Queues are looked up through a small cache: a batch names the same few
+ * queues again and again, and so does every call of a worker.
  */
 #define QUEUE_CACHE_SIZE 32
 
 static DexQueue queue_cache[QUEUE_CACHE_SIZE];
 static int	queue_cache_n = 0;
 static LocalTransactionId queue_cache_lxid = InvalidLocalTransactionId;
+/* whether the entries may serve later transactions (see the file's header) */
+static bool queue_cache_kept = false;
+/* dex.queue and dex.queue_grant, when the cache was filled: their invalidations empty it */
+static Oid	queue_cache_relids[2] = {InvalidOid, InvalidOid};
+/* whether the schema has the triggers: 1 yes, 0 no, -1 not known (until an invalidation) */
+static int	queue_cache_triggers = -1;
+/*
+ * The entries' names and grantees.  An emptied cache's memory is kept until
+ * the transaction that emptied it has ended: a caller's copy of an entry
+ * points into it (an invalidation may arrive between two statements).
+ */
+static MemoryContext queue_cache_cxt = NULL;
+static MemoryContext queue_cache_retired = NULL;
+static bool queue_cache_callbacks = false;
+
+/* Empty the cache; its memory goes at the next transaction's first look */
+static void
+queue_cache_empty(void)
+{
+	queue_cache_n = 0;
+	queue_cache_kept = false;
+	if (queue_cache_cxt == NULL)
+		return;
+	if (queue_cache_retired == NULL)
+		queue_cache_retired = queue_cache_cxt;
+	else
+		MemoryContextSetParent(queue_cache_cxt, queue_cache_retired);
+	queue_cache_cxt = NULL;
+}
 
 static void
-queue_cache_check(void)
+queue_cache_relcache_callback(Datum arg, Oid relid)
 {
-	if (queue_cache_lxid != MyProc->lxid)
+	if (relid == InvalidOid || relid == queue_cache_relids[0] || relid == queue_cache_relids[1])
 	{
-		queue_cache_n = 0;
-		queue_cache_lxid = MyProc->lxid;
+		queue_cache_empty();
+		queue_cache_triggers = -1;
 	}
 }
 
+static void
+queue_cache_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		queue_cache_empty();
+}
+
+static void
+queue_cache_subxact_callback(SubXactEvent event, SubTransactionId sub, SubTransactionId parent, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		queue_cache_empty();
+}
+
+/*
+ * Whether entries cached now may serve later transactions: the schema has
+ * the triggers that announce changes, and this transaction's reads are as
+ * fresh as the invalidations it has received.
+ */
+static bool
+queue_cache_may_keep(void)
+{
+	if (IsolationUsesXactSnapshot())
+		return false;
+	if (queue_cache_triggers < 0)
+	{
+		Oid			schema = get_namespace_oid("dex", true);
+
+		queue_cache_relids[0] = OidIsValid(schema) ? get_relname_relid("queue", schema) : InvalidOid;
+		queue_cache_relids[1] = OidIsValid(schema) ? get_relname_relid("queue_grant", schema) : InvalidOid;
+		queue_cache_triggers = OidIsValid(queue_cache_relids[0]) && OidIsValid(queue_cache_relids[1]) &&
+			OidIsValid(get_trigger_oid(queue_cache_relids[0], "queue_changed", true)) &&
+			OidIsValid(get_trigger_oid(queue_cache_relids[1], "queue_changed", true));
+	}
+	return queue_cache_triggers == 1;
+}
+
+/*
+ * Before a look: a new transaction drops what its predecessor could not
+ * keep; an empty cache learns whether what it gets may be kept.  That is
+ * decided before the lookup statement runs, so that an invalidation that
+ * arrives while it runs (while its locks are taken) empties the cache and
+ * the entry it adds lasts this transaction only.
+ */
+static void
+queue_cache_check(void)
+{
+	if (!queue_cache_callbacks)
+	{
+		CacheRegisterRelcacheCallback(queue_cache_relcache_callback, (Datum) 0);
+		RegisterXactCallback(queue_cache_xact_callback, NULL);
+		RegisterSubXactCallback(queue_cache_subxact_callback, NULL);
+		queue_cache_callbacks = true;
+	}
+	if (queue_cache_lxid != MyProc->lxid)
+	{
+		if (!queue_cache_kept)
+			queue_cache_empty();
+		if (queue_cache_retired != NULL)
+		{
+			MemoryContextDelete(queue_cache_retired);
+			queue_cache_retired = NULL;
+		}
+		queue_cache_lxid = MyProc->lxid;
+	}
+	if (queue_cache_n == QUEUE_CACHE_SIZE)
+		queue_cache_empty();	/* start over: it is only a cache */
+	if (queue_cache_n == 0)
+		queue_cache_kept = queue_cache_may_keep();
+	else if (IsolationUsesXactSnapshot())
+		queue_cache_kept = false;
+}
+
+/* Cache row "row" of the lookup statement just run (queue_cache_check came first) */
 static void
 queue_cache_add(int row, const char *name)
 {
@@ -51,11 +167,12 @@ queue_cache_add(int row, const char *name)
 	bool		isnull;
 	Datum		d;
 
-	if (queue_cache_n == QUEUE_CACHE_SIZE)
-		queue_cache_n = 0;		/* start over: it is only a cache */
+	if (queue_cache_cxt == NULL)
+		queue_cache_cxt = AllocSetContextCreate(TopMemoryContext, "dex queue cache",
+												ALLOCSET_SMALL_SIZES);
 	q = &queue_cache[queue_cache_n++];
 	q->id = (int32) dex_spi_getint64(row, 1);
-	q->name = MemoryContextStrdup(TopTransactionContext, name);
+	q->name = MemoryContextStrdup(queue_cache_cxt, name);
 	q->is_workflow = dex_spi_getbool(row, 3);
 	q->paused = dex_spi_getbool(row, 4);
 	d = dex_spi_getdatum(row, 5, &isnull);
@@ -69,17 +186,32 @@ queue_cache_add(int row, const char *name)
 		int			n = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
 
 		q->n_grantees = n;
-		q->grantees = MemoryContextAlloc(TopTransactionContext, sizeof(Oid) * Max(n, 1));
+		q->grantees = MemoryContextAlloc(queue_cache_cxt, sizeof(Oid) * Max(n, 1));
 		if (n > 0)
 			memcpy(q->grantees, ARR_DATA_PTR(a), sizeof(Oid) * n);
 	}
 }
 
-/* dex.alter_queue changed a queue: forget what this transaction cached */
+/* dex.alter_queue changed a queue: forget what this backend cached */
 void
 dex_queue_cache_reset(void)
 {
-	queue_cache_n = 0;
+	queue_cache_empty();
+}
+
+/*
+ * The trigger queue_changed saw a statement write dex.queue or
+ * dex.queue_grant (of schema "schema"): every backend's cache is emptied
+ * when this transaction commits (and this backend's at its next command).
+ */
+void
+dex_queue_changed(Oid schema)
+{
+	Oid			queue_relid = get_relname_relid("queue", schema);
+
+	if (OidIsValid(queue_relid))
+		CacheInvalidateRelcacheByRelid(queue_relid);
+	queue_cache_empty();
 }
 
 /*
