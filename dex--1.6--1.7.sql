@@ -60,6 +60,9 @@ AS 'MODULE_PATHNAME', 'dex_create_runs';
 COMMENT ON FUNCTION dex.create_runs(text, text, jsonb[], integer, integer, jsonb, timestamptz, interval, text[], text[], integer[], jsonb[], timestamptz[]) IS
     'Start many runs of one workflow on one queue in one call: one run per element of arguments; returns their ids in order, created true. start_at and execution_timeout as for dex.create_run. Per run (1.7; arrays as long as arguments, a NULL element takes the default): instance_ids, concurrency_keys, priorities (else priority), run_labels (else labels), start_times (else start_at). A run whose instance id has an active run is not created: its row has that run''s id and created false.';
 
+REVOKE ALL ON FUNCTION dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text, text, timestamptz, interval, text, interval, interval),
+    dex.create_runs(text, text, jsonb[], integer, integer, jsonb, timestamptz, interval, text[], text[], integer[], jsonb[], timestamptz[])
+    FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dex.create_run(text, text, jsonb, integer, text, integer, jsonb, text, text, timestamptz, interval, text, interval, interval), dex.create_runs(text, text, jsonb[], integer, integer, jsonb, timestamptz, interval, text[], text[], integer[], jsonb[], timestamptz[]) TO dex_client;
 
 -- Debounce (dex.create_run's debounce_key): per queue, workflow and key, the
