@@ -117,18 +117,6 @@ typedef struct InstanceEntry
 	pg_uuid_t	run_id;
 } InstanceEntry;
 
-static HTAB *
-new_table(const char *name, Size keysize, Size entrysize, long n, int flags)
-{
-	HASHCTL		ctl;
-
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = keysize;
-	ctl.entrysize = entrysize;
-	ctl.hcxt = CurrentMemoryContext;
-	return hash_create(name, Max(n, 1), &ctl, HASH_ELEM | HASH_CONTEXT | flags);
-}
-
 /*
  * Claim the instance ids of many new runs on a queue at once (dex.create_runs):
  * instance_ids[i] (unless nulls[i]) for run run_ids[i].  A run whose id has
@@ -161,7 +149,7 @@ dex_claim_instances(int32 queue_id, int n, Datum *instance_ids, bool *nulls, Dat
 	values[2] = dex_array_result(runs);
 	rows = dex_spi_rows(&claim_many_plans[v], values, NULL, 0);
 
-	claimed = new_table("dex claimed instances", sizeof(pg_uuid_t), sizeof(pg_uuid_t), (long) rows.n,
+	claimed = dex_batch_table("dex claimed instances", sizeof(pg_uuid_t), sizeof(pg_uuid_t), (long) rows.n,
 						HASH_BLOBS);
 	for (uint64 r = 0; r < rows.n; r++)
 	{
@@ -177,7 +165,7 @@ dex_claim_instances(int32 queue_id, int n, Datum *instance_ids, bool *nulls, Dat
 
 	/* the runs that hold the ids the others did not get */
 	rows = dex_spi_rows(&find_many_plans[v], values, NULL, 0);
-	active = new_table("dex active instances", DEX_NAME_MAX_LEN + 1, sizeof(InstanceEntry), (long) rows.n,
+	active = dex_batch_table("dex active instances", DEX_NAME_MAX_LEN + 1, sizeof(InstanceEntry), (long) rows.n,
 					   HASH_STRINGS);
 	for (uint64 r = 0; r < rows.n; r++)
 	{

@@ -79,18 +79,6 @@ typedef struct SignalTarget
 	Dex__V1__SignalOutcome outcome;	/* DELIVERED: active, may take the event */
 } SignalTarget;
 
-static HTAB *
-new_table(const char *name, Size keysize, Size entrysize, int n)
-{
-	HASHCTL		ctl;
-
-	memset(&ctl, 0, sizeof(ctl));
-	ctl.keysize = keysize;
-	ctl.entrysize = entrysize;
-	ctl.hcxt = CurrentMemoryContext;
-	return hash_create(name, Max(n, 1), &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-}
-
 static void
 event_key(SignalKey *key, const pg_uuid_t *run_id, const char *event_id)
 {
@@ -106,8 +94,8 @@ event_key(SignalKey *key, const pg_uuid_t *run_id, const char *event_id)
 static HTAB *
 load_targets(int n, pg_uuid_t **run_ids, bool lock)
 {
-	HTAB	   *targets = new_table("dex external event targets", sizeof(pg_uuid_t),
-									sizeof(SignalTarget), n);
+	HTAB	   *targets = dex_batch_table("dex external event targets", sizeof(pg_uuid_t),
+										  sizeof(SignalTarget), n, HASH_BLOBS);
 	Datum		values[1] = {dex_uuid_array(run_ids, n)};
 	DexRows		rows = dex_spi_rows(&targets_plans[lock ? 1 : 0], values, NULL, 0);
 
@@ -141,7 +129,8 @@ dex_deliver_external_events(int n, pg_uuid_t **run_ids, char **event_ids,
 							Dex__V1__SignalOutcome *outcomes)
 {
 	HTAB	   *targets = load_targets(n, run_ids, lock);
-	HTAB	   *events = new_table("dex external events", sizeof(SignalKey), sizeof(SignalEntry), n);
+	HTAB	   *events = dex_batch_table("dex external events", sizeof(SignalKey), sizeof(SignalEntry), n,
+									  HASH_BLOBS);
 	ArrayBuildState *rec_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
 	ArrayBuildState *rec_events = initArrayResult(TEXTOID, CurrentMemoryContext, false);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
