@@ -13,9 +13,10 @@ EXCEPTION WHEN OTHERS THEN
     GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, message = MESSAGE_TEXT;
     RETURN state || ': ' || message;
 END $$;
--- the run's START timer, as seconds after the key's first call
-CREATE FUNCTION pg_temp.start_after_first(run uuid) RETURNS numeric LANGUAGE sql AS $$
-    SELECT round(extract(epoch FROM t.due_at - d.first_at)::numeric, 1)
+-- the run's START timer, as whole seconds after the key's first call (the calls below are
+-- some milliseconds apart)
+CREATE FUNCTION pg_temp.start_after_first(run uuid) RETURNS integer LANGUAGE sql AS $$
+    SELECT floor(extract(epoch FROM t.due_at - d.first_at))::integer
       FROM dex.run_timer t JOIN dex.run_debounce d ON d.run_id = t.run_id
      WHERE t.run_id = run AND t.kind = 'START'
 $$;
@@ -58,7 +59,7 @@ UPDATE dex.run_debounce SET first_at = first_at - interval '5 s' WHERE run_id = 
 UPDATE dex.run_timer SET due_at = due_at - interval '5 s' WHERE run_id = :'timed';
 SELECT dex.create_run('db-t', 'db-wf', debounce_key => 't', debounce => '10 s',
                       execution_timeout => '1 hour') = :'timed' AS same_run;
-SELECT kind, round(extract(epoch FROM due_at - now())::numeric) AS due_in
+SELECT kind, ceil(extract(epoch FROM due_at - now()))::integer AS due_in
   FROM dex.run_timer WHERE run_id = :'timed' ORDER BY kind;
 
 -- the window ends: the run starts, exactly once, with the last argument; the next call
