@@ -35,3 +35,25 @@ test("a workflow signals another that waits for the event; the outcome is record
   const nobody = await client().start(signaller, { to: "01234567-89ab-7def-8123-456789abcdef" }, { queue: qs[0] });
   assert.deepEqual(await client().result(nobody, { timeout: 20 }), { outcome: "TARGET_NOT_FOUND", target: null });
 });
+
+const echo = workflow("ts-sig-echo", async (_ctx, arg: unknown) => arg);
+
+test("debounced starts make one run with the last argument; sendEvents reports each event", async (t) => {
+  const qs = await queues();
+  const key = `k-${Date.now()}`;
+  const ids = [];
+  for (let n = 0; n < 4; n++) {
+    ids.push(await client().start(echo, n, { queue: qs[0], debounceKey: key, debounce: 0.5, debounceMax: 10 }));
+  }
+  assert.equal(new Set(ids).size, 1);
+  assert.equal((await client().get(ids[0])).status, "DELAYED");
+  await startWorker(t, qs, { workflows: [waiter, echo] });
+  assert.equal(await client().result(ids[0], { timeout: 20 }), 3);
+
+  const a = await client().start(waiter, undefined, { queue: qs[0] });
+  const outcomes = await client().sendEvents([[a, "go", "A"], [a, "go", "again"], [ids[0], "go"],
+                                              ["01234567-89ab-7def-8123-456789abcdef", "go"]]);
+  assert.deepEqual(outcomes, ["DELIVERED", "DUPLICATE", "TARGET_ENDED", "TARGET_NOT_FOUND"]);
+  assert.equal(await client().result(a, { timeout: 20 }), "A");
+  assert.deepEqual(await client().sendEvents([]), []);
+});
