@@ -458,10 +458,13 @@ typedef struct RunArrays
 	bool	   *start_nulls;
 } RunArrays;
 
-/* Argument "arg", NULL or a one-dimensional array of n elements */
+/*
+ * Argument "arg", NULL or a one-dimensional array of n elements, one per
+ * element of the array "per"
+ */
 static void
-per_run_array(FunctionCallInfo fcinfo, int arg, const char *what, Oid type, int n,
-			  Datum **elems, bool **nulls)
+per_element_array(FunctionCallInfo fcinfo, int arg, const char *what, const char *per, Oid type,
+				  int n, Datum **elems, bool **nulls)
 {
 	ArrayType  *a;
 	int16		typlen;
@@ -483,8 +486,8 @@ per_run_array(FunctionCallInfo fcinfo, int arg, const char *what, Oid type, int 
 	if (count != n)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("%s must have one element per run", what),
-				 errdetail("It has %d elements, and arguments %d.", count, n)));
+				 errmsg("%s must have one element per element of %s", what, per),
+				 errdetail("It has %d elements, and %s %d.", count, per, n)));
 }
 
 /* The per-run arrays, checked; false if none is given (the fast path) */
@@ -493,11 +496,11 @@ run_arrays_args(FunctionCallInfo fcinfo, int n, RunArrays *ra)
 {
 	memset(ra, 0, sizeof(*ra));
 	ra->n = n;
-	per_run_array(fcinfo, 8, "instance_ids", TEXTOID, n, &ra->instance_ids, &ra->instance_nulls);
-	per_run_array(fcinfo, 9, "concurrency_keys", TEXTOID, n, &ra->keys, &ra->key_nulls);
-	per_run_array(fcinfo, 10, "priorities", INT4OID, n, &ra->priorities, &ra->priority_nulls);
-	per_run_array(fcinfo, 11, "run_labels", JSONBOID, n, &ra->labels, &ra->label_nulls);
-	per_run_array(fcinfo, 12, "start_times", TIMESTAMPTZOID, n, &ra->start_times, &ra->start_nulls);
+	per_element_array(fcinfo, 8, "instance_ids", "arguments", TEXTOID, n, &ra->instance_ids, &ra->instance_nulls);
+	per_element_array(fcinfo, 9, "concurrency_keys", "arguments", TEXTOID, n, &ra->keys, &ra->key_nulls);
+	per_element_array(fcinfo, 10, "priorities", "arguments", INT4OID, n, &ra->priorities, &ra->priority_nulls);
+	per_element_array(fcinfo, 11, "run_labels", "arguments", JSONBOID, n, &ra->labels, &ra->label_nulls);
+	per_element_array(fcinfo, 12, "start_times", "arguments", TIMESTAMPTZOID, n, &ra->start_times, &ra->start_nulls);
 	for (int i = 0; i < n; i++)
 	{
 		if (ra->instance_ids && !ra->instance_nulls[i])
@@ -792,7 +795,7 @@ send_external_events(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("run_ids and event_ids must have one element per event"),
 				 errdetail("run_ids has %d elements, event_ids %d.", n, n_events)));
-	per_run_array(fcinfo, 2, "payloads", JSONBOID, n, &payload_elems, &payload_nulls);
+	per_element_array(fcinfo, 2, "payloads", "run_ids", JSONBOID, n, &payload_elems, &payload_nulls);
 	if (n > MAX_EVENT_BATCH)
 		ereport(ERROR,
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
