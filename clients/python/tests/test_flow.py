@@ -3,6 +3,7 @@
 (Client.start_many's per-run options, Client.send_events).  A worker in this process, a real
 dex."""
 
+import datetime as dt
 import threading
 import time
 import uuid
@@ -237,6 +238,12 @@ def test_start_many_per_run_options(client17, queues, start_worker):
     assert client.result(rows[2][0], timeout=15) == 3
     client.send_event(existing, "go", "done")
     assert client.result(existing, timeout=15) == "done"
+    # start times per run: a naive datetime is local time, None is now
+    later = dt.datetime.now() + dt.timedelta(hours=1)
+    ids = client.start_many(echo, ["a", "b"], queue=queues[0], start_times=[later, None])
+    assert [client.get(i).status for i in ids][0] == "DELAYED"
+    assert client.result(ids[1], timeout=15) == "b"
+    client.terminate(ids[0])
 
 
 def test_send_events_outcome_per_event(client17, queues, start_worker):
