@@ -297,9 +297,10 @@ SELECT dex.create_run('sec', 'sec-wf', '{"n": 1}', instance_id => 'sec-1', prior
                       labels => '{"tenant": "m"}', concurrency_key => 'sec-k') AS r1 \gset
 SELECT (pg_catalog.array_agg(id ORDER BY n))[1] AS r2, (pg_catalog.array_agg(id ORDER BY n))[2] AS r3
   FROM dex.create_runs('sec', 'sec-wf', '{2, 3}', priority => 5, labels => '{"tenant": "m"}')
-       WITH ORDINALITY AS c (id, n) \gset
+       WITH ORDINALITY AS c (id, created, n) \gset
 SELECT dex.send_external_event(:'r1', 'ev-1', '{"ok": true}') AS sent;
 SELECT dex.send_external_event(:'r1', 'ev-1') AS sent_again;
+SELECT delivered, outcome FROM dex.send_external_events(ARRAY[:'r2', :'r1']::pg_catalog.uuid[], '{ev-1, ev-1}');
 SELECT dex.send_external_event_to_instance('sec-1', 'ev-2', '"x"', queue => 'sec-wf') AS sent;
 SELECT dex.send_external_event_to_instance('sec-1', 'ev-3') AS sent;
 SELECT workflow_name, queue, status, instance_id, priority, labels, argument FROM dex.get_run(:'r1');

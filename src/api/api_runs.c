@@ -19,6 +19,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/array.h"
+#include "utils/lsyscache.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 #include "utils/jsonb.h"
@@ -142,8 +143,62 @@ static DexPlan insert_run_plan = {
 };
 
 /*
+ * Debounce (1.7: arguments 11, 12, 13 when the function has them): a key,
+ * its window (positive) and the longest delay from the key's first call
+ * (NULL: none).  Returns the key, NULL when not debounced.
+ */
+static char *
+debounce_args(FunctionCallInfo fcinfo, Interval **debounce, Interval **max)
+{
+	char	   *key;
+	Interval   *zero = palloc0(sizeof(Interval));
+
+	*debounce = NULL;
+	*max = NULL;
+	if (PG_NARGS() <= 13)
+		return NULL;
+	key = dex_arg_optional_name(fcinfo, 11, "debounce key");
+	if (key == NULL)
+	{
+		if (!PG_ARGISNULL(12) || !PG_ARGISNULL(13))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("debounce and debounce_max need a debounce_key")));
+		return NULL;
+	}
+	if (PG_ARGISNULL(12))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("debounce must not be null when a debounce_key is given"),
+				 errhint("Give the window, as debounce => interval '5 seconds'.")));
+	*debounce = PG_GETARG_INTERVAL_P(12);
+	if (!DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(*debounce),
+										  IntervalPGetDatum(zero))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("debounce must be positive")));
+	if (!PG_ARGISNULL(13))
+	{
+		*max = PG_GETARG_INTERVAL_P(13);
+		if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(*max),
+											 IntervalPGetDatum(*debounce))))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("debounce_max must not be shorter than debounce")));
+	}
+	if (!PG_ARGISNULL(4) || !PG_ARGISNULL(9))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("a debounced run takes no instance_id and no start_at"),
+				 errdetail("Its debounce key names it, and its calls decide when it starts.")));
+	return key;
+}
+
+/*
  * dex.create_run(workflow_name, queue, argument, workflow_version,
- *				  instance_id, priority, labels, concurrency_key, if_active)
+ *				  instance_id, priority, labels, concurrency_key, if_active,
+ *				  start_at, execution_timeout, debounce_key, debounce,
+ *				  debounce_max)
  * returns uuid
  */
 static Datum
@@ -165,6 +220,9 @@ create_run(PG_FUNCTION_ARGS)
 	Datum		values[10];
 	char		nulls[10];
 	RunSchedule sched = run_schedule_args(fcinfo, 9);
+	Interval   *debounce;
+	Interval   *debounce_max;
+	char	   *debounce_key = debounce_args(fcinfo, &debounce, &debounce_max);
 
 	validate_run_options(version, priority, labels);
 	if (strcmp(if_active, "error") != 0 && strcmp(if_active, "return") != 0)
@@ -194,6 +252,25 @@ create_run(PG_FUNCTION_ARGS)
 	nulls[7] = concurrency_key ? ' ' : 'n';
 	values[8] = payload ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) payload)) : (Datum) 0;
 	nulls[8] = payload ? ' ' : 'n';
+	if (debounce_key)
+	{
+		pg_uuid_t  *pending = dex_debounce_run(queue.id, workflow_name, debounce_key, run_id,
+											   nulls[8] == 'n' ? NULL : DatumGetByteaPP(values[8]),
+											   debounce, debounce_max, &sched.start_at);
+
+		if (pending != NULL)
+		{
+			SPI_finish();
+			MemoryContextSwitchTo(outer);
+			PG_RETURN_UUID_P(pending);
+		}
+		/* a new run, delayed until the window ends; its deadline counts from then */
+		if (sched.has_deadline)
+			sched.deadline = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+																	 TimestampTzGetDatum(sched.start_at),
+																	 PG_GETARG_DATUM(10)));
+		sched.delayed = true;
+	}
 	values[9] = CStringGetTextDatum(sched.delayed ? "DELAYED" : "CREATED");
 	if (instance_id && !dex_claim_instance(queue.id, instance_id, run_id))
 	{
@@ -363,8 +440,218 @@ static DexPlan insert_runs_plans[2] = {
 };
 
 /*
+ * The per-run arrays of dex.create_runs (1.7): each NULL, or one element per
+ * run.
+ */
+typedef struct RunArrays
+{
+	int			n;
+	Datum	   *instance_ids;
+	bool	   *instance_nulls;
+	Datum	   *keys;
+	bool	   *key_nulls;
+	Datum	   *priorities;
+	bool	   *priority_nulls;
+	Datum	   *labels;
+	bool	   *label_nulls;
+	Datum	   *start_times;
+	bool	   *start_nulls;
+} RunArrays;
+
+/*
+ * Argument "arg", NULL or a one-dimensional array of n elements, one per
+ * element of the array "per"
+ */
+static void
+per_element_array(FunctionCallInfo fcinfo, int arg, const char *what, const char *per, Oid type,
+				  int n, Datum **elems, bool **nulls)
+{
+	ArrayType  *a;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+	int			count;
+
+	*elems = NULL;
+	*nulls = NULL;
+	if (PG_NARGS() <= arg || PG_ARGISNULL(arg))
+		return;
+	a = PG_GETARG_ARRAYTYPE_P(arg);
+	if (ARR_NDIM(a) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("%s must be a one-dimensional array", what)));
+	get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
+	deconstruct_array(a, type, typlen, typbyval, typalign, elems, nulls, &count);
+	if (count != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must have one element per element of %s", what, per),
+				 errdetail("It has %d elements, and %s %d.", count, per, n)));
+}
+
+/* The per-run arrays, checked; false if none is given (the fast path) */
+static bool
+run_arrays_args(FunctionCallInfo fcinfo, int n, RunArrays *ra)
+{
+	memset(ra, 0, sizeof(*ra));
+	ra->n = n;
+	per_element_array(fcinfo, 8, "instance_ids", "arguments", TEXTOID, n, &ra->instance_ids, &ra->instance_nulls);
+	per_element_array(fcinfo, 9, "concurrency_keys", "arguments", TEXTOID, n, &ra->keys, &ra->key_nulls);
+	per_element_array(fcinfo, 10, "priorities", "arguments", INT4OID, n, &ra->priorities, &ra->priority_nulls);
+	per_element_array(fcinfo, 11, "run_labels", "arguments", JSONBOID, n, &ra->labels, &ra->label_nulls);
+	per_element_array(fcinfo, 12, "start_times", "arguments", TIMESTAMPTZOID, n, &ra->start_times, &ra->start_nulls);
+	for (int i = 0; i < n; i++)
+	{
+		if (ra->instance_ids && !ra->instance_nulls[i])
+			dex_check_name(TextDatumGetCString(ra->instance_ids[i]), "an instance id");
+		if (ra->keys && !ra->key_nulls[i])
+			dex_check_name(TextDatumGetCString(ra->keys[i]), "a concurrency key");
+		if (ra->priorities && !ra->priority_nulls[i])
+			validate_run_options(1, DatumGetInt32(ra->priorities[i]), NULL);
+		if (ra->labels && !ra->label_nulls[i])
+			validate_labels(DatumGetJsonbP(ra->labels[i]));
+		if (ra->start_times && !ra->start_nulls[i] &&
+			TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(ra->start_times[i])))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("start_times must be finite times")));
+	}
+	return ra->instance_ids || ra->keys || ra->priorities || ra->labels || ra->start_times;
+}
+
+/* $1..$7 per run: id, argument, instance id, priority, labels, key, status */
+static DexPlan insert_each_run_plan = {
+	"INSERT INTO dex.workflow_run (id, workflow_name, workflow_version, queue_id, instance_id, "
+	"       priority, labels, concurrency_key, argument, created_at, status) "
+	"SELECT id, $8, $9, $10, instance_id, priority, labels, concurrency_key, argument, now(), status "
+	"FROM unnest($1::uuid[], $2::bytea[], $3::text[], $4::smallint[], $5::jsonb[], $6::text[], $7::text[]) "
+	"AS a(id, argument, instance_id, priority, labels, concurrency_key, status)",
+	10, {UUIDARRAYOID, BYTEAARRAYOID, TEXTARRAYOID, INT2ARRAYOID, JSONBARRAYOID, TEXTARRAYOID,
+	TEXTARRAYOID, TEXTOID, INT4OID, INT4OID}
+};
+
+/* [1] 1.6: with the runs' workflow and version ($4, $5) */
+#define INSERT_EACH_TASK_SQL(cols, vals) \
+	"INSERT INTO dex.workflow_task (queue_id, run_id, priority" cols ") " \
+	"SELECT $3, id, priority" vals " FROM unnest($1::uuid[], $2::smallint[]) AS a(id, priority)"
+static DexPlan insert_each_task_plans[2] = {
+	{INSERT_EACH_TASK_SQL("", ""), 5, {UUIDARRAYOID, INT2ARRAYOID, INT4OID, TEXTOID, INT4OID}},
+	{INSERT_EACH_TASK_SQL(DEX_TASK_RUN_COLS, ", $4, $5"), 5,
+	{UUIDARRAYOID, INT2ARRAYOID, INT4OID, TEXTOID, INT4OID}}
+};
+
+/*
+ * dex.create_runs with per-run arrays: instance ids are claimed for all runs
+ * in one statement, and a run whose id has an active run (before, or earlier
+ * in the batch) is not made: its row gets that run, created false.  The
+ * others are inserted in one statement; the runs due now without a
+ * concurrency key get their tasks in one more, those with a key are
+ * admitted one by one (keys.c), and delayed runs get their start timers.
+ */
+static void
+create_each_run(FunctionCallInfo fcinfo, const char *workflow_name, int32 version, DexQueue *queue,
+				int32 priority, Jsonb *labels, RunSchedule *sched, Interval *timeout,
+				int n, Datum *ids, Datum *payloads, bool *payload_nulls, RunArrays *ra,
+				bool *created)
+{
+	ArrayBuildState *r_ids = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	ArrayBuildState *r_args = initArrayResult(BYTEAOID, CurrentMemoryContext, false);
+	ArrayBuildState *r_instances = initArrayResult(TEXTOID, CurrentMemoryContext, false);
+	ArrayBuildState *r_priorities = initArrayResult(INT2OID, CurrentMemoryContext, false);
+	ArrayBuildState *r_labels = initArrayResult(JSONBOID, CurrentMemoryContext, false);
+	ArrayBuildState *r_keys = initArrayResult(TEXTOID, CurrentMemoryContext, false);
+	ArrayBuildState *r_status = initArrayResult(TEXTOID, CurrentMemoryContext, false);
+	ArrayBuildState *t_ids = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	ArrayBuildState *t_priorities = initArrayResult(INT2OID, CurrentMemoryContext, false);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	TimestampTz *starts = palloc(sizeof(TimestampTz) * n);
+	int			n_created = 0;
+	int			n_tasks = 0;
+	int			v = dex_schema_1_6();
+
+	for (int i = 0; i < n; i++)
+		created[i] = true;
+	if (ra->instance_ids)
+		dex_claim_instances(queue->id, n, ra->instance_ids, ra->instance_nulls, ids, created);
+
+	for (int i = 0; i < n; i++)
+	{
+		int32		p = ra->priorities && !ra->priority_nulls[i] ? DatumGetInt32(ra->priorities[i]) : priority;
+		bool		has_label = ra->labels && !ra->label_nulls[i];
+		bool		has_key = ra->keys && !ra->key_nulls[i];
+		bool		delayed;
+
+		starts[i] = sched->start_at;
+		if (ra->start_times && !ra->start_nulls[i])
+			starts[i] = Max(DatumGetTimestampTz(ra->start_times[i]), now);
+		delayed = starts[i] > now;
+		if (!created[i])
+			continue;
+		n_created++;
+		dex_array_add(r_ids, ids[i], false);
+		dex_array_add(r_args, payloads[i], payload_nulls[i]);
+		dex_array_add(r_instances, ra->instance_ids ? ra->instance_ids[i] : (Datum) 0,
+					  !ra->instance_ids || ra->instance_nulls[i]);
+		dex_array_add(r_priorities, Int16GetDatum((int16) p), false);
+		dex_array_add(r_labels, has_label ? ra->labels[i] : labels ? JsonbPGetDatum(labels) : (Datum) 0,
+					  !has_label && !labels);
+		dex_array_add(r_keys, has_key ? ra->keys[i] : (Datum) 0, !has_key);
+		dex_array_add(r_status, CStringGetTextDatum(delayed ? "DELAYED" : "CREATED"), false);
+		if (!delayed && !has_key)
+		{
+			dex_array_add(t_ids, ids[i], false);
+			dex_array_add(t_priorities, Int16GetDatum((int16) p), false);
+			n_tasks++;
+		}
+	}
+	if (n_created == 0)
+		return;
+	{
+		Datum		values[10] = {dex_array_result(r_ids), dex_array_result(r_args),
+			dex_array_result(r_instances), dex_array_result(r_priorities), dex_array_result(r_labels),
+			dex_array_result(r_keys), dex_array_result(r_status), CStringGetTextDatum(workflow_name),
+		Int32GetDatum(version), Int32GetDatum(queue->id)};
+
+		dex_spi_exec(&insert_each_run_plan, values, NULL, 0);
+	}
+	if (n_tasks > 0)
+	{
+		Datum		values[5] = {dex_array_result(t_ids), dex_array_result(t_priorities),
+			Int32GetDatum(queue->id), CStringGetTextDatum(workflow_name), Int32GetDatum(version)};
+
+		dex_spi_exec(&insert_each_task_plans[v], values, NULL, 0);
+		dex_queue_keyed_tasks_added(queue->id, dex_task_key(workflow_name, version), (int64) SPI_processed);
+		dex_stat_add(queue->id, DEX_STAT_TASKS_CREATED, (int64) SPI_processed);
+	}
+	for (int i = 0; i < n; i++)
+	{
+		pg_uuid_t  *id = DatumGetUUIDP(ids[i]);
+
+		if (!created[i])
+			continue;
+		if (starts[i] > now)
+			dex_add_run_timers(dex_uuid_array(&id, 1), "START", starts[i]);
+		else if (ra->keys && !ra->key_nulls[i])
+		{
+			int32		p = ra->priorities && !ra->priority_nulls[i] ? DatumGetInt32(ra->priorities[i]) : priority;
+
+			if (dex_admit_run(id, queue->id, TextDatumGetCString(ra->keys[i]), p))
+				dex_insert_first_task(id, queue->id, p);
+		}
+		if (timeout)
+			dex_add_run_timers(dex_uuid_array(&id, 1), "DEADLINE",
+							   DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+																	   TimestampTzGetDatum(starts[i]),
+																	   IntervalPGetDatum(timeout))));
+	}
+}
+
+/*
  * Many runs of one workflow on one queue in two statements: one run per
- * element of "arguments" (a NULL element is a run without argument).
+ * element of "arguments" (a NULL element is a run without argument).  With
+ * per-run arrays (1.7), create_each_run.  The 1.6 schema's function returns
+ * the ids alone; 1.7's the ids and whether each run was created.
  */
 static Datum
 create_runs(PG_FUNCTION_ARGS)
@@ -381,10 +668,13 @@ create_runs(PG_FUNCTION_ARGS)
 	int			n;
 	Datum	   *ids;
 	Datum	   *payloads;
+	bool	   *created;
 	DexQueue	queue;
 	Datum		values[8];
 	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	RunSchedule sched = run_schedule_args(fcinfo, 6);
+	RunArrays	ra;
+	bool		each;
 
 	if (PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -403,15 +693,18 @@ create_runs(PG_FUNCTION_ARGS)
 				 errmsg("dex.create_runs creates at most %d runs per call", MAX_CREATE_BATCH),
 				 errdetail("This call asked for %d.", n)));
 	validate_run_options(version, priority, labels);
+	each = run_arrays_args(fcinfo, n, &ra);
 
-	/* a set of a scalar type: the tuple descriptor is the expected one */
+	/* the tuple descriptor is the expected one: (id) in 1.6, (id, created) in 1.7 */
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 
 	ids = palloc(sizeof(Datum) * Max(n, 1));
 	payloads = palloc(sizeof(Datum) * Max(n, 1));
+	created = palloc(sizeof(bool) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
 		ids[i] = UUIDPGetDatum(dex_new_uuid());
+		created[i] = true;
 		payloads[i] = elem_nulls[i] ? (Datum) 0 :
 			PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *)
 											  dex_payload_from_jsonb(DatumGetJsonbP(elems[i]))));
@@ -420,7 +713,11 @@ create_runs(PG_FUNCTION_ARGS)
 	SPI_connect();
 	dex_wait_for_rebuild();
 	queue = dex_require_queue(queue_name, true);
-	if (n > 0)
+	if (n > 0 && each)
+		create_each_run(fcinfo, workflow_name, version, &queue, priority, labels, &sched,
+						sched.has_deadline ? PG_GETARG_INTERVAL_P(7) : NULL,
+						n, ids, payloads, elem_nulls, &ra, created);
+	else if (n > 0)
 	{
 		values[0] = PointerGetDatum(construct_array(ids, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
 		values[1] = PointerGetDatum(construct_md_array(payloads, elem_nulls, 1, &n, (int[]) {1},
@@ -445,9 +742,98 @@ create_runs(PG_FUNCTION_ARGS)
 
 	for (int i = 0; i < n; i++)
 	{
-		bool		isnull = false;
+		Datum		out[2] = {ids[i], BoolGetDatum(created[i])};
+		bool		outnulls[2] = {false, false};
 
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &ids[i], &isnull);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
+	}
+	return (Datum) 0;
+}
+
+/* ----------------------------------------------------------------
+ * dex.send_external_events(run_ids, event_ids, payloads)
+ *   returns table (run_id, event_id, delivered, outcome)
+ * ----------------------------------------------------------------
+ */
+
+#define MAX_EVENT_BATCH 10000
+
+/*
+ * Many events in one call, each with its outcome instead of an error: one
+ * statement locks the runs, one records the event ids, one writes the inbox
+ * (signals.c).
+ */
+static Datum
+send_external_events(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum	   *run_elems;
+	bool	   *run_nulls;
+	Datum	   *event_elems;
+	bool	   *event_nulls;
+	Datum	   *payload_elems = NULL;
+	bool	   *payload_nulls = NULL;
+	int			n;
+	int			n_events;
+	pg_uuid_t **run_ids;
+	char	  **event_ids;
+	Dex__V1__Payload **payloads;
+	Dex__V1__SignalOutcome *outcomes;
+
+	dex_args_not_null(fcinfo, 2, "run_ids and event_ids");
+	deconstruct_array(PG_GETARG_ARRAYTYPE_P(0), UUIDOID, UUID_LEN, false, TYPALIGN_CHAR,
+					  &run_elems, &run_nulls, &n);
+	if (ARR_NDIM(PG_GETARG_ARRAYTYPE_P(0)) > 1 || ARR_NDIM(PG_GETARG_ARRAYTYPE_P(1)) > 1 ||
+		(!PG_ARGISNULL(2) && ARR_NDIM(PG_GETARG_ARRAYTYPE_P(2)) > 1))
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("run_ids, event_ids and payloads must be one-dimensional arrays")));
+	deconstruct_array(PG_GETARG_ARRAYTYPE_P(1), TEXTOID, -1, false, TYPALIGN_INT,
+					  &event_elems, &event_nulls, &n_events);
+	if (n_events != n)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("run_ids and event_ids must have one element per event"),
+				 errdetail("run_ids has %d elements, event_ids %d.", n, n_events)));
+	per_element_array(fcinfo, 2, "payloads", "run_ids", JSONBOID, n, &payload_elems, &payload_nulls);
+	if (n > MAX_EVENT_BATCH)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("dex.send_external_events sends at most %d events per call", MAX_EVENT_BATCH),
+				 errdetail("This call asked for %d.", n)));
+	run_ids = palloc(sizeof(pg_uuid_t *) * Max(n, 1));
+	event_ids = palloc(sizeof(char *) * Max(n, 1));
+	payloads = palloc(sizeof(Dex__V1__Payload *) * Max(n, 1));
+	outcomes = palloc(sizeof(Dex__V1__SignalOutcome) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		if (run_nulls[i] || event_nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("run_ids and event_ids must not have null elements"),
+					 errdetail("Element %d is null.", i + 1)));
+		run_ids[i] = DatumGetUUIDP(run_elems[i]);
+		event_ids[i] = TextDatumGetCString(event_elems[i]);
+		dex_check_name(event_ids[i], "an event id");
+		payloads[i] = payload_elems && !payload_nulls[i] ?
+			dex_payload_from_jsonb(DatumGetJsonbP(payload_elems[i])) : NULL;
+	}
+
+	InitMaterializedSRF(fcinfo, 0);
+	dex_check_result_columns(fcinfo, 4, "dex.send_external_events");
+	SPI_connect();
+	dex_wait_for_rebuild();
+	if (n > 0)
+		dex_deliver_external_events(n, run_ids, event_ids, payloads, true, outcomes);
+	SPI_finish();
+	for (int i = 0; i < n; i++)
+	{
+		Datum		out[4] = {UUIDPGetDatum(run_ids[i]), CStringGetTextDatum(event_ids[i]),
+			BoolGetDatum(outcomes[i] == DEX__V1__SIGNAL_OUTCOME__SIGNAL_OUTCOME_DELIVERED),
+		CStringGetTextDatum(dex_signal_outcome_name(outcomes[i]))};
+		bool		outnulls[4] = {false, false, false, false};
+
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 	}
 	return (Datum) 0;
 }
@@ -459,49 +845,46 @@ create_runs(PG_FUNCTION_ARGS)
  */
 
 
-/*
- * The run is locked FOR SHARE: a completion that ends it waits for the
- * event to be in the inbox (and then removes it with the run's other work),
- * or has ended it already, and the event is refused.
- */
-static DexPlan lock_run_for_event_plan = {
-	"SELECT status, queue_id FROM dex.workflow_run WHERE id = $1 FOR SHARE",
+static DexPlan run_status_plan = {
+	"SELECT status FROM dex.workflow_run WHERE id = $1",
 	1, {UUIDOID}
 };
 
-static DexPlan record_event_plan = {
-	"INSERT INTO dex.external_event (run_id, event_id, received_at) VALUES ($1, $2, now()) "
-	"ON CONFLICT DO NOTHING",
-	2, {UUIDOID, TEXTOID}
-};
-
+/*
+ * One event through the engine's path (signals.c): the run is locked FOR
+ * SHARE; a run that does not exist or has ended is an error, a duplicate is
+ * dropped (false).
+ */
 static bool
 send_external_event(pg_uuid_t *run_id, const char *event_id, Jsonb *payload)
 {
-	Datum		values[2] = {UUIDPGetDatum(run_id), CStringGetTextDatum(event_id)};
-	char	   *status;
-	Dex__V1__WorkflowEvent *ev;
-	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	char	   *eid = pstrdup(event_id);
+	Dex__V1__Payload *pb = dex_payload_from_jsonb(payload);
+	Dex__V1__SignalOutcome outcome;
 
-	dex_spi_exec(&lock_run_for_event_plan, values, NULL, 1);
-	if (SPI_processed == 0)
-		dex_no_such_run(run_id);
-	status = dex_spi_gettext_copy(0, 1);
-	if (!dex_may_use_queue_id((int32) dex_spi_getint64(0, 2)))
-		dex_no_such_run(run_id);
-	if (dex_status_is_terminal(status))
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("workflow run %s has ended", dex_uuid_to_cstring(run_id)),
-				 errdetail("Its status is %s; it takes no more events.", status)));
+	dex_deliver_external_events(1, &run_id, &eid, &pb, true, &outcome);
+	switch (outcome)
+	{
+		case DEX__V1__SIGNAL_OUTCOME__SIGNAL_OUTCOME_DELIVERED:
+			return true;
+		case DEX__V1__SIGNAL_OUTCOME__SIGNAL_OUTCOME_DUPLICATE:
+			return false;
+		case DEX__V1__SIGNAL_OUTCOME__SIGNAL_OUTCOME_TARGET_ENDED:
+			{
+				Datum		values[1] = {UUIDPGetDatum(run_id)};
 
-	dex_spi_exec(&record_event_plan, values, NULL, 0);
-	if (SPI_processed == 0)
-		return false;			/* a duplicate: dropped */
-
-	ev = dex_event_external_event_received(now, pstrdup(event_id), dex_payload_from_jsonb(payload));
-	dex_insert_inbox(run_id, ev, now);
-	return true;
+				dex_spi_exec(&run_status_plan, values, NULL, 1);
+				ereport(ERROR,
+						(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						 errmsg("workflow run %s has ended", dex_uuid_to_cstring(run_id)),
+						 errdetail("Its status is %s; it takes no more events.",
+								   dex_spi_gettext_copy(0, 1))));
+			}
+			break;
+		default:
+			dex_no_such_run(run_id);
+	}
+	return false;
 }
 
 static Datum
@@ -898,6 +1281,7 @@ DEX_API_ENTRY_POINT(dex_run_history, run_history);
 DEX_API_ENTRY_POINT(dex_run_history_pb, run_history_pb);
 DEX_API_ENTRY_POINT(dex_send_external_event, send_external_event_to_run);
 DEX_API_ENTRY_POINT(dex_send_external_event_to_instance, send_external_event_to_instance);
+DEX_API_ENTRY_POINT(dex_send_external_events, send_external_events);
 DEX_API_ENTRY_POINT(dex_cancel_run, cancel_run);
 DEX_API_ENTRY_POINT(dex_terminate_run, terminate_run);
 DEX_API_ENTRY_POINT(dex_set_run_version, set_run_version);

@@ -37,6 +37,8 @@
  */
 #include "postgres.h"
 
+#include <ctype.h>
+
 #include "engine/engine.h"
 
 /* The longest delay or timeout a command may ask for: 100 years */
@@ -212,6 +214,62 @@ check_start_child_run(const Dex__V1__Command *cmd)
 						(int) sc->parent_close_policy)));
 }
 
+/* A run id in its canonical text form: 8-4-4-4-12 hex digits */
+static bool
+run_id_text_ok(const char *s)
+{
+	if (strlen(s) != 36)
+		return false;
+	for (int i = 0; i < 36; i++)
+	{
+		if (i == 8 || i == 13 || i == 18 || i == 23)
+		{
+			if (s[i] != '-')
+				return false;
+		}
+		else if (!isxdigit((unsigned char) s[i]))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Signalling another run: exactly one of a run id (a uuid, no queue) and an
+ * instance id (with a queue, or this run's), and an event id as
+ * dex.send_external_event takes it.
+ */
+static void
+check_signal_external_run(const Dex__V1__Command *cmd)
+{
+	const Dex__V1__SignalExternalRun *se = cmd->signal_external_run;
+	bool		by_run = se->run_id != NULL && se->run_id[0] != '\0';
+	bool		by_instance = se->instance_id != NULL && se->instance_id[0] != '\0';
+	bool		has_queue = se->queue != NULL && se->queue[0] != '\0';
+	int32		id = cmd->id;
+
+	require_positive_id(cmd);
+	if (by_run == by_instance)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command signalExternalRun %d needs exactly one of runId and instanceId", id)));
+	if (se->event_id == NULL || se->event_id[0] == '\0' || strlen(se->event_id) > DEX_NAME_MAX_LEN ||
+		(by_instance && strlen(se->instance_id) > DEX_NAME_MAX_LEN) ||
+		(has_queue && strlen(se->queue) > DEX_NAME_MAX_LEN))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command signalExternalRun %d needs an event id, and an instance id and queue if given, of 1 to %d bytes",
+						id, DEX_NAME_MAX_LEN)));
+	if (by_run && !run_id_text_ok(se->run_id))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command signalExternalRun %d has run id \"%s\", which is not a uuid", id, se->run_id)));
+	if (by_run && has_queue)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command signalExternalRun %d names a run id and a queue", id),
+				 errdetail("A queue tells instance ids apart; a run id needs none.")));
+}
+
 /* One command, by its kind */
 static void
 check_command(const Dex__V1__Command *cmd)
@@ -245,6 +303,9 @@ check_command(const Dex__V1__Command *cmd)
 						 errmsg("command recordMarker %d needs a name of 1 to %d bytes",
 								cmd->id, DEX_NAME_MAX_LEN)));
 			break;
+		case DEX__V1__COMMAND__KIND_SIGNAL_EXTERNAL_RUN:
+			check_signal_external_run(cmd);
+			break;
 		case DEX__V1__COMMAND__KIND_FAIL_RUN:
 			if (cmd->fail_run->failure == NULL)
 				ereport(ERROR,
@@ -255,7 +316,7 @@ check_command(const Dex__V1__Command *cmd)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("command %d has no kind", cmd->id),
-					 errhint("Set exactly one of scheduleActivity, startTimer, cancelTimer, waitExternalEvent, startChildRun, recordSideEffect, recordMarker, setCustomStatus, completeRun, failRun, cancelRun, continueAsNew.")));
+					 errhint("Set exactly one of scheduleActivity, startTimer, cancelTimer, waitExternalEvent, startChildRun, recordSideEffect, recordMarker, signalExternalRun, setCustomStatus, completeRun, failRun, cancelRun, continueAsNew.")));
 			break;
 		default:
 			/* setCustomStatus, completeRun, cancelRun, continueAsNew: nothing to check */

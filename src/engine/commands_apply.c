@@ -34,6 +34,7 @@
 #include "utils/timestamp.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
+#include "utils/uuid.h"
 
 #include "engine/completion.h"
 
@@ -175,6 +176,63 @@ apply_cancel_timer(DexAppliedTask *c, const Dex__V1__Command *cmd)
 	dex_array_add(c->rows->c_run_id, UUIDPGetDatum(c->run_id), false);
 	dex_array_add(c->rows->c_timer_id, Int32GetDatum(timer), false);
 	c->rows->n_cancelled++;
+}
+
+/*
+ * Signalling another run: the event goes through dex.send_external_event's
+ * path (signals.c) without locking the target, as this task holds its own
+ * run's lock.  The target is the run with that id, or the active run of the
+ * instance id on the command's queue (this run's when not given); a queue or
+ * run the worker's role may not use, or that does not exist, is "not found".
+ * externalRunSignalled records the outcome with the command; the run's next
+ * task shows it (externalRunSignalResult), so that code awaiting it goes on.
+ */
+static void
+apply_signal_external_run(DexAppliedTask *c, const Dex__V1__Command *cmd)
+{
+	const Dex__V1__SignalExternalRun *se = cmd->signal_external_run;
+	pg_uuid_t  *target = NULL;
+	char	   *target_text = NULL;
+	Dex__V1__SignalOutcome outcome = DEX__V1__SIGNAL_OUTCOME__SIGNAL_OUTCOME_TARGET_NOT_FOUND;
+
+	if (se->run_id && se->run_id[0] != '\0')
+		target = DatumGetUUIDP(DirectFunctionCall1(uuid_in, CStringGetDatum(se->run_id)));
+	else
+	{
+		DexQueue	queue;
+		bool		known;
+
+		if (se->queue && se->queue[0] != '\0')
+			known = dex_lookup_queue(se->queue, &queue) && queue.is_workflow && dex_may_use_queue(&queue);
+		else
+			known = dex_queue_by_id(c->run->queue_id, &queue);
+		if (known)
+		{
+			Datum		id = Int32GetDatum(queue.id);
+
+			if (dex_find_instance(PointerGetDatum(construct_array(&id, 1, INT4OID, 4, true, TYPALIGN_INT)),
+								  se->instance_id) > 0)
+			{
+				bool		isnull;
+
+				target = palloc(sizeof(pg_uuid_t));
+				memcpy(target, DatumGetUUIDP(dex_spi_getdatum(0, 1, &isnull)), sizeof(pg_uuid_t));
+			}
+		}
+	}
+	if (target != NULL)
+	{
+		char	   *event_id = se->event_id;
+		Dex__V1__Payload *payload = se->payload;
+
+		dex_deliver_external_events(1, &target, &event_id, &payload, false, &outcome);
+		if (outcome != DEX__V1__SIGNAL_OUTCOME__SIGNAL_OUTCOME_TARGET_NOT_FOUND)
+			target_text = dex_uuid_to_cstring(target);
+	}
+	record_event(c, cmd->id, dex_event_external_run_signalled(c->now, se, target_text, outcome));
+	dex_inbox_batch_add(&c->rows->inbox, c->run_id,
+						dex_event_external_run_signal_result(c->now, cmd->id, target_text, outcome),
+						c->now);
 }
 
 /* ----------------------------------------------------------------
@@ -442,6 +500,9 @@ apply_command(DexAppliedTask *c, const Dex__V1__Command *cmd)
 			record_event(c, cmd->id,
 						 dex_event_side_effect_executed(c->now, cmd->record_side_effect->name,
 														cmd->record_side_effect->result));
+			break;
+		case DEX__V1__COMMAND__KIND_SIGNAL_EXTERNAL_RUN:
+			apply_signal_external_run(c, cmd);
 			break;
 		case DEX__V1__COMMAND__KIND_RECORD_MARKER:
 			record_event(c, cmd->id,

@@ -14,6 +14,7 @@
 
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
 #include "utils/jsonb.h"
 
 #include "util/util.h"
@@ -59,6 +60,8 @@ extern Datum dex_usable_queue_ids_list(void);
 /* instances.c */
 extern bool dex_claim_instance(int32 queue_id, const char *instance_id, pg_uuid_t *run_id);
 extern int	dex_find_instance(Datum queue_ids, const char *instance_id);
+extern void dex_claim_instances(int32 queue_id, int n, Datum *instance_ids, bool *nulls,
+								Datum *run_ids, bool *created);
 
 /* runs.c: runs, histories and the events of workflow tasks */
 typedef struct DexRun
@@ -141,6 +144,17 @@ extern void dex_inbox_batch_add_unlocked(DexInboxBatch *b, pg_uuid_t *run_id,
 										 Dex__V1__WorkflowEvent *event);
 extern void dex_ensure_workflow_tasks(Datum run_ids);
 extern void dex_insert_first_task(pg_uuid_t *run_id, int32 queue_id, int32 priority);
+
+/* signals.c: external events, one path for every sender */
+extern void dex_deliver_external_events(int n, pg_uuid_t **run_ids, char **event_ids,
+										Dex__V1__Payload **payloads, bool lock,
+										Dex__V1__SignalOutcome *outcomes);
+extern const char *dex_signal_outcome_name(Dex__V1__SignalOutcome outcome);
+
+/* debounce.c: debounce keys (1.7) */
+extern pg_uuid_t *dex_debounce_run(int32 queue_id, const char *workflow_name, const char *key,
+								   pg_uuid_t *new_id, bytea *argument, Interval *debounce,
+								   Interval *max, TimestampTz *start_at);
 
 /* keys.c: concurrency keys */
 extern int	dex_keys_per_queue(void);

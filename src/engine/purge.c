@@ -35,11 +35,15 @@
 	"     a AS (DELETE FROM dex.activity_task WHERE run_id = ANY ($1)) " \
 	"DELETE FROM dex.workflow_run r WHERE r.id = ANY ($1) " \
 	"AND r.status = ANY (" DEX_ENDED_STATUSES_SQL ") RETURNING r.id"
-/* [1]: 1.4's run timers and attempts too */
-static DexPlan delete_runs_plans[2] = {
+#define SINCE_1_4 \
+	"     rt AS (DELETE FROM dex.run_timer WHERE run_id = ANY ($1)), " \
+	"     ta AS (DELETE FROM dex.task_attempt WHERE run_id = ANY ($1)), "
+/* [1]: 1.4's run timers and attempts too; [2]: 1.7's debounce keys that still name them */
+static DexPlan delete_runs_plans[3] = {
 	{DELETE_RUNS_SQL(""), 1, {UUIDARRAYOID}},
-	{DELETE_RUNS_SQL("     rt AS (DELETE FROM dex.run_timer WHERE run_id = ANY ($1)), "
-					 "     ta AS (DELETE FROM dex.task_attempt WHERE run_id = ANY ($1)), "), 1, {UUIDARRAYOID}}
+	{DELETE_RUNS_SQL(SINCE_1_4), 1, {UUIDARRAYOID}},
+	{DELETE_RUNS_SQL(SINCE_1_4 "     rd AS (DELETE FROM dex.run_debounce WHERE run_id = ANY ($1)), "),
+	1, {UUIDARRAYOID}}
 };
 
 /*
@@ -51,7 +55,9 @@ dex_delete_runs(Datum run_ids)
 {
 	Datum		values[1] = {run_ids};
 
-	return dex_spi_rows(&delete_runs_plans[dex_schema_1_4()], values, NULL, 0).n;
+	int			v = dex_column_exists("run_debounce", "run_id") ? 2 : dex_schema_1_4();
+
+	return dex_spi_rows(&delete_runs_plans[v], values, NULL, 0).n;
 }
 
 static DexPlan lock_run_plan = {

@@ -5,7 +5,9 @@
  *
  * dex writes many rows with one statement over parallel arrays (unnest), so
  * a batch costs a fixed number of statements whatever its size.  These are
- * the builders; everything is allocated in CurrentMemoryContext.
+ * the builders, and the small hash table that matches a statement's rows
+ * back to the batch's elements; everything is allocated in
+ * CurrentMemoryContext.
  *
  *-------------------------------------------------------------------------
  */
@@ -13,6 +15,7 @@
 
 #include "catalog/pg_type.h"
 #include "utils/array.h"
+#include "utils/hsearch.h"
 #include "utils/uuid.h"
 
 #include "util/util.h"
@@ -40,4 +43,20 @@ dex_uuid_array(pg_uuid_t *const *ids, int n)
 	for (int i = 0; i < n; i++)
 		elems[i] = UUIDPGetDatum(ids[i]);
 	return PointerGetDatum(construct_array(elems, n, UUIDOID, UUID_LEN, false, TYPALIGN_CHAR));
+}
+
+/*
+ * A hash table for about n entries of entrysize bytes, keyed by their first
+ * keysize bytes; "flags" says how keys compare (HASH_BLOBS, HASH_STRINGS).
+ */
+HTAB *
+dex_batch_table(const char *name, Size keysize, Size entrysize, long n, int flags)
+{
+	HASHCTL		ctl;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = keysize;
+	ctl.entrysize = entrysize;
+	ctl.hcxt = CurrentMemoryContext;
+	return hash_create(name, Max(n, 1), &ctl, HASH_ELEM | HASH_CONTEXT | flags);
 }

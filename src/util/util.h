@@ -62,6 +62,8 @@ extern void dex_pop_planner_settings(int level);
 extern void dex_array_add(ArrayBuildState *state, Datum value, bool isnull);
 extern Datum dex_array_result(ArrayBuildState *state);
 extern Datum dex_uuid_array(pg_uuid_t *const *ids, int n);
+extern struct HTAB *dex_batch_table(const char *name, Size keysize, Size entrysize, long n,
+									int flags);
 
 /* args.c: checks of SQL arguments */
 extern void dex_arg_not_null(FunctionCallInfo fcinfo, int arg, const char *what);

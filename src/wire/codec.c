@@ -168,6 +168,8 @@ static const ProtobufCMessageDescriptor *const dex_pb_descriptors[] = {
 	&dex__v1__marker_recorded__descriptor,
 	&dex__v1__external_event_received__descriptor,
 	&dex__v1__external_event_wait_started__descriptor,
+	&dex__v1__external_run_signalled__descriptor,
+	&dex__v1__external_run_signal_result__descriptor,
 	&dex__v1__event_batch__descriptor,
 	/* command.proto */
 	&dex__v1__command__descriptor,
@@ -179,6 +181,7 @@ static const ProtobufCMessageDescriptor *const dex_pb_descriptors[] = {
 	&dex__v1__record_side_effect__descriptor,
 	&dex__v1__record_marker__descriptor,
 	&dex__v1__wait_external_event__descriptor,
+	&dex__v1__signal_external_run__descriptor,
 	&dex__v1__set_custom_status__descriptor,
 	&dex__v1__complete_run__descriptor,
 	&dex__v1__fail_run__descriptor,

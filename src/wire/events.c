@@ -353,6 +353,38 @@ dex_event_external_event_received(TimestampTz ts, char *event_id, Dex__V1__Paylo
 	return ev;
 }
 
+/*
+ * A signalExternalRun command and its outcome: the target as found (run_id
+ * NULL when there was none).
+ */
+Dex__V1__WorkflowEvent *
+dex_event_external_run_signalled(TimestampTz ts, const Dex__V1__SignalExternalRun *command,
+								 char *run_id, Dex__V1__SignalOutcome outcome)
+{
+	Dex__V1__WorkflowEvent *ev;
+
+	NEW_EVENT(ev, ts, external_run_signalled, EXTERNAL_RUN_SIGNALLED);
+	ev->external_run_signalled->run_id = run_id ? run_id : "";
+	ev->external_run_signalled->instance_id = command->instance_id;
+	ev->external_run_signalled->queue = command->queue;
+	ev->external_run_signalled->event_id = command->event_id;
+	ev->external_run_signalled->outcome = outcome;
+	return ev;
+}
+
+Dex__V1__WorkflowEvent *
+dex_event_external_run_signal_result(TimestampTz ts, int32 signalled_event_id, char *run_id,
+									 Dex__V1__SignalOutcome outcome)
+{
+	Dex__V1__WorkflowEvent *ev;
+
+	NEW_EVENT(ev, ts, external_run_signal_result, EXTERNAL_RUN_SIGNAL_RESULT);
+	ev->external_run_signal_result->external_run_signalled_event_id = signalled_event_id;
+	ev->external_run_signal_result->run_id = run_id ? run_id : "";
+	ev->external_run_signal_result->outcome = outcome;
+	return ev;
+}
+
 /* ----------------------------------------------------------------
  * Child runs
  * ----------------------------------------------------------------

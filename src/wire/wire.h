@@ -67,6 +67,14 @@ extern Dex__V1__WorkflowEvent *dex_event_external_event_wait_started(TimestampTz
 																	  const TimestampTz *timeout_at);
 extern Dex__V1__WorkflowEvent *dex_event_external_event_received(TimestampTz ts, char *event_id,
 																  Dex__V1__Payload *payload);
+extern Dex__V1__WorkflowEvent *dex_event_external_run_signalled(TimestampTz ts,
+																 const Dex__V1__SignalExternalRun *command,
+																 char *run_id,
+																 Dex__V1__SignalOutcome outcome);
+extern Dex__V1__WorkflowEvent *dex_event_external_run_signal_result(TimestampTz ts,
+																	 int32 signalled_event_id,
+																	 char *run_id,
+																	 Dex__V1__SignalOutcome outcome);
 extern Dex__V1__WorkflowEvent *dex_event_child_run_created(TimestampTz ts,
 															const Dex__V1__StartChildRun *command,
 															int32 workflow_version, char *queue,

@@ -56,6 +56,7 @@
  */
 #include "postgres.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,6 +138,10 @@ const char *const fuzz_type_names[] = {
 	/* 1.6 */
 	"dex.v1.MarkerRecorded",
 	"dex.v1.RecordMarker",
+	/* 1.7 */
+	"dex.v1.SignalExternalRun",
+	"dex.v1.ExternalRunSignalled",
+	"dex.v1.ExternalRunSignalResult",
 };
 
 const int	fuzz_n_types = lengthof(fuzz_type_names);
@@ -1106,6 +1111,22 @@ name_ok(const char *s, bool required)
 	return strlen(s) <= 255;
 }
 
+/* A uuid in its canonical text form, 8-4-4-4-12 hex digits */
+static bool
+uuid_ok(const char *s)
+{
+	if (strlen(s) != 36)
+		return false;
+	for (int i = 0; i < 36; i++)
+	{
+		bool		dash = (i == 8 || i == 13 || i == 18 || i == 23);
+
+		if (dash ? s[i] != '-' : !isxdigit((unsigned char) s[i]))
+			return false;
+	}
+	return true;
+}
+
 /*
  * What makes a completion malformed, for completion.c to apply it; NULL if
  * nothing does.
@@ -1184,6 +1205,24 @@ commands_flaw(const Dex__V1__WorkflowTaskCompletion *completion)
 				if (!name_ok(cmd->record_marker->name, true))
 					return "a marker name missing or too long";
 				break;
+			case DEX__V1__COMMAND__KIND_SIGNAL_EXTERNAL_RUN:
+				{
+					const Dex__V1__SignalExternalRun *se = cmd->signal_external_run;
+					bool		by_run = se->run_id != NULL && se->run_id[0] != '\0';
+					bool		by_instance = se->instance_id != NULL && se->instance_id[0] != '\0';
+
+					creates = true;
+					if (by_run == by_instance)
+						return "a signal without exactly one of run id and instance id";
+					if (!name_ok(se->event_id, true) || !name_ok(se->instance_id, false) ||
+						!name_ok(se->queue, false))
+						return "a signal event id, instance id or queue missing or too long";
+					if (by_run && !uuid_ok(se->run_id))
+						return "a signal run id that is not a uuid";
+					if (by_run && se->queue != NULL && se->queue[0] != '\0')
+						return "a signal to a run id with a queue";
+					break;
+				}
 			case DEX__V1__COMMAND__KIND_FAIL_RUN:
 				if (cmd->fail_run->failure == NULL)
 					return "failRun without a failure";

@@ -18,7 +18,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(323);
+SELECT plan(336);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -27,7 +27,7 @@ INSERT INTO api VALUES
     ('from_json',        '{text,jsonb}',                                            'bytea'),
     ('payload_value',    '{bytea}',                                                 'jsonb'),
     ('create_queue',     '{text,text,integer}',                                     'void'),
-    ('create_run',       '{text,text,jsonb,integer,text,integer,jsonb,text,text,"timestamp with time zone",interval}', 'uuid'),
+    ('create_run',       '{text,text,jsonb,integer,text,integer,jsonb,text,text,"timestamp with time zone",interval,text,interval,interval}', 'uuid'),
     ('get_run',          '{uuid}',                                                  'dex.runs'),
     ('run_history',      '{uuid}',                                                  'setof record'),
     ('poll_tasks',       '{text,text,integer,interval,boolean,text[],integer[]}',   'setof record'),
@@ -38,7 +38,8 @@ INSERT INTO api VALUES
     ('fail_task',        '{uuid,integer,bigint,jsonb}',                             'void'),
     ('fail_task_pb',     '{uuid,integer,bigint,bytea}',                             'void'),
     ('wake_scheduler',   '{}',                                                      'void'),
-    ('create_runs',      '{text,text,jsonb[],integer,integer,jsonb,"timestamp with time zone",interval}', 'setof uuid'),
+    ('create_runs',      '{text,text,jsonb[],integer,integer,jsonb,"timestamp with time zone",interval,text[],text[],integer[],jsonb[],"timestamp with time zone[]"}', 'setof record'),
+    ('send_external_events', '{uuid[],text[],jsonb[]}',                             'setof record'),
     ('complete_tasks',   '{uuid[],integer[],bigint[],jsonb[]}',                     'setof record'),
     ('complete_tasks_pb','{uuid[],integer[],bigint[],bytea[]}',                     'setof record'),
     ('fail_tasks',       '{uuid[],integer[],bigint[],jsonb[]}',                     'setof record'),
@@ -90,13 +91,13 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
                  WHERE p.pronamespace = 'dex'::regnamespace
                    AND has_function_privilege('public', p.oid, 'EXECUTE')),
           '{}'::text[], 'PUBLIC may execute no function of dex');
-SELECT ok(has_function_privilege('dex_client', 'dex.create_run(text,text,jsonb,integer,text,integer,jsonb,text,text,timestamptz,interval)', 'EXECUTE')
+SELECT ok(has_function_privilege('dex_client', 'dex.create_run(text,text,jsonb,integer,text,integer,jsonb,text,text,timestamptz,interval,text,interval,interval)', 'EXECUTE')
           AND NOT has_function_privilege('dex_client', 'dex.poll_tasks(text,text,integer,interval,boolean,text[],integer[])', 'EXECUTE')
           AND NOT has_function_privilege('dex_client', 'dex.create_queue(text,text,integer)', 'EXECUTE'),
           'dex_client starts runs, but leases no task and makes no queue');
 SELECT ok(has_function_privilege('dex_worker', 'dex.poll_tasks(text,text,integer,interval,boolean,text[],integer[])', 'EXECUTE')
           AND has_function_privilege('dex_worker', 'dex.wait_for_tasks(text,interval,boolean)', 'EXECUTE')
-          AND NOT has_function_privilege('dex_worker', 'dex.create_run(text,text,jsonb,integer,text,integer,jsonb,text,text,timestamptz,interval)', 'EXECUTE')
+          AND NOT has_function_privilege('dex_worker', 'dex.create_run(text,text,jsonb,integer,text,integer,jsonb,text,text,timestamptz,interval,text,interval,interval)', 'EXECUTE')
           AND NOT has_function_privilege('dex_worker', 'dex.alter_queue(text,integer,boolean)', 'EXECUTE'),
           'dex_worker leases and reports tasks, but starts no run and manages no queue');
 SELECT ok(pg_has_role('dex_admin', 'dex_client', 'MEMBER') AND pg_has_role('dex_admin', 'dex_worker', 'MEMBER')
@@ -156,6 +157,12 @@ SELECT is(pg_get_function_result('dex.run_attempts(uuid)'::regprocedure),
           'TABLE(task text, event_id integer, name text, attempt integer, worker_id text, '
           'leased_at timestamp with time zone, ended_at timestamp with time zone, outcome text, failure jsonb)',
           'dex.run_attempts returns (task, event_id, name, attempt, worker_id, leased_at, ended_at, outcome, failure)');
+SELECT is(pg_get_function_result('dex.create_runs(text,text,jsonb[],integer,integer,jsonb,timestamptz,interval,text[],text[],integer[],jsonb[],timestamptz[])'::regprocedure),
+          'TABLE(id uuid, created boolean)',
+          'dex.create_runs returns (id, created)');
+SELECT is(pg_get_function_result('dex.send_external_events(uuid[],text[],jsonb[])'::regprocedure),
+          'TABLE(run_id uuid, event_id text, delivered boolean, outcome text)',
+          'dex.send_external_events returns (run_id, event_id, delivered, outcome)');
 
 -- the administrators' functions are SECURITY DEFINER; the others take their owner's rights
 -- in C, keeping the caller for the queue checks (sql/roles.sql and sql/queue_access.sql
@@ -191,7 +198,7 @@ SELECT volatility_is('dex', 'poll_tasks', '{text,text,integer,interval,boolean,t
 -- tables
 --
 SELECT has_table('dex', t, format('table dex.%s exists', t))
-  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait}'::name[]) t;
+  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait,run_debounce}'::name[]) t;
 SELECT has_view('dex', 'runs', 'view dex.runs exists');
 SELECT has_sequence('dex', 'lease_version', 'sequence dex.lease_version (the fencing tokens) exists');
 SELECT is_partitioned('dex', 'workflow_task', 'dex.workflow_task is partitioned');
@@ -236,12 +243,12 @@ SELECT is((SELECT row(kind, status, capacity)::text FROM dex.queue WHERE name = 
 -- PUBLIC may not INSERT, UPDATE, DELETE nor TRUNCATE any dex table
 SELECT ok(NOT has_table_privilege('public', format('dex.%I', t), p),
           format('PUBLIC cannot %s dex.%s', p, t))
-  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait}'::text[]) t,
+  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait,run_debounce}'::text[]) t,
        unnest('{INSERT,UPDATE,DELETE,TRUNCATE}'::text[]) p
  ORDER BY t, p;
 -- nor anything else on them
 SELECT table_privs_are('dex', t, 'public', '{}'::name[], format('PUBLIC has no privileges on dex.%s', t))
-  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait}'::name[]) t;
+  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait,run_debounce}'::name[]) t;
 -- the partitions a queue creates are not writable either
 SELECT ok(NOT has_table_privilege('public', format('dex.%I', :'wf_part'), 'INSERT')
           AND NOT has_table_privilege('public', format('dex.%I', :'wf_part'), 'UPDATE')

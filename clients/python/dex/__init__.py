@@ -28,7 +28,7 @@ from .errors import (ActivityError, AlreadyActive, AlreadyExists, ApplicationErr
                      TaskRunEnded, WaitTimeout, WrongKind)
 from .registry import activity, workflow
 from .worker import ActivityContext, ActivityInfo, Worker, activity_context
-from ._runtime import (ActivityHandle, ChildRun, EventWait, Future, Task, Timer,
+from ._runtime import (ActivityHandle, ChildRun, EventWait, Future, Signal, Task, Timer,
                        WorkflowContext, replay)
 
 __all__ = [
@@ -38,7 +38,7 @@ __all__ = [
     "EventWait", "FailureError", "Future", "InvalidArgument", "InvalidState", "LeaseLost",
     "LimitExceeded", "NonDeterminismError", "NonRetryableError", "NotFound", "NotJSONError",
     "NotSupported", "PermissionDenied", "RetryPolicy", "Run", "RunCancelledError",
-    "RunFailedError", "RunTerminatedError", "RunTimedOutError", "ServerError", "Task",
+    "RunFailedError", "RunTerminatedError", "RunTimedOutError", "ServerError", "Signal", "Task",
     "TaskRunEnded", "Timer", "WaitTimeout", "Worker", "WorkflowContext", "WrongKind",
     "activity", "activity_context", "decode", "encode", "format_history", "replay", "workflow",
 ]

@@ -79,7 +79,8 @@ SCHEMA: Dict[str, List[tuple]] = {
         31 runTimedOut, 40 activityTaskCreated, 41 activityTaskCompleted, 42 activityTaskFailed,
         50 timerCreated, 51 timerElapsed, 52 timerCancelled, 60 childRunCreated,
         61 childRunCompleted, 62 childRunFailed, 70 sideEffectExecuted, 71 markerRecorded,
-        80 externalEventReceived, 81 externalEventWaitStarted"""),
+        80 externalEventReceived, 81 externalEventWaitStarted, 82 externalRunSignalled,
+        83 externalRunSignalResult"""),
     "dex.v1.WorkflowTaskStarted": [(1, "workerId", STRING), (2, "attempt", INT32)],
     "dex.v1.WorkflowTaskCompleted": [],
     "dex.v1.ParentRun": [(1, "runId", STRING), (2, "childRunCreatedEventId", INT32)],
@@ -126,13 +127,19 @@ SCHEMA: Dict[str, List[tuple]] = {
     "dex.v1.ExternalEventReceived": [
         (1, "eventId", STRING), (2, "payload", MESSAGE, "dex.v1.Payload")],
     "dex.v1.ExternalEventWaitStarted": [(1, "eventId", STRING), (2, "timeoutAt", TIMESTAMP)],
+    "dex.v1.ExternalRunSignalled": [
+        (1, "runId", STRING), (2, "instanceId", STRING), (3, "queue", STRING),
+        (4, "eventId", STRING), (5, "outcome", ENUM, "dex.v1.SignalOutcome")],
+    "dex.v1.ExternalRunSignalResult": [
+        (1, "externalRunSignalledEventId", INT32), (2, "outcome", ENUM, "dex.v1.SignalOutcome"),
+        (3, "runId", STRING)],
     "dex.v1.EventBatch": [(1, "events", MESSAGE, "dex.v1.WorkflowEvent", _R)],
     # command.proto
     "dex.v1.Command": [
         (1, "id", INT32)] + _oneof("""
         10 scheduleActivity, 11 startTimer, 12 cancelTimer, 13 startChildRun,
         14 recordSideEffect, 15 waitExternalEvent, 16 setCustomStatus, 17 completeRun,
-        18 failRun, 19 continueAsNew, 20 cancelRun, 21 recordMarker"""),
+        18 failRun, 19 continueAsNew, 20 cancelRun, 21 recordMarker, 22 signalExternalRun"""),
     "dex.v1.ScheduleActivity": _SCHEDULE_ACTIVITY,
     "dex.v1.StartTimer": [(1, "name", STRING), (2, "delay", DURATION)],
     "dex.v1.CancelTimer": [(1, "timerCreatedEventId", INT32)],
@@ -146,6 +153,9 @@ SCHEMA: Dict[str, List[tuple]] = {
     "dex.v1.RecordSideEffect": [(1, "name", STRING), (2, "result", MESSAGE, "dex.v1.Payload")],
     "dex.v1.RecordMarker": [(1, "name", STRING), (2, "details", MESSAGE, "dex.v1.Payload")],
     "dex.v1.WaitExternalEvent": [(1, "eventId", STRING), (2, "timeout", DURATION)],
+    "dex.v1.SignalExternalRun": [
+        (1, "runId", STRING), (2, "instanceId", STRING), (3, "queue", STRING),
+        (4, "eventId", STRING), (5, "payload", MESSAGE, "dex.v1.Payload")],
     "dex.v1.SetCustomStatus": [(1, "customStatus", STRING)],
     "dex.v1.CompleteRun": [(1, "result", MESSAGE, "dex.v1.Payload")],
     "dex.v1.FailRun": [(1, "failure", MESSAGE, "dex.v1.Failure")],
@@ -179,6 +189,9 @@ ENUMS: Dict[str, Dict[int, str]] = {
                                  1: "PARENT_CLOSE_POLICY_TERMINATE",
                                  2: "PARENT_CLOSE_POLICY_REQUEST_CANCEL",
                                  3: "PARENT_CLOSE_POLICY_ABANDON"},
+    "dex.v1.SignalOutcome": {0: "SIGNAL_OUTCOME_UNSPECIFIED", 1: "SIGNAL_OUTCOME_DELIVERED",
+                             2: "SIGNAL_OUTCOME_DUPLICATE", 3: "SIGNAL_OUTCOME_TARGET_ENDED",
+                             4: "SIGNAL_OUTCOME_TARGET_NOT_FOUND"},
 }
 
 

@@ -64,6 +64,7 @@ COMMAND_EVENT = {
     "cancelRun": "runCancelled",
     "continueAsNew": "runContinuedAsNew",
     "recordMarker": "markerRecorded",
+    "signalExternalRun": "externalRunSignalled",
 }
 EVENT_COMMAND = {v: k for k, v in COMMAND_EVENT.items()}
 KEY_FIELD = {
@@ -74,6 +75,7 @@ KEY_FIELD = {
     "recordSideEffect": "name", "sideEffectExecuted": "name",
     "startChildRun": "workflowName", "childRunCreated": "workflowName",
     "recordMarker": "name", "markerRecorded": "name",
+    "signalExternalRun": "eventId", "externalRunSignalled": "eventId",
 }
 
 PATCH_MARKER = "dex.patch:"     # + the change id: the marker ctx.patched records
@@ -320,6 +322,35 @@ class ChildRun(Future):
 
     def __repr__(self) -> str:
         return f"<dex ChildRun {self.workflow_name!r} id={self.id}{' done' if self._done else ''}>"
+
+
+class Signal(Future):
+    """An external event this workflow sent to another run (``ctx.signal``): resolves, in the
+    next workflow task, to the outcome: ``"DELIVERED"``, ``"DUPLICATE"`` (the target had an
+    event with this id: dropped), ``"TARGET_ENDED"`` or ``"TARGET_NOT_FOUND"``.  Awaiting it
+    is optional: the event is sent when the workflow task completes either way.
+
+    ``run_id`` is the target run, once known (with the outcome)."""
+
+    def __init__(self, loop: _Loop, id: int, event_id: str) -> None:
+        super().__init__(loop)
+        self.id, self.event_id = id, event_id
+        self.run_id: Optional[str] = None
+
+    def __repr__(self) -> str:
+        return f"<dex Signal {self.event_id!r} id={self.id}{' done' if self._done else ''}>"
+
+
+SIGNAL_OUTCOME_PREFIX = "SIGNAL_OUTCOME_"
+
+
+def signal_outcome(value: Any) -> str:
+    """"SIGNAL_OUTCOME_DELIVERED" (or its number) -> "DELIVERED"."""
+    names = {1: "DELIVERED", 2: "DUPLICATE", 3: "TARGET_ENDED", 4: "TARGET_NOT_FOUND"}
+    if isinstance(value, int):
+        return names.get(value, "UNSPECIFIED")
+    name = str(value or "UNSPECIFIED")
+    return name[len(SIGNAL_OUTCOME_PREFIX):] if name.startswith(SIGNAL_OUTCOME_PREFIX) else name
 
 
 class _ContinueAsNew(BaseException):
@@ -609,6 +640,37 @@ class WorkflowContext:
         self._r.children[cid] = handle
         return handle
 
+    def signal(self, event_id: str, payload: Any = None, *, run_id: Optional[str] = None,
+               instance_id: Optional[str] = None, queue: Optional[str] = None) -> Signal:
+        """Send the external event ``event_id`` with ``payload`` (JSON) to another run, as
+        ``dex.send_external_event`` does: to ``run_id``, or to the active run of
+        ``instance_id`` on ``queue`` (this run's queue when left out).  Give exactly one of
+        ``run_id`` and ``instance_id``.
+
+        Returns at once; the event is sent, in the transaction that records this workflow
+        task, and the outcome is in the run's history (``externalRunSignalled``).  Await the
+        returned :class:`Signal` for it: ``"DELIVERED"``, ``"DUPLICATE"``, ``"TARGET_ENDED"``
+        or ``"TARGET_NOT_FOUND"``; the same on every replay."""
+        if (run_id is None) == (instance_id is None):
+            raise ValueError("ctx.signal: give exactly one of run_id and instance_id")
+        if run_id is not None and queue is not None:
+            raise ValueError("ctx.signal: a queue tells instance ids apart; a run_id needs none")
+        body: Dict[str, Any] = {"eventId": str(event_id)}
+        if run_id is not None:
+            body["runId"] = str(run_id)
+        else:
+            body["instanceId"] = str(instance_id)
+            if queue:
+                body["queue"] = queue
+        if payload is not None:
+            body["payload"] = encode(payload, f"the payload of signal {event_id!r}", "payload")
+        cid, recorded = self._r.command("signalExternalRun", body)
+        handle = Signal(self._r.loop, cid, str(event_id))
+        if recorded is not None:
+            handle.run_id = (recorded.get("externalRunSignalled") or {}).get("runId") or None
+        self._r.signals[cid] = handle
+        return handle
+
     def continue_as_new(self, arg: Any = None) -> None:
         """End this run's history and start over with ``arg`` (never returns).
 
@@ -748,6 +810,7 @@ class _Replayer:
         self.activities: Dict[int, ActivityHandle] = {}
         self.timers: Dict[int, Future] = {}
         self.children: Dict[int, ChildRun] = {}
+        self.signals: Dict[int, Signal] = {}
         self.waiters: Dict[str, List[EventWait]] = {}
         self.received: Dict[str, Any] = {}
         self.patches: Dict[str, bool] = {}          # ctx.patched's answers, per change id
@@ -897,6 +960,11 @@ class _Replayer:
                 if w.has_timeout and self.timers.pop(w.id, None) is not None:
                     # the timeout's timer is no longer wanted
                     self.command("cancelTimer", {"timerCreatedEventId": w.id})
+        elif k == "externalRunSignalResult":
+            s = self.signals.pop(int(b.get("externalRunSignalledEventId", 0)), None)
+            if s is not None:
+                s.run_id = b.get("runId") or None
+                s._set_result(signal_outcome(b.get("outcome")))
         elif k == "runCancelRequested":
             if self.cancel_reason is None:
                 self.cancel_reason = b.get("reason", "")
@@ -972,6 +1040,9 @@ class _Replayer:
             child = self.children.get(cid)
             if child is not None:
                 child.run_id = (ev.get("childRunCreated") or {}).get("runId")
+            sig = self.signals.get(cid)
+            if sig is not None:
+                sig.run_id = (ev.get("externalRunSignalled") or {}).get("runId") or None
         return self._step(task, segments, new)
 
     def _step(self, task: dict, segments: List[_Segment], new: List[dict]) -> List[dict]:

@@ -202,7 +202,9 @@ class Client:
               priority: int = 0, labels: Optional[Dict[str, str]] = None,
               concurrency_key: Optional[str] = None, if_active: str = "error",
               start_at: Optional[_dt.datetime] = None,
-              execution_timeout: Optional[Duration] = None) -> str:
+              execution_timeout: Optional[Duration] = None,
+              debounce_key: Optional[str] = None, debounce: Optional[Duration] = None,
+              debounce_max: Optional[Duration] = None) -> str:
         """Start a run of ``workflow`` (a ``@dex.workflow`` function or a name); its id.
 
         With ``instance_id``, a run of that instance that is still active makes this an
@@ -215,7 +217,13 @@ class Client:
         ``start_at`` (a datetime; a naive one is local time) in the future makes the run
         DELAYED until then.  ``execution_timeout`` (a timedelta, seconds or "90s") ends the
         run TIMED_OUT (failure type ``dex.TimedOut``) if it has not ended that long after its
-        start.  Both need dex 1.4."""
+        start.  Both need dex 1.4.
+
+        ``debounce_key`` with ``debounce`` (dex 1.7): starts made with the same key (for this
+        workflow and queue) while the run the first made has not started update that run
+        instead (the last ``arg`` wins; its id is returned) and push its start to
+        ``debounce`` after the latest, never past ``debounce_max`` after the first: one run
+        starts per burst of starts."""
         name, version = self._workflow(workflow, version)
         extra, params = "", [name, queue, _json(arg, "the run's argument", "arg"), version,
                              instance_id, priority, _json(labels or None, "labels", "labels"),
@@ -226,6 +234,10 @@ class Client:
         more, values = self._lifecycle(start_at, execution_timeout)
         extra += more
         params += values
+        if debounce_key is not None:
+            extra += ", debounce_key => %s, debounce => %s, debounce_max => %s"
+            params += [debounce_key, None if debounce is None else _interval(debounce),
+                       None if debounce_max is None else _interval(debounce_max)]
         row = self._exec(
             "SELECT dex.create_run(%s, %s, %s, workflow_version => %s, instance_id => %s, "
             f"priority => %s, labels => %s, concurrency_key => %s{extra})", params).fetchone()
@@ -235,17 +247,60 @@ class Client:
                    version: Optional[int] = None, priority: int = 0,
                    labels: Optional[Dict[str, str]] = None,
                    start_at: Optional[_dt.datetime] = None,
-                   execution_timeout: Optional[Duration] = None) -> List[str]:
+                   execution_timeout: Optional[Duration] = None,
+                   instance_ids: Optional[Sequence[Optional[str]]] = None,
+                   concurrency_keys: Optional[Sequence[Optional[str]]] = None,
+                   priorities: Optional[Sequence[Optional[int]]] = None,
+                   run_labels: Optional[Sequence[Optional[Dict[str, str]]]] = None,
+                   start_times: Optional[Sequence[Optional[_dt.datetime]]] = None) -> List[str]:
         """Start one run per argument in one call (dex.create_runs); their ids, in order.
-        ``start_at`` and ``execution_timeout`` as for :meth:`start`."""
+        ``start_at`` and ``execution_timeout`` as for :meth:`start`.
+
+        Per run (dex 1.7; sequences as long as ``args``, ``None`` for the default):
+        ``instance_ids``, ``concurrency_keys``, ``priorities``, ``run_labels``, ``start_times``.
+        A run whose instance id has an active run is not started: its place in the result
+        holds that run's id (:meth:`start_many_rows` tells which)."""
+        return [run_id for run_id, _ in self.start_many_rows(
+            workflow, args, queue=queue, version=version, priority=priority, labels=labels,
+            start_at=start_at, execution_timeout=execution_timeout, instance_ids=instance_ids,
+            concurrency_keys=concurrency_keys, priorities=priorities, run_labels=run_labels,
+            start_times=start_times)]
+
+    def start_many_rows(self, workflow: Any, args: Sequence[Any], *, queue: str,
+                        version: Optional[int] = None, priority: int = 0,
+                        labels: Optional[Dict[str, str]] = None,
+                        start_at: Optional[_dt.datetime] = None,
+                        execution_timeout: Optional[Duration] = None,
+                        instance_ids: Optional[Sequence[Optional[str]]] = None,
+                        concurrency_keys: Optional[Sequence[Optional[str]]] = None,
+                        priorities: Optional[Sequence[Optional[int]]] = None,
+                        run_labels: Optional[Sequence[Optional[Dict[str, str]]]] = None,
+                        start_times: Optional[Sequence[Optional[_dt.datetime]]] = None
+                        ) -> List[Tuple[str, bool]]:
+        """:meth:`start_many` with, per run, whether it was started (``False``: its instance id
+        had an active run, whose id is given instead)."""
         name, version = self._workflow(workflow, version)
         extra, params = self._lifecycle(start_at, execution_timeout)
+        for arg_name, values in (("instance_ids", instance_ids),
+                                 ("concurrency_keys", concurrency_keys),
+                                 ("priorities", priorities)):
+            if values is not None:
+                extra += f", {arg_name} => %s"
+                params.append(list(values))
+        if run_labels is not None:
+            extra += ", run_labels => %s::jsonb[]"
+            params.append([_json(x or None, f"run_labels[{i}]", "run_labels")
+                           for i, x in enumerate(run_labels)])
+        if start_times is not None:
+            extra += ", start_times => %s::timestamptz[]"
+            params.append([None if t is None else _start_at(t) for t in start_times])
         rows = self._exec(
             "SELECT * FROM dex.create_runs(%s, %s, %s::jsonb[], %s, %s, %s" + extra + ")",
             [name, queue, [_json(a, f"the argument of run {i} (from 0)", f"args[{i}]")
                            for i, a in enumerate(args)], version,
              priority, _json(labels or None, "labels", "labels")] + params).fetchall()
-        return [str(r[0]) for r in rows]
+        # dex 1.6 and older return the ids alone
+        return [(str(r[0]), bool(r[1]) if len(r) > 1 else True) for r in rows]
 
     def get(self, run_id: str) -> Run:
         """The run (raises :class:`dex.NotFound` if there is none)."""
@@ -469,6 +524,20 @@ class Client:
         return self._exec("SELECT dex.send_external_event(%s, %s, %s)",
                           (run_id, event_id, _json(payload, "the event's payload", "payload"))
                           ).fetchone()[0]
+
+    def send_events(self, events: Sequence[Tuple[str, str, Any]]) -> List[str]:
+        """Send many external events in one call (dex.send_external_events, dex 1.7): each a
+        ``(run_id, event_id, payload)``; the outcome of each, in order: ``"DELIVERED"``,
+        ``"DUPLICATE"`` (the run had one with that id), ``"TARGET_ENDED"`` or
+        ``"TARGET_NOT_FOUND"``, instead of an error."""
+        if not events:
+            return []
+        rows = self._exec(
+            "SELECT outcome FROM dex.send_external_events(%s::uuid[], %s::text[], %s::jsonb[])",
+            ([str(e[0]) for e in events], [e[1] for e in events],
+             [_json(e[2], f"the payload of event {i} (from 0)", "payload")
+              for i, e in enumerate(events)])).fetchall()
+        return [r[0] for r in rows]
 
     def send_event_to_instance(self, instance_id: str, event_id: str, payload: Any = None,
                                queue: str | None = None) -> bool:

@@ -13,7 +13,7 @@ from serve_support import call, env, server, sql  # noqa: F401  (fixtures)
 def test_pages_are_stable_while_runs_are_created(server, env, sql, conninfo):
     wf = f"page-{env.tag}"
     existing = [r[0] for r in sql.execute(
-        "SELECT dex.create_runs(%s, %s, array_fill(NULL::jsonb, ARRAY[230]))", (wf, env.wf)).fetchall()]
+        "SELECT id FROM dex.create_runs(%s, %s, array_fill(NULL::jsonb, ARRAY[230]))", (wf, env.wf)).fetchall()]
     stop = threading.Event()
     made = []
 
@@ -21,7 +21,7 @@ def test_pages_are_stable_while_runs_are_created(server, env, sql, conninfo):
         with psycopg.connect(conninfo, autocommit=True) as c:
             while not stop.is_set():
                 made.extend(r[0] for r in c.execute(
-                    "SELECT dex.create_runs(%s, %s, array_fill(NULL::jsonb, ARRAY[7]))", (wf, env.wf)))
+                    "SELECT id FROM dex.create_runs(%s, %s, array_fill(NULL::jsonb, ARRAY[7]))", (wf, env.wf)))
 
     th = threading.Thread(target=insert)
     th.start()
@@ -64,7 +64,7 @@ def test_short_pages_go_on_where_the_search_stopped(env, sql, conninfo, monkeypa
     made = []
     for _ in range(8):      # 8 bursts of 5 runs, 80 ms apart: windows of 50 ms hold one each
         made += [str(r[0]) for r in sql.execute(
-            "SELECT dex.create_runs(%s, %s, array_fill(NULL::jsonb, ARRAY[5]))", (wf, env.wf)).fetchall()]
+            "SELECT id FROM dex.create_runs(%s, %s, array_fill(NULL::jsonb, ARRAY[5]))", (wf, env.wf)).fetchall()]
         time.sleep(0.08)
     sql.execute("ANALYZE dex.workflow_run")
     monkeypatch.setattr(R, "WINDOW_ROWS", 5)

@@ -59,7 +59,18 @@ export interface StartOptions {
   startAt?: Date;
   /** The run ends TIMED_OUT if it has not ended that long after its start. */
   executionTimeout?: Duration;
+  /**
+   * dex 1.7: starts with the same key (for this workflow and queue) while the run the first made
+   * has not started update that run (the last argument wins; its id is returned) and push its
+   * start to `debounce` after the latest, never past `debounceMax` after the first.
+   */
+  debounceKey?: string;
+  debounce?: Duration;
+  debounceMax?: Duration;
 }
+
+/** What became of one event of Client.sendEvents. */
+export type EventOutcome = "DELIVERED" | "DUPLICATE" | "TARGET_ENDED" | "TARGET_NOT_FOUND";
 
 export interface ListOptions {
   workflowName?: string;
@@ -145,13 +156,18 @@ export class Client {
   /** Start a run of `workflow` (a definition or a name); its id. */
   async start<A>(workflow: WorkflowDefinition<A> | string, arg: A | undefined, options: StartOptions): Promise<string> {
     const [name, version] = Client.#workflow(workflow, options.version);
+    // the debounce arguments only when given: an older dex has none
+    const debounce = options.debounceKey === undefined ? "" :
+      ", debounce_key => $12, debounce => make_interval(secs => $13), debounce_max => make_interval(secs => $14)";
     const res = await this.#query(
       "SELECT dex.create_run($1, $2, $3::jsonb, workflow_version => $4, instance_id => $5, priority => $6, " +
       "labels => $7::jsonb, concurrency_key => $8, if_active => $9, start_at => $10, " +
-      "execution_timeout => make_interval(secs => $11)) AS id",
+      "execution_timeout => make_interval(secs => $11)" + debounce + ") AS id",
       [name, options.queue, jsonParam(arg, `the argument of workflow '${name}'`), version, options.instanceId ?? null,
        options.priority ?? 0, jsonParam(options.labels, "labels"), options.concurrencyKey ?? null,
-       options.ifActive ?? "error", options.startAt ?? null, interval(options.executionTimeout)], false);
+       options.ifActive ?? "error", options.startAt ?? null, interval(options.executionTimeout),
+       ...(options.debounceKey === undefined ? [] :
+         [options.debounceKey, interval(options.debounce), interval(options.debounceMax)])], false);
     return res.rows[0].id;
   }
 
@@ -204,6 +220,19 @@ export class Client {
     const res = await this.#query("SELECT dex.send_external_event($1, $2, $3::jsonb) AS ok",
                                   [runId, eventId, jsonParam(payload, `the payload of event '${eventId}'`)]);
     return res.rows[0].ok;
+  }
+
+  /**
+   * Send many external events in one call (dex.send_external_events, dex 1.7): each
+   * [runId, eventId, payload]; the outcome of each, in order, instead of an error.
+   */
+  async sendEvents(events: Array<[string, string, unknown?]>): Promise<EventOutcome[]> {
+    if (events.length === 0) return [];
+    const res = await this.#query(
+      "SELECT outcome FROM dex.send_external_events($1::uuid[], $2::text[], $3::jsonb[])",
+      [events.map((e) => e[0]), events.map((e) => e[1]),
+       events.map((e, i) => jsonParam(e[2], `the payload of event ${i}`))], false);
+    return res.rows.map((r) => r.outcome as EventOutcome);
   }
 
   /**

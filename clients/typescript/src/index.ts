@@ -7,13 +7,13 @@ export type {
   ActivityDefinition, ActivityFunction, ActivityOptions, WorkflowDefinition, WorkflowFunction, WorkflowOptions,
 } from "./definitions.js";
 export {
-  WorkflowContext, DexFuture, ActivityHandle, Timer, EventWait, ChildRun, ContinueAsNew, Replayer, replay,
+  WorkflowContext, DexFuture, ActivityHandle, Timer, EventWait, ChildRun, Signal, ContinueAsNew, Replayer, replay,
 } from "./runtime.js";
-export type { ActivityCallOptions, ChildOptions, ParentClosePolicy, WorkflowLogger } from "./runtime.js";
+export type { ActivityCallOptions, ChildOptions, ParentClosePolicy, SignalOutcome, SignalTarget, WorkflowLogger } from "./runtime.js";
 export { Worker, ActivityContext } from "./worker.js";
 export type { ActivityInfo, WorkerOptions, WorkerStats } from "./worker.js";
 export { Client, TERMINAL, formatHistory } from "./client.js";
-export type { ListOptions, Run, StartOptions } from "./client.js";
+export type { EventOutcome, ListOptions, Run, StartOptions } from "./client.js";
 export { checkJson } from "./convert.js";
 export type { Duration, Json, Message, RetryPolicy } from "./convert.js";
 export * from "./errors.js";

@@ -46,6 +46,7 @@ export const COMMAND_EVENT: Record<string, string> = {
   recordSideEffect: "sideEffectExecuted",
   setCustomStatus: "customStatusSet",
   startChildRun: "childRunCreated",
+  signalExternalRun: "externalRunSignalled",
   completeRun: "runCompleted",
   failRun: "runFailed",
   cancelRun: "runCancelled",
@@ -61,6 +62,7 @@ const KEY_FIELD: Record<string, string> = {
   waitExternalEvent: "eventId", externalEventWaitStarted: "eventId",
   recordSideEffect: "name", sideEffectExecuted: "name",
   startChildRun: "workflowName", childRunCreated: "workflowName",
+  signalExternalRun: "eventId", externalRunSignalled: "eventId",
   recordMarker: "name", markerRecorded: "name",
 };
 
@@ -183,6 +185,32 @@ export class ChildRun<T = any> extends DexFuture<T> {
   constructor(readonly id: number, readonly workflowName: string) {
     super();
   }
+}
+
+/** What became of an external event a workflow sent (ctx.signal). */
+export type SignalOutcome = "DELIVERED" | "DUPLICATE" | "TARGET_ENDED" | "TARGET_NOT_FOUND";
+
+/**
+ * An external event this workflow sent to another run (ctx.signal): resolves, in the next
+ * workflow task, to its outcome.  Awaiting it is optional.  `runId` is the target, once known.
+ */
+export class Signal extends DexFuture<SignalOutcome> {
+  runId: string | undefined;
+  constructor(readonly id: number, readonly eventId: string) {
+    super();
+  }
+}
+
+/** "SIGNAL_OUTCOME_DELIVERED" -> "DELIVERED" */
+function signalOutcome(value: unknown): SignalOutcome {
+  return String(value ?? "").replace(/^SIGNAL_OUTCOME_/, "") as SignalOutcome;
+}
+
+/** The target of ctx.signal: exactly one of runId and instanceId (with its queue, else this run's). */
+export interface SignalTarget {
+  runId?: string;
+  instanceId?: string;
+  queue?: string;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -433,6 +461,35 @@ export class WorkflowContext {
   }
 
   /**
+   * Send the external event `eventId` with `payload` (JSON) to another run, as
+   * dex.send_external_event does: to `target.runId`, or to the active run of
+   * `target.instanceId` on `target.queue` (this run's queue when left out).  Returns at once;
+   * the event is sent in the transaction that records this workflow task, and its outcome is
+   * recorded in the run's history (externalRunSignalled).  Await the returned {@link Signal}
+   * for it ("DELIVERED", "DUPLICATE", "TARGET_ENDED" or "TARGET_NOT_FOUND"); the same on replay.
+   */
+  signal(eventId: string, payload: unknown, target: SignalTarget): Signal {
+    if ((target.runId === undefined) === (target.instanceId === undefined)) {
+      throw new TypeError("ctx.signal: give exactly one of runId and instanceId");
+    }
+    if (target.runId !== undefined && target.queue !== undefined) {
+      throw new TypeError("ctx.signal: a queue tells instance ids apart; a runId needs none");
+    }
+    const body: Message = { eventId: String(eventId) };
+    if (target.runId !== undefined) body.runId = String(target.runId);
+    else {
+      body.instanceId = String(target.instanceId);
+      if (target.queue) body.queue = target.queue;
+    }
+    if (payload !== undefined && payload !== null) body.payload = encode(payload, `the payload of signal '${eventId}'`);
+    const [id, recorded] = this.r.command("signalExternalRun", body);
+    const handle = new Signal(id, String(eventId));
+    if (recorded) handle.runId = recorded.externalRunSignalled?.runId || undefined;
+    this.r.signals.set(id, handle);
+    return handle;
+  }
+
+  /**
    * End this run's history and start over with `arg`.  It throws (never returns); the run
    * continues as new when the workflow function ends, whatever it returns or throws then.
    * The engine refuses it while activities or timers are pending: await or cancel them first.
@@ -547,6 +604,7 @@ export class Replayer {
   readonly pendingActivities = new Map<number, ActivityHandle>();
   readonly timers = new Map<number, Timer | EventWait>();
   readonly children = new Map<number, ChildRun>();
+  readonly signals = new Map<number, Signal>();
   readonly waiters = new Map<string, EventWait[]>();
   readonly received = new Map<string, unknown>();
   /** ctx.patched's answers, per change id. */
@@ -718,6 +776,15 @@ export class Replayer {
         }
         break;
       }
+      case "externalRunSignalResult": {
+        const id = Number(b.externalRunSignalledEventId ?? 0);
+        const sig = this.signals.get(id);
+        if (!sig) break;
+        this.signals.delete(id);
+        sig.runId = b.runId || undefined;
+        sig._resolve(signalOutcome(b.outcome));
+        break;
+      }
       case "runCancelRequested":
         if (this.cancelReason === undefined) {
           this.cancelReason = b.reason ?? "";
@@ -799,6 +866,8 @@ export class Replayer {
       this.matched.add(id);
       const child = this.children.get(id);
       if (child) child.runId = ev.childRunCreated?.runId;
+      const sig = this.signals.get(id);
+      if (sig) sig.runId = ev.externalRunSignalled?.runId || undefined;
     }
     return this.step(task, segments, fresh);
   }
