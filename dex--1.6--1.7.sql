@@ -159,7 +159,7 @@ SET search_path = pg_catalog, pg_temp
 SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
 AS 'MODULE_PATHNAME', 'dex_backfill_schedule';
 COMMENT ON FUNCTION dex.backfill_schedule(text, timestamptz, timestamptz, text) IS
-    'Fire the ticks a schedule has from "from" (included) to "to" (excluded), at most 1000, one after another now, under its overlap policy or the one given: a row per tick with the run started (NULL if the policy started none).';
+    'Fire the ticks of a schedule''s cron expression or interval from "from" (included) to "to" (excluded), whatever its start_at and end_at, at most 1000, one after another now, under its overlap policy or the one given: a row per tick with the run started (NULL if the policy started none).';
 
 CREATE FUNCTION dex.schedule_next_times(name text, n integer DEFAULT 10)
 RETURNS SETOF timestamptz

@@ -454,6 +454,8 @@ dex_backfill_schedule(PG_FUNCTION_ARGS)
 	SPI_connect();
 	dex_wait_for_rebuild();
 	s = dex_schedule_load(name, true);
+	/* the ticks the expression has in the range, whatever start_at and end_at */
+	s->unbounded = true;
 	for (TimestampTz t = dex_schedule_tick_after(s, from - 1); t != DT_NOEND && t < to;
 		 t = dex_schedule_tick_after(s, t))
 	{
@@ -479,6 +481,7 @@ dex_backfill_schedule(PG_FUNCTION_ARGS)
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, outnulls);
 		MemoryContextSwitchTo(old);
 	}
+	s->unbounded = false;
 	dex_schedule_save(s, DT_NOEND);
 	SPI_finish();
 	return (Datum) 0;

@@ -253,6 +253,7 @@ typedef struct DexSchedule
 	int64		jitter_us;
 	TimestampTz start_at;		/* DT_NOBEGIN: none */
 	TimestampTz end_at;			/* DT_NOEND: none */
+	bool		unbounded;		/* ticks before start_at and after end_at too */
 	bool		paused;
 	Jsonb	   *labels;
 	TimestampTz next_tick;		/* DT_NOEND: none */

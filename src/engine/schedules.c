@@ -213,8 +213,8 @@ dex_schedule_load(const char *name, bool lock)
 #define UNIX_EPOCH_TS ((TimestampTz) (UNIX_EPOCH_JDATE - POSTGRES_EPOCH_JDATE) * USECS_PER_DAY)
 
 /*
- * The schedule's first tick after "after", from start_at to end_at;
- * DT_NOEND if there is none.
+ * The schedule's first tick after "after", from start_at to end_at (or
+ * at any time if s->unbounded, for a backfill); DT_NOEND if there is none.
  */
 TimestampTz
 dex_schedule_tick_after(const DexSchedule *s, TimestampTz after)
@@ -223,7 +223,7 @@ dex_schedule_tick_after(const DexSchedule *s, TimestampTz after)
 
 	if (after == DT_NOEND)
 		return DT_NOEND;
-	if (s->start_at != DT_NOBEGIN && after < s->start_at)
+	if (!s->unbounded && s->start_at != DT_NOBEGIN && after < s->start_at)
 		after = s->start_at - 1;
 	if (s->cron_text)
 	{
@@ -233,17 +233,14 @@ dex_schedule_tick_after(const DexSchedule *s, TimestampTz after)
 	else
 	{
 		TimestampTz anchor = s->start_at != DT_NOBEGIN ? s->start_at : UNIX_EPOCH_TS;
+		int64		diff = after - anchor;
+		int64		q = diff / s->every_us;
 
-		if (after < anchor)
-			tick = anchor;
-		else
-		{
-			int64		k = (after - anchor) / s->every_us + 1;
-
-			tick = anchor + k * s->every_us;
-		}
+		if (diff < 0 && diff % s->every_us != 0)
+			q--;				/* floor */
+		tick = anchor + (q + 1) * s->every_us;
 	}
-	return s->end_at != DT_NOEND && tick > s->end_at ? DT_NOEND : tick;
+	return !s->unbounded && s->end_at != DT_NOEND && tick > s->end_at ? DT_NOEND : tick;
 }
 
 /* When the tick fires: the tick plus the schedule's jitter for it */
