@@ -1482,7 +1482,7 @@ CREATE TABLE dex.schedule (
     queue_id         integer NOT NULL,
     cron             text,
     every            interval,
-    argument         jsonb,
+    argument         bytea,
     timezone         text NOT NULL,
     overlap          text NOT NULL
                      CHECK (overlap IN ('skip', 'buffer_one', 'allow_all', 'cancel_other', 'terminate_other')),
@@ -1626,7 +1626,8 @@ COMMENT ON FUNCTION dex.schedule_next_times(text, integer) IS
 
 CREATE VIEW dex.schedules AS
 SELECT s.name, s.workflow_name, s.workflow_version, q.name AS queue, s.cron, s.every, s.timezone,
-       s.overlap, s.catchup_window, s.jitter, s.start_at, s.end_at, s.paused, s.note, s.argument,
+       s.overlap, s.catchup_window, s.jitter, s.start_at, s.end_at, s.paused, s.note,
+       dex.payload_value(s.argument) AS argument,
        s.labels, s.next_tick, CASE WHEN NOT s.paused THEN s.next_fire_at END AS next_fire_at,
        s.buffered_tick, s.last_tick, s.last_run_id, r.status AS last_run_status,
        s.runs_started, s.skipped_overlap, s.skipped_missed,

@@ -115,9 +115,21 @@ static DexPlan insert_plan = {
 	"argument, timezone, overlap, catchup_window, jitter, start_at, end_at, paused, labels) "
 	"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) "
 	"ON CONFLICT (name) DO NOTHING RETURNING id",
-	15, {TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INTERVALOID, JSONBOID, TEXTOID, TEXTOID,
+	15, {TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID, INTERVALOID, BYTEAOID, TEXTOID, TEXTOID,
 	INTERVALOID, INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, JSONBOID}
 };
+
+/* The run argument "arg" (jsonb) as the encoded payload a schedule keeps, size checked; or NULL */
+static bytea *
+encoded_argument(FunctionCallInfo fcinfo, int arg)
+{
+	Dex__V1__Payload *payload;
+
+	if (PG_ARGISNULL(arg))
+		return NULL;
+	payload = dex_payload_from_jsonb(PG_GETARG_JSONB_P(arg));
+	return dex_pb_pack_bytea((ProtobufCMessage *) payload);
+}
 
 /*
  * dex.create_schedule(name, workflow, queue, cron, every, argument, version,
@@ -137,7 +149,6 @@ dex_create_schedule(PG_FUNCTION_ARGS)
 	s->workflow_name = dex_arg_name(fcinfo, 1, "workflow name");
 	queue_name = dex_arg_name(fcinfo, 2, "queue");
 	set_cron_or_every(s, fcinfo, 3, true);
-	s->argument = PG_ARGISNULL(5) ? NULL : PG_GETARG_JSONB_P(5);
 	s->workflow_version = dex_arg_int32(fcinfo, 6, "workflow version");
 	if (s->workflow_version < 1)
 		ereport(ERROR,
@@ -160,8 +171,7 @@ dex_create_schedule(PG_FUNCTION_ARGS)
 	s->next_tick = s->buffered_tick = s->last_tick = DT_NOEND;
 
 	SPI_connect();
-	if (s->argument)
-		(void) dex_payload_from_jsonb(s->argument);	/* its size is checked */
+	s->argument = encoded_argument(fcinfo, 5);
 	s->queue_id = workflow_queue(queue_name);
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = CStringGetTextDatum(s->name);
@@ -180,6 +190,8 @@ dex_create_schedule(PG_FUNCTION_ARGS)
 	nulls[11] = s->start_at == DT_NOBEGIN ? 'n' : ' ';
 	values[12] = TimestampTzGetDatum(s->end_at);
 	nulls[12] = s->end_at == DT_NOEND ? 'n' : ' ';
+	values[6] = s->argument ? PointerGetDatum(s->argument) : (Datum) 0;
+	nulls[6] = s->argument ? ' ' : 'n';
 	dex_spi_exec(&insert_plan, values, nulls, 0);
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -204,7 +216,7 @@ static DexPlan alter_plan = {
 	"UPDATE dex.schedule SET cron = $2, every = $3, argument = $4, workflow_version = $5, "
 	"timezone = $6, overlap = $7, catchup_window = $8, jitter = $9, start_at = $10, end_at = $11, "
 	"labels = $12, workflow_name = $13, queue_id = $14 WHERE id = $1",
-	14, {INT4OID, TEXTOID, INTERVALOID, JSONBOID, INT4OID, TEXTOID, TEXTOID, INTERVALOID,
+	14, {INT4OID, TEXTOID, INTERVALOID, BYTEAOID, INT4OID, TEXTOID, TEXTOID, INTERVALOID,
 	INTERVALOID, TIMESTAMPTZOID, TIMESTAMPTZOID, JSONBOID, TEXTOID, INT4OID}
 };
 
@@ -237,10 +249,7 @@ dex_alter_schedule(PG_FUNCTION_ARGS)
 	timing = !PG_ARGISNULL(1) || !PG_ARGISNULL(2) || !PG_ARGISNULL(5) || !PG_ARGISNULL(8) ||
 		!PG_ARGISNULL(9) || !PG_ARGISNULL(10);
 	if (!PG_ARGISNULL(3))
-	{
-		s->argument = PG_GETARG_JSONB_P(3);
-		(void) dex_payload_from_jsonb(s->argument);
-	}
+		s->argument = encoded_argument(fcinfo, 3);
 	if (!PG_ARGISNULL(4))
 	{
 		s->workflow_version = PG_GETARG_INT32(4);
@@ -278,7 +287,7 @@ dex_alter_schedule(PG_FUNCTION_ARGS)
 	nulls[1] = s->cron_text ? ' ' : 'n';
 	values[2] = s->cron_text ? (Datum) 0 : usecs_interval(s->every_us);
 	nulls[2] = s->cron_text ? 'n' : ' ';
-	values[3] = s->argument ? JsonbPGetDatum(s->argument) : (Datum) 0;
+	values[3] = s->argument ? PointerGetDatum(s->argument) : (Datum) 0;
 	nulls[3] = s->argument ? ' ' : 'n';
 	values[4] = Int32GetDatum(s->workflow_version);
 	values[5] = CStringGetTextDatum(s->timezone);

@@ -245,7 +245,7 @@ typedef struct DexSchedule
 	char	   *cron_text;		/* NULL: every */
 	DexCron		cron;
 	int64		every_us;
-	Jsonb	   *argument;
+	bytea	   *argument;		/* an encoded dex.v1.Payload, or NULL */
 	char	   *timezone;
 	struct pg_tz *tz;
 	char	   *overlap;

@@ -168,7 +168,8 @@ schedule_from_row(DexRows rows, uint64 row)
 	s->cron_text = dex_rows_gettext_copy(rows, row, 6);
 	d = dex_rows_getdatum(rows, row, 7, &isnull);
 	s->every_us = isnull ? 0 : dex_fixed_interval_usecs(DatumGetIntervalP(d), "every");
-	s->argument = getjsonb(rows, row, 8);
+	d = dex_rows_getdatum(rows, row, 8, &isnull);
+	s->argument = isnull ? NULL : dex_rows_getbytea_copy(rows, row, 8);
 	s->timezone = dex_rows_gettext_copy(rows, row, 9);
 	s->overlap = dex_rows_gettext_copy(rows, row, 10);
 	s->catchup_us = dex_fixed_interval_usecs(DatumGetIntervalP(dex_rows_getdatum(rows, row, 11, &isnull)),
@@ -338,7 +339,6 @@ start_run(DexSchedule *s, TimestampTz tick)
 	pg_uuid_t  *run_id = dex_new_uuid();
 	char	   *tick_str = tick_text(tick);
 	char	   *instance_id = psprintf("%s@%s", s->name, tick_str);
-	Dex__V1__Payload *payload = dex_payload_from_jsonb(s->argument);
 	Datum		values[7];
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	Datum		sr[3];
@@ -351,8 +351,9 @@ start_run(DexSchedule *s, TimestampTz tick)
 	values[3] = Int32GetDatum(s->queue_id);
 	values[4] = CStringGetTextDatum(instance_id);
 	values[5] = JsonbPGetDatum(run_labels(s, tick_str));
-	values[6] = payload ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) payload)) : (Datum) 0;
-	nulls[6] = payload ? ' ' : 'n';
+	/* stored: checked when it came in (dex.max_payload_size may have been lowered since) */
+	values[6] = s->argument ? PointerGetDatum(s->argument) : (Datum) 0;
+	nulls[6] = s->argument ? ' ' : 'n';
 	dex_spi_exec(&insert_run_plan, values, nulls, 0);
 	dex_insert_first_task(run_id, s->queue_id, 0);
 
