@@ -2,7 +2,7 @@
 # The dex benchmark (`make bench`): builds and installs dex, builds bench/dexbench, starts a
 # throwaway PostgreSQL 15 cluster (test/lib.sh; stopped however this script exits), runs the
 # workloads W1..W9 and S1 and prints one markdown table. What each workload does and how each figure is
-# computed: bench/README.md. Takes about 7 minutes on a 2-core machine (budget: 10).
+# computed: bench/README.md. Takes about 10 minutes on a 2-core machine (S1 alone: 2.5).
 #
 # Server settings (on top of test/lib.sh's: Unix socket only, max_worker_processes = 16):
 #   fsync = on, synchronous_commit = on    durable commits: every transaction waits for its WAL
