@@ -199,6 +199,27 @@ SELECT runs_started, last_run_status FROM dex.schedules WHERE name = 'sch-ov';
 SELECT count(*) AS active_runs_known FROM dex.schedule_run sr JOIN dex.schedule s ON s.id = sr.schedule_id
  WHERE s.name = 'sch-ov';
 
+-- 5b. The policies when the scheduler fires the ticks (every second, no worker: runs stay active)
+SELECT count(dex.create_schedule('sch-pol-' || p, 'pol', 'sch-wf', every => '1 second', overlap => p))
+  FROM unnest('{skip,buffer_one,cancel_other,terminate_other}'::text[]) p;
+SELECT pg_temp.wait_until($$SELECT bool_and(runs_started + skipped_overlap >= 3) AND count(*) = 4
+                              FROM dex.schedule WHERE name LIKE 'sch-pol-%'$$);
+SELECT count(dex.pause_schedule(name)) FROM dex.schedules WHERE name LIKE 'sch-pol-%';
+-- skip: one run, the other ticks skipped; buffer_one: one run, a tick kept, the others skipped
+SELECT name, runs_started, skipped_overlap >= 1 AS skipped, buffered_tick IS NOT NULL AS buffered
+  FROM dex.schedules WHERE name IN ('sch-pol-skip', 'sch-pol-buffer_one') ORDER BY name;
+-- cancel_other and terminate_other: each tick ended the run before it (a CREATED run is
+-- cancelled at once): only the last run is active
+SELECT s.name, s.runs_started >= 3 AS ticked,
+       count(*) FILTER (WHERE r.status = 'CREATED') AS active,
+       count(*) FILTER (WHERE r.status IN ('CANCELLED', 'TERMINATED')) = s.runs_started - 1 AS others_ended,
+       string_agg(DISTINCT r.status, ',' ORDER BY r.status) AS statuses,
+       bool_and(r.id = s.last_run_id) FILTER (WHERE r.status = 'CREATED') AS last_is_active
+  FROM dex.schedules s JOIN dex.workflow_run r ON r.labels->>'dex.schedule' = s.name
+ WHERE s.name IN ('sch-pol-cancel_other', 'sch-pol-terminate_other')
+ GROUP BY s.name, s.runs_started, s.last_run_id ORDER BY s.name;
+SELECT skipped_overlap, skipped_missed FROM dex.schedules WHERE name = 'sch-pol-terminate_other';
+
 -- 6. Catch-up: a schedule whose start_at is in the past has missed the ticks since then;
 -- those within catchup_window fire (under the overlap policy), older ones are counted
 SELECT dex.create_schedule('sch-catchup-skip', 'cu', 'sch-wf', every => '1 minute',
