@@ -1507,6 +1507,7 @@ CREATE TABLE dex.schedule (
     CHECK ((cron IS NULL) <> (every IS NULL))
 );
 CREATE INDEX schedule_due ON dex.schedule (due_at) WHERE due_at IS NOT NULL;
+CREATE INDEX schedule_buffered ON dex.schedule (id) WHERE buffered_tick IS NOT NULL;
 COMMENT ON TABLE dex.schedule IS
     'Schedules: a workflow started at the ticks of a cron expression (in a time zone) or every interval, by the scheduler worker. Written by the dex.*_schedule functions and the scheduler only.';
 

@@ -192,7 +192,7 @@ SELECT lock_version AS v FROM dex.poll_tasks('sch-wf', 'w') WHERE run_id = :'r4'
 SELECT dex.complete_task(:'r4', 0, :v, '[]');
 SELECT dex.trigger_schedule('sch-ov', overlap => 'cancel_other') AS r5 \gset
 SELECT status, cancel_requested FROM dex.workflow_run WHERE id = :'r4';
--- the buffered tick starts when the runs before it have ended (the scheduler looks every second)
+-- the buffered tick starts when the runs before it have ended (their end wakes the scheduler)
 SELECT dex.terminate_run(:'r4', 'done'), dex.terminate_run(:'r5', 'done');
 SELECT pg_temp.wait_until($$SELECT buffered_tick IS NULL FROM dex.schedule WHERE name = 'sch-ov'$$);
 SELECT runs_started, last_run_status FROM dex.schedules WHERE name = 'sch-ov';

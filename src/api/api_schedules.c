@@ -205,7 +205,7 @@ dex_create_schedule(PG_FUNCTION_ARGS)
 	 * else the first after now.
 	 */
 	s->next_tick = dex_schedule_tick_after(s, s->start_at != DT_NOBEGIN ? s->start_at - 1 : now);
-	dex_schedule_save(s, DT_NOEND);
+	dex_schedule_save(s, DT_NOEND, false);
 	SPI_finish();
 	if (s->paused || s->next_tick == DT_NOEND)
 		PG_RETURN_NULL();
@@ -307,7 +307,7 @@ dex_alter_schedule(PG_FUNCTION_ARGS)
 	/* new timing: the ticks count afresh from now */
 	if (timing)
 		s->next_tick = dex_schedule_tick_after(s, GetCurrentTransactionStartTimestamp());
-	dex_schedule_save(s, DT_NOEND);
+	dex_schedule_save(s, DT_NOEND, false);
 	SPI_finish();
 	if (s->paused || s->next_tick == DT_NOEND)
 		PG_RETURN_NULL();
@@ -339,7 +339,7 @@ set_paused(FunctionCallInfo fcinfo, bool paused)
 	if (s->paused && !paused)
 		s->next_tick = dex_schedule_tick_after(s, GetCurrentTransactionStartTimestamp());
 	s->paused = paused;
-	dex_schedule_save(s, DT_NOEND);
+	dex_schedule_save(s, DT_NOEND, false);
 	SPI_finish();
 	return paused || s->next_tick == DT_NOEND ? DT_NOEND : dex_schedule_fire_time(s, s->next_tick);
 }
@@ -419,7 +419,7 @@ dex_trigger_schedule(PG_FUNCTION_ARGS)
 	s = dex_schedule_load(name, true);
 	run_id = dex_schedule_fire(s, GetCurrentTransactionStartTimestamp(),
 							   overlap ? overlap : s->overlap, false, &buffered, &postponed);
-	dex_schedule_save(s, DT_NOEND);
+	dex_schedule_save(s, DT_NOEND, false);
 	if (run_id)
 	{
 		result = MemoryContextAlloc(outer, sizeof(pg_uuid_t));
@@ -491,7 +491,7 @@ dex_backfill_schedule(PG_FUNCTION_ARGS)
 		MemoryContextSwitchTo(old);
 	}
 	s->unbounded = false;
-	dex_schedule_save(s, DT_NOEND);
+	dex_schedule_save(s, DT_NOEND, false);
 	SPI_finish();
 	return (Datum) 0;
 }

@@ -275,7 +275,7 @@ extern TimestampTz dex_schedule_tick_after(const DexSchedule *s, TimestampTz aft
 extern TimestampTz dex_schedule_fire_time(const DexSchedule *s, TimestampTz tick);
 extern pg_uuid_t *dex_schedule_fire(DexSchedule *s, TimestampTz tick, const char *overlap,
 									bool nowait, bool *buffered, bool *postponed);
-extern void dex_schedule_save(DexSchedule *s, TimestampTz retry_at);
+extern void dex_schedule_save(DexSchedule *s, TimestampTz retry_at, bool by_scheduler);
 extern int	dex_fire_schedules(int limit);
 
 /* attempts.c: attempts that did not succeed (1.4) */

@@ -11,9 +11,9 @@
  * (a hash, so a pass that is retried, or the next scheduler after a crash,
  * computes the same).  next_tick is the first tick not yet handled;
  * next_fire_at its fire time; due_at when the scheduler must look at the
- * schedule (the fire time, or a little later than now while a buffered tick
- * waits for the active run to end); the scheduler sleeps until the
- * earliest due_at of all schedules (workers/scheduler.c).
+ * schedule (the fire time, sooner to retry); the scheduler sleeps until the
+ * earliest due_at of all schedules (workers/scheduler.c), or until a commit
+ * ends a run a buffered tick waits for.
  *
  * Firing a tick, in the transaction that moves next_tick past it (so a
  * crash before the commit fires it again, and one after it does not):
@@ -22,8 +22,9 @@
  *	  - the runs the schedule started that are still active
  *		(dex.schedule_run, whose rows of ended runs go first) decide by the
  *		overlap policy: skip (count it, skipped_overlap), buffer_one (keep
- *		one tick, dex.schedule.buffered_tick, to start when they have ended;
- *		a second one is skipped), allow_all (start anyway), cancel_other
+ *		one tick, dex.schedule.buffered_tick, to start when they have ended:
+ *		the scheduler watches their end in shared memory, so the commit that
+ *		ends the last one wakes it; a second tick is skipped), allow_all (start anyway), cancel_other
  *		(ask them to cancel, start at once), terminate_other (terminate
  *		them, start);
  *	  - a run starts as dex.create_run would start it, with the instance id
@@ -54,10 +55,10 @@
 
 #include "engine/engine.h"
 
-/* a buffered tick's run is looked for this often while it is active */
-#define BUFFER_RECHECK_MS 1000
 /* how soon to look again at a schedule whose active run another transaction holds */
 #define LOCKED_RETRY_MS 100
+/* the most schedules with a buffered tick a pass looks at (the others wait for their next tick) */
+#define MAX_BUFFERED 10000
 /* the most ticks one schedule fires (or counts as missed, for cron) per pass */
 #define MAX_TICKS_PER_PASS 10000
 
@@ -443,13 +444,14 @@ static DexPlan save_plan = {
 
 /*
  * Write the schedule's state: next_tick and what follows from it
- * (next_fire_at; due_at, sooner for a buffered tick; NULL while paused),
- * the buffered tick, the last run and the counters.  "retry_at", if not
- * DT_NOEND, is when to look again at once.  The scheduler is woken at
- * commit if due_at is before it would wake.
+ * (next_fire_at; due_at, NULL while paused), the buffered tick, the last
+ * run and the counters.  "retry_at", if not DT_NOEND, is when to look again
+ * at once.  The scheduler is woken at commit if due_at is before it would
+ * wake, and, when an API call leaves a buffered tick, at once: it watches
+ * the end of the runs the tick waits for (see start_buffered).
  */
 void
-dex_schedule_save(DexSchedule *s, TimestampTz retry_at)
+dex_schedule_save(DexSchedule *s, TimestampTz retry_at, bool by_scheduler)
 {
 	Datum		values[10];
 	char		nulls[10];
@@ -457,13 +459,8 @@ dex_schedule_save(DexSchedule *s, TimestampTz retry_at)
 	TimestampTz due = fire;
 
 	memset(nulls, ' ', sizeof(nulls));
-	if (s->buffered_tick != DT_NOEND)
-	{
-		TimestampTz recheck = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), BUFFER_RECHECK_MS);
-
-		if (recheck < due)
-			due = recheck;
-	}
+	if (!by_scheduler && s->buffered_tick != DT_NOEND && !s->paused)
+		dex_wake_scheduler_at_commit(DT_NOBEGIN);
 	if (retry_at < due)
 		due = retry_at;
 	if (s->paused)
@@ -485,6 +482,38 @@ dex_schedule_save(DexSchedule *s, TimestampTz retry_at)
 }
 
 /*
+ * The scheduler's look at a schedule with a buffered tick: the tick starts
+ * if the runs it waits for have ended (true: the schedule changed).  If
+ * they are active, the scheduler watches their end (wakeup.c: the commit
+ * that ends one sets its latch) and then looks again, in a new snapshot, so
+ * that an end that committed in between is not missed: no polling.
+ */
+static bool
+start_buffered(DexSchedule *s)
+{
+	DexRows		active = active_runs(s);
+	TimestampTz tick = s->buffered_tick;
+
+	if (active.n > 0)
+	{
+		pg_uuid_t  *ids = palloc(sizeof(pg_uuid_t) * active.n);
+
+		for (uint64 i = 0; i < active.n; i++)
+		{
+			bool		isnull;
+
+			memcpy(&ids[i], DatumGetUUIDP(dex_rows_getdatum(active, i, 1, &isnull)), sizeof(pg_uuid_t));
+		}
+		dex_scheduler_watch_runs(ids, (int) active.n);
+		if (active_runs(s).n > 0)
+			return false;
+	}
+	s->buffered_tick = DT_NOEND;
+	start_run(s, tick);
+	return true;
+}
+
+/*
  * A due schedule, as the scheduler handles it at "now": the buffered tick
  * starts if the runs before it have ended; the ticks whose fire time has
  * come fire, or are counted as missed if older than catchup_window.
@@ -496,17 +525,7 @@ run_due_schedule(DexSchedule *s, TimestampTz now)
 	int			n = 0;
 
 	if (s->buffered_tick != DT_NOEND)
-	{
-		DexRows		active = active_runs(s);
-
-		if (active.n == 0)
-		{
-			TimestampTz tick = s->buffered_tick;
-
-			s->buffered_tick = DT_NOEND;
-			start_run(s, tick);
-		}
-	}
+		(void) start_buffered(s);
 
 	/* missed ticks, counted (for "every", at once) */
 	if (s->next_tick != DT_NOEND && dex_schedule_fire_time(s, s->next_tick) < now - s->catchup_us &&
@@ -548,7 +567,7 @@ run_due_schedule(DexSchedule *s, TimestampTz now)
 	}
 	if (n > MAX_TICKS_PER_PASS)
 		retry_at = now;
-	dex_schedule_save(s, retry_at);
+	dex_schedule_save(s, retry_at, true);
 }
 
 /* due schedules, locked (SKIP LOCKED: one another transaction holds waits for a later pass) */
@@ -558,18 +577,38 @@ static DexPlan due_plan = {
 	1, {INT4OID}
 };
 
+/* schedules with a buffered tick (SKIP LOCKED: an API call that holds one wakes us when it commits) */
+static DexPlan buffered_plan = {
+	"SELECT " SCHEDULE_COLS " FROM dex.schedule s "
+	"WHERE s.buffered_tick IS NOT NULL AND NOT s.paused ORDER BY s.id LIMIT $1 FOR UPDATE SKIP LOCKED",
+	1, {INT4OID}
+};
+
 /*
- * The scheduler's pass over due schedules: up to "limit" of them.  Returns
- * how many were read (a full batch means more may be due).
+ * The scheduler's pass over schedules: the buffered ticks whose runs have
+ * ended start (the others' runs are watched anew), and up to "limit" due
+ * schedules fire.  Returns how many were read (a full batch means more may
+ * be due).
  */
 int
 dex_fire_schedules(int limit)
 {
 	Datum		values[1] = {Int32GetDatum(limit)};
-	DexRows		due = dex_spi_rows(&due_plan, values, NULL, 0);
+	Datum		buffered_limit[1] = {Int32GetDatum(MAX_BUFFERED)};
+	DexRows		rows;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 
-	for (uint64 i = 0; i < due.n; i++)
-		run_due_schedule(schedule_from_row(due, i), now);
-	return (int) due.n;
+	dex_scheduler_watch_runs(NULL, -1);
+	rows = dex_spi_rows(&buffered_plan, buffered_limit, NULL, 0);
+	for (uint64 i = 0; i < rows.n; i++)
+	{
+		DexSchedule *s = schedule_from_row(rows, i);
+
+		if (start_buffered(s))
+			dex_schedule_save(s, DT_NOEND, true);
+	}
+	rows = dex_spi_rows(&due_plan, values, NULL, 0);
+	for (uint64 i = 0; i < rows.n; i++)
+		run_due_schedule(schedule_from_row(rows, i), now);
+	return (int) rows.n;
 }

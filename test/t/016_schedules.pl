@@ -4,6 +4,8 @@
 #      fire time (the naptime is left at its default of 10 minutes, so nothing
 #      but that wakes it), and each run's creation is at most 1 s after its
 #      tick.  The figures are printed.
+#      A buffer_one schedule's kept tick starts within 200 ms of the end of
+#      the run before it (the commit that ends it wakes the scheduler).
 #   2. No double start across crashes: 50 schedules every second (allow_all,
 #      so that each tick starts a run) while the scheduler is killed with
 #      SIGKILL (the server restarts) three times and the server is stopped
@@ -84,6 +86,30 @@ is($node->safe_psql('postgres', q{
 	SELECT count(*) FROM dex.workflow_run
 	 WHERE labels->>'dex.schedule' = 'cron-minute' AND extract(second FROM (labels->>'dex.tick')::timestamptz) <> 0}),
 	'0', 'the cron ticks are on the minute');
+
+# a buffered tick starts as soon as the run before it ends: the commit that ends the run
+# wakes the scheduler (it watches the run's end in shared memory), no polling
+$node->safe_psql('postgres', q{
+	SELECT dex.create_schedule('buffered', 'buf', 'wf', every => '1 hour', start_at => '2030-01-01',
+	                           overlap => 'buffer_one');
+	SELECT dex.trigger_schedule('buffered');
+});
+$node->safe_psql('postgres', q{SELECT dex.trigger_schedule('buffered')});
+is($node->safe_psql('postgres', q{SELECT buffered_tick IS NOT NULL FROM dex.schedule WHERE name = 'buffered'}),
+	't', 'a tick is kept while the run is active');
+usleep(1_500_000);		# the scheduler is asleep, watching
+$node->safe_psql('postgres', q{
+	SELECT dex.terminate_run(last_run_id, 'done') FROM dex.schedule WHERE name = 'buffered'});
+$node->poll_query_until('postgres', q{SELECT runs_started = 2 FROM dex.schedule WHERE name = 'buffered'})
+  or die 'the buffered tick did not start';
+my $gap = $node->safe_psql('postgres', q{
+	SELECT round(extract(epoch FROM b.created_at - a.completed_at) * 1000, 1)
+	  FROM dex.workflow_run a, dex.workflow_run b
+	 WHERE a.labels->>'dex.schedule' = 'buffered' AND a.status = 'TERMINATED'
+	   AND b.labels->>'dex.schedule' = 'buffered' AND b.status = 'CREATED'});
+diag("buffer_one: the buffered run started $gap ms after the run before it ended");
+cmp_ok($gap, '<', 200, 'the buffered tick started at once when the run before it ended');
+$node->safe_psql('postgres', q{SELECT dex.pause_schedule('buffered')});
 
 # ---- 2. no double start across crashes
 $node->safe_psql('postgres', q{
