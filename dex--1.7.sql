@@ -1518,3 +1518,211 @@ COMMENT ON FUNCTION dex.send_external_events(uuid[], text[], jsonb[]) IS
     'Send many external events in one call (as dex.send_external_event): event_ids[i] with payloads[i] to run_ids[i]; one row per event, in order, with its outcome: DELIVERED, DUPLICATE (the run received an event with this id before: dropped), TARGET_ENDED or TARGET_NOT_FOUND (delivered false) instead of an error.';
 REVOKE ALL ON FUNCTION dex.send_external_events(uuid[], text[], jsonb[]) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION dex.send_external_events(uuid[], text[], jsonb[]) TO dex_client;
+
+/* ---- Schedules (1.7) ---- */
+/*
+ * A schedule starts runs of a workflow at the ticks of a cron expression in
+ * a time zone, or every fixed interval (src/util/cron.c,
+ * src/engine/schedules.c).  The scheduler background worker fires each tick
+ * at its due time (the tick plus the schedule's deterministic jitter) in the
+ * transaction that advances the schedule, so a tick starts at most one run
+ * whatever crashes; the run's instance id is derived from the schedule and
+ * the tick.  next_tick is the next tick not yet handled (NULL: the schedule
+ * has ended), next_fire_at when it fires (next_tick plus jitter), due_at
+ * when the scheduler looks at the schedule next (the fire time, or sooner
+ * to start a buffered tick; NULL while paused or ended): the scheduler
+ * sleeps until the earliest.
+ */
+CREATE TABLE dex.schedule (
+    id               integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    name             text NOT NULL UNIQUE,
+    workflow_name    text NOT NULL,
+    workflow_version integer NOT NULL,
+    queue_id         integer NOT NULL,
+    cron             text,
+    every            interval,
+    argument         bytea,
+    timezone         text NOT NULL,
+    overlap          text NOT NULL
+                     CHECK (overlap IN ('skip', 'buffer_one', 'allow_all', 'cancel_other', 'terminate_other')),
+    catchup_window   interval NOT NULL,
+    jitter           interval NOT NULL,
+    start_at         timestamptz,
+    end_at           timestamptz,
+    paused           boolean NOT NULL DEFAULT false,
+    note             text,
+    labels           jsonb,
+    next_tick        timestamptz,
+    next_fire_at     timestamptz,
+    due_at           timestamptz,
+    buffered_tick    timestamptz,
+    last_tick        timestamptz,
+    last_run_id      uuid,
+    runs_started     bigint NOT NULL DEFAULT 0,
+    skipped_overlap  bigint NOT NULL DEFAULT 0,
+    skipped_missed   bigint NOT NULL DEFAULT 0,
+    created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    updated_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CHECK ((cron IS NULL) <> (every IS NULL))
+);
+CREATE INDEX schedule_due ON dex.schedule (due_at) WHERE due_at IS NOT NULL;
+CREATE INDEX schedule_buffered ON dex.schedule (id) WHERE buffered_tick IS NOT NULL;
+COMMENT ON TABLE dex.schedule IS
+    'Schedules: a workflow started at the ticks of a cron expression (in a time zone) or every interval, by the scheduler worker. Written by the dex.*_schedule functions and the scheduler only.';
+
+-- The runs a schedule started that may still be active: what its overlap
+-- policy looks at.  Rows of runs that ended are removed when the schedule
+-- next looks (schedules.c).
+CREATE TABLE dex.schedule_run (
+    schedule_id integer NOT NULL,
+    run_id      uuid NOT NULL,
+    tick        timestamptz NOT NULL,
+    PRIMARY KEY (schedule_id, run_id)
+);
+COMMENT ON TABLE dex.schedule_run IS
+    'The runs each schedule started that may still be active (its overlap policy looks at them); rows of ended runs go when the schedule next fires.';
+REVOKE ALL ON dex.schedule, dex.schedule_run FROM PUBLIC;
+
+CREATE FUNCTION dex.create_schedule(
+    name text,
+    workflow text,
+    queue text,
+    cron text DEFAULT NULL,
+    every interval DEFAULT NULL,
+    argument jsonb DEFAULT NULL,
+    version integer DEFAULT 1,
+    timezone text DEFAULT 'UTC',
+    overlap text DEFAULT 'skip',
+    catchup_window interval DEFAULT '1 minute',
+    jitter interval DEFAULT '0',
+    start_at timestamptz DEFAULT NULL,
+    end_at timestamptz DEFAULT NULL,
+    paused boolean DEFAULT false,
+    labels jsonb DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_create_schedule';
+COMMENT ON FUNCTION dex.create_schedule(text, text, text, text, interval, jsonb, integer, text, text, interval, interval, timestamptz, timestamptz, boolean, jsonb) IS
+    'Create a schedule that starts runs of a workflow on a workflow queue at the ticks of a five-field cron expression (or @hourly-style shorthand) in a time zone, or every fixed interval (from start_at, else from 1970-01-01 UTC); overlap (skip, buffer_one, allow_all, cancel_other, terminate_other) decides what a tick does while a run it started is active; ticks missed by more than catchup_window are skipped and counted; jitter delays each tick by a deterministic amount below it. Returns the next fire time (NULL if paused or none).';
+
+CREATE FUNCTION dex.alter_schedule(
+    name text,
+    cron text DEFAULT NULL,
+    every interval DEFAULT NULL,
+    argument jsonb DEFAULT NULL,
+    version integer DEFAULT NULL,
+    timezone text DEFAULT NULL,
+    overlap text DEFAULT NULL,
+    catchup_window interval DEFAULT NULL,
+    jitter interval DEFAULT NULL,
+    start_at timestamptz DEFAULT NULL,
+    end_at timestamptz DEFAULT NULL,
+    labels jsonb DEFAULT NULL,
+    workflow text DEFAULT NULL,
+    queue text DEFAULT NULL)
+RETURNS timestamptz
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_alter_schedule';
+COMMENT ON FUNCTION dex.alter_schedule(text, text, interval, jsonb, integer, text, text, interval, interval, timestamptz, timestamptz, jsonb, text, text) IS
+    'Change a schedule; NULL leaves a setting as it is (a cron replaces an every and the reverse; start_at => ''-infinity'' and end_at => ''infinity'' remove them). The next tick is computed afresh from now. Returns the next fire time.';
+
+CREATE FUNCTION dex.pause_schedule(name text, note text DEFAULT NULL)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_pause_schedule';
+COMMENT ON FUNCTION dex.pause_schedule(text, text) IS
+    'Pause a schedule, with an optional note saying why: its ticks start nothing until it is unpaused (they are not caught up).';
+
+CREATE FUNCTION dex.unpause_schedule(name text)
+RETURNS timestamptz
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_unpause_schedule';
+COMMENT ON FUNCTION dex.unpause_schedule(text) IS
+    'Unpause a schedule: it fires again from its next tick after now; returns that fire time.';
+
+CREATE FUNCTION dex.delete_schedule(name text)
+RETURNS void
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_delete_schedule';
+COMMENT ON FUNCTION dex.delete_schedule(text) IS
+    'Delete a schedule; the runs it started go on.';
+
+CREATE FUNCTION dex.trigger_schedule(name text, overlap text DEFAULT NULL)
+RETURNS uuid
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_trigger_schedule';
+COMMENT ON FUNCTION dex.trigger_schedule(text, text) IS
+    'Fire a schedule now, as a tick at the transaction''s time, under its overlap policy or the one given; returns the run started, or NULL if the policy started none. Its regular ticks are unchanged.';
+
+CREATE FUNCTION dex.backfill_schedule(name text, "from" timestamptz, "to" timestamptz, overlap text DEFAULT NULL)
+RETURNS TABLE (tick timestamptz, run_id uuid)
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_backfill_schedule';
+COMMENT ON FUNCTION dex.backfill_schedule(text, timestamptz, timestamptz, text) IS
+    'Fire the ticks of a schedule''s cron expression or interval from "from" (included) to "to" (excluded), whatever its start_at and end_at, at most 1000, one after another now, under its overlap policy or the one given: a row per tick with the run started (NULL if the policy started none).';
+
+CREATE FUNCTION dex.schedule_next_times(name text, n integer DEFAULT 10)
+RETURNS SETOF timestamptz
+LANGUAGE C
+SET search_path = pg_catalog, pg_temp
+SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off SET jit = off
+AS 'MODULE_PATHNAME', 'dex_schedule_next_times';
+COMMENT ON FUNCTION dex.schedule_next_times(text, integer) IS
+    'The next n (1 to 1000) ticks of a schedule after now, within its start_at and end_at, paused or not (without jitter).';
+
+CREATE VIEW dex.schedules AS
+SELECT s.name, s.workflow_name, s.workflow_version, q.name AS queue, s.cron, s.every, s.timezone,
+       s.overlap, s.catchup_window, s.jitter, s.start_at, s.end_at, s.paused, s.note,
+       dex.payload_value(s.argument) AS argument,
+       s.labels, s.next_tick, CASE WHEN NOT s.paused THEN s.next_fire_at END AS next_fire_at,
+       s.buffered_tick, s.last_tick, s.last_run_id, r.status AS last_run_status,
+       s.runs_started, s.skipped_overlap, s.skipped_missed,
+       s.skipped_overlap OPERATOR(pg_catalog.+) s.skipped_missed AS skipped,
+       s.created_at, s.updated_at
+  FROM dex.schedule s
+  JOIN dex.queue q ON q.id OPERATOR(pg_catalog.=) s.queue_id
+  LEFT JOIN dex.workflow_run r ON r.id OPERATOR(pg_catalog.=) s.last_run_id;
+COMMENT ON VIEW dex.schedules IS
+    'Schedules: their settings; next_tick, the next tick, and next_fire_at, when it fires (the tick plus jitter; NULL while paused or after the end); the last tick that started a run, that run and its status; runs started; ticks skipped because a run was active (skipped_overlap), because they were missed by more than catchup_window (skipped_missed), and both (skipped).';
+
+ALTER FUNCTION dex.create_schedule(text, text, text, text, interval, jsonb, integer, text, text, interval, interval, timestamptz, timestamptz, boolean, jsonb) SECURITY DEFINER;
+ALTER FUNCTION dex.alter_schedule(text, text, interval, jsonb, integer, text, text, interval, interval, timestamptz, timestamptz, jsonb, text, text) SECURITY DEFINER;
+ALTER FUNCTION dex.pause_schedule(text, text) SECURITY DEFINER;
+ALTER FUNCTION dex.unpause_schedule(text) SECURITY DEFINER;
+ALTER FUNCTION dex.delete_schedule(text) SECURITY DEFINER;
+ALTER FUNCTION dex.trigger_schedule(text, text) SECURITY DEFINER;
+ALTER FUNCTION dex.backfill_schedule(text, timestamptz, timestamptz, text) SECURITY DEFINER;
+ALTER FUNCTION dex.schedule_next_times(text, integer) SECURITY DEFINER;
+REVOKE ALL ON FUNCTION
+    dex.create_schedule(text, text, text, text, interval, jsonb, integer, text, text, interval, interval, timestamptz, timestamptz, boolean, jsonb),
+    dex.alter_schedule(text, text, interval, jsonb, integer, text, text, interval, interval, timestamptz, timestamptz, jsonb, text, text),
+    dex.pause_schedule(text, text), dex.unpause_schedule(text), dex.delete_schedule(text),
+    dex.trigger_schedule(text, text), dex.backfill_schedule(text, timestamptz, timestamptz, text),
+    dex.schedule_next_times(text, integer)
+    FROM PUBLIC;
+-- schedules are managed like queues: by dex_admin (and superusers)
+GRANT EXECUTE ON FUNCTION
+    dex.create_schedule(text, text, text, text, interval, jsonb, integer, text, text, interval, interval, timestamptz, timestamptz, boolean, jsonb),
+    dex.alter_schedule(text, text, interval, jsonb, integer, text, text, interval, interval, timestamptz, timestamptz, jsonb, text, text),
+    dex.pause_schedule(text, text), dex.unpause_schedule(text), dex.delete_schedule(text),
+    dex.trigger_schedule(text, text), dex.backfill_schedule(text, timestamptz, timestamptz, text),
+    dex.schedule_next_times(text, integer)
+    TO dex_admin;
+GRANT SELECT ON dex.schedules TO dex_admin;
+SELECT pg_catalog.pg_extension_config_dump('dex.schedule', '');
+SELECT pg_catalog.pg_extension_config_dump('dex.schedule_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('dex.schedule_run', '');

@@ -2959,6 +2959,144 @@ dex_has(PGconn *m, const char *proname, int nargs)
 	return mon_double(m, sql) > 0;
 }
 
+/* ------------------------------------------------------------------ S1: schedules */
+
+/* CPU time of a process in nanoseconds: /proc/PID/schedstat, else utime + stime of /proc/PID/stat */
+static long long
+process_cpu_ns(int pid)
+{
+	char		path[64],
+				buf[1024],
+			   *p;
+	FILE	   *f;
+	size_t		n;
+	unsigned long long ns,
+				ut,
+				st;
+
+	snprintf(path, sizeof(path), "/proc/%d/schedstat", pid);
+	if ((f = fopen(path, "r")) != NULL)
+	{
+		int			ok = fscanf(f, "%llu", &ns) == 1;
+
+		fclose(f);
+		if (ok)
+			return (long long) ns;
+	}
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if (!(f = fopen(path, "r")))
+		die("cannot read %s", path);
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	if (!(p = strrchr(buf, ')')) ||
+		sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+		die("cannot parse %s", path);
+	return (long long) ((ut + st) * (1000000000.0 / (double) sysconf(_SC_CLK_TCK)));
+}
+
+/* sleep until the wall clock is "sec" seconds into a minute (the next time it is) */
+static void
+sleep_until_second(int sec)
+{
+	int64_t		in_minute = real_us() % 60000000;
+	int64_t		target = (int64_t) sec * 1000000;
+
+	sleep_us((target - in_minute + 60000000) % 60000000);
+}
+
+/*
+ * S1: 1,000 schedules with the cron expression "* * * * *" (allow_all: each tick starts a run)
+ * fire every minute.  The scheduler's own CPU (its process, from /proc) is read at second 5
+ * and second 55 of each minute: from 5 to 55 it should only sleep (nothing is due), from 55 to
+ * 5 of the next minute it fires the 1,000 ticks.  Reported: CPU per minute between ticks, and
+ * CPU per tick burst (per run started); the lateness of the ticks; runs per minute.
+ */
+static void
+workload_schedules(PGconn *m)
+{
+	int			n = scaled(1000, 10);
+	int			minutes = scaled(2, 1);
+	char		sql[512],
+				notes[768];
+	int			pid;
+	long long	between = 0,
+				burst = 0;
+	double		between_s = 0,
+				t_first,
+				t_last,
+				runs,
+				late_max,
+				late_avg;
+	Delta		d;
+
+	if (!dex_has(m, "create_schedule", 1))
+	{
+		printf("S1: skipped (this dex has no schedules)\n");
+		return;
+	}
+	PQclear(mon(m, "SELECT dex.create_queue('s1-wf', 'workflow')"));
+	snprintf(sql, sizeof(sql),
+			 "SELECT count(dex.create_schedule('s1-' || i, 's1', 's1-wf', cron => '* * * * *', "
+			 "overlap => 'allow_all')) FROM generate_series(1, %d) i", n);
+	PQclear(mon(m, sql));
+	pid = (int) mon_double(m, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'dex scheduler' "
+						   "AND datname = current_database()");
+	if (pid <= 0)
+		die("S1: no scheduler for this database");
+	printf("S1: %d schedules \"* * * * *\"; the scheduler is pid %d; %d minute(s)\n", n, pid, minutes);
+
+	sleep_until_second(5);
+	t_first = real_us() / 1e6;
+	for (int k = 0; k < minutes; k++)
+	{
+		long long	a = process_cpu_ns(pid),
+					b,
+					c;
+		int64_t		ta = mono_us();
+
+		sleep_until_second(55);
+		b = process_cpu_ns(pid);
+		between += b - a;
+		between_s += (mono_us() - ta) / 1e6;
+		sleep_until_second(5);
+		c = process_cpu_ns(pid);
+		burst += c - b;
+		printf("  minute %d: scheduler CPU %.2f ms from :05 to :55, %.2f ms from :55 to :05 (the ticks)\n",
+			   k + 1, (b - a) / 1e6, (c - b) / 1e6);
+	}
+	t_last = real_us() / 1e6;
+	snprintf(sql, sizeof(sql),
+			 "SELECT count(*), coalesce(max(extract(epoch FROM created_at - (labels->>'dex.tick')::timestamptz)), 0), "
+			 "coalesce(avg(extract(epoch FROM created_at - (labels->>'dex.tick')::timestamptz)), 0) "
+			 "FROM dex.workflow_run WHERE queue_id = (SELECT id FROM dex.queue WHERE name = 's1-wf') "
+			 "AND (labels->>'dex.tick')::timestamptz BETWEEN to_timestamp(%.3f) AND to_timestamp(%.3f)",
+			 t_first, t_last);
+	{
+		PGresult   *r = mon(m, sql);
+
+		runs = atof(PQgetvalue(r, 0, 0));
+		late_max = atof(PQgetvalue(r, 0, 1));
+		late_avg = atof(PQgetvalue(r, 0, 2));
+		PQclear(r);
+	}
+	PQclear(mon(m, "SELECT count(dex.delete_schedule(name)) FROM dex.schedules WHERE name LIKE 's1-%'"));
+	PQclear(mon(m, "SELECT count(dex.terminate_run(id)) FROM dex.workflow_run "
+				"WHERE queue_id = (SELECT id FROM dex.queue WHERE name = 's1-wf') AND status = 'CREATED'"));
+
+	snprintf(notes, sizeof(notes),
+			 "%d schedules every minute: scheduler CPU %.2f ms per minute between ticks, %.1f ms per "
+			 "burst of ticks (%.1f us per run started); lateness avg %.1f ms, max %.1f ms; %.0f runs "
+			 "in %d minute(s) (expected %d)",
+			 n, between / 1e6 * 60.0 / (between_s > 0 ? between_s : 1), burst / 1e6 / minutes,
+			 runs > 0 ? burst / 1e3 / runs : 0, late_avg * 1000, late_max * 1000, runs, minutes,
+			 n * minutes);
+	printf("  %s\n", notes);
+	memset(&d, 0, sizeof(d));
+	d.cpu_ms = burst / 1e6;
+	print_row("S1", runs, t_last - t_first, &d, notes);
+}
+
 /* ------------------------------------------------------------------ W9: declared polls */
 
 /*
@@ -3101,7 +3239,7 @@ main(int argc, char **argv)
 	if (bench_k < 1 || bench_batch < 1 || bench_batch > MAX_BATCH || bench_scale <= 0)
 		die("bad BENCH_K, BENCH_BATCH or BENCH_SCALE");
 	if (argc < 2)
-		die("usage: dexbench W1|W2|W3|W4|W5|W6|W7|W8|W9 ...");
+		die("usage: dexbench W1|W2|W3|W4|W5|W6|W7|W8|W9|S1 ...");
 
 	m = connect_db("dexbench monitor");
 	bench_postmaster = postmaster_pid(m);
@@ -3154,6 +3292,8 @@ main(int argc, char **argv)
 		}
 		else if (strcmp(w, "W9") == 0)
 			workload_declared(m);
+		else if (strcmp(w, "S1") == 0)
+			workload_schedules(m);
 		else if (strcmp(w, "W8") == 0)
 		{
 			/* 20 workers in all, each taking one task per call */

@@ -477,6 +477,18 @@ SELECT dex.create_api_token('sec-token', 'dex_client') AS sec_token \gset
 SELECT dex.authenticate_api_token(:'sec_token') AS token_role;
 SELECT name, role FROM dex.api_tokens WHERE name OPERATOR(pg_catalog.=) 'sec-token';
 SELECT dex.revoke_api_token('sec-token');
+-- a schedule: made, changed, its next ticks, paused and unpaused, fired now and backfilled
+-- (its runs terminated at once), listed, deleted
+SELECT dex.create_schedule('sec-sched', 'sec-s', 'sec-wf', cron => '0 0 1 1 *', start_at => '2030-01-01',
+                           overlap => 'terminate_other') IS NOT NULL AS scheduled;
+SELECT dex.alter_schedule('sec-sched', timezone => 'Europe/Berlin') IS NOT NULL AS altered;
+SELECT pg_catalog.count(*) AS ticks FROM dex.schedule_next_times('sec-sched', 2);
+SELECT dex.pause_schedule('sec-sched', 'x'), dex.unpause_schedule('sec-sched') IS NOT NULL AS unpaused;
+SELECT dex.trigger_schedule('sec-sched') IS NOT NULL AS triggered;
+SELECT pg_catalog.count(run_id) AS backfilled FROM dex.backfill_schedule('sec-sched', '2019-12-31', '2020-01-02');
+SELECT name, runs_started, last_run_status FROM dex.schedules WHERE name OPERATOR(pg_catalog.=) 'sec-sched';
+SELECT dex.terminate_run(last_run_id) FROM dex.schedules WHERE name OPERATOR(pg_catalog.=) 'sec-sched';
+SELECT dex.delete_schedule('sec-sched');
 RESET search_path;
 RESET ROLE;
 

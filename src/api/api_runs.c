@@ -27,32 +27,6 @@
 #include "api/api.h"
 
 
-/*
- * Labels are a JSON object of string values (a proto map<string, string>).
- */
-static void
-validate_labels(Jsonb *labels)
-{
-	JsonbIterator *it;
-	JsonbValue	v;
-	JsonbIteratorToken tok;
-
-	if (!JB_ROOT_IS_OBJECT(labels))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("labels must be a JSON object"),
-				 errdetail("Labels map names to string values, as in {\"team\": \"payments\"}.")));
-	it = JsonbIteratorInit(&labels->root);
-	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
-	{
-		if (tok == WJB_VALUE && v.type != jbvString)
-			ereport(ERROR,
-					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-					 errmsg("labels must have string values"),
-					 errdetail("Labels map names to string values, as in {\"team\": \"payments\"}.")));
-	}
-}
-
 /* The options every new run is checked for */
 static void
 validate_run_options(int32 version, int32 priority, Jsonb *labels)
@@ -68,7 +42,7 @@ validate_run_options(int32 version, int32 priority, Jsonb *labels)
 				 errmsg("priority must be between 0 and 100"),
 				 errdetail("The priority was %d.", priority)));
 	if (labels)
-		validate_labels(labels);
+		dex_check_labels(labels);
 }
 
 /*
@@ -510,7 +484,7 @@ run_arrays_args(FunctionCallInfo fcinfo, int n, RunArrays *ra)
 		if (ra->priorities && !ra->priority_nulls[i])
 			validate_run_options(1, DatumGetInt32(ra->priorities[i]), NULL);
 		if (ra->labels && !ra->label_nulls[i])
-			validate_labels(DatumGetJsonbP(ra->labels[i]));
+			dex_check_labels(DatumGetJsonbP(ra->labels[i]));
 		if (ra->start_times && !ra->start_nulls[i] &&
 			TIMESTAMP_NOT_FINITE(DatumGetTimestampTz(ra->start_times[i])))
 			ereport(ERROR,

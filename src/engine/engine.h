@@ -248,6 +248,50 @@ extern void dex_end_runs(Datum run_ids);
 extern void dex_add_run_timers(Datum run_ids, const char *kind, TimestampTz due_at);
 extern int	dex_fire_run_timers(int limit);
 
+/* schedules.c: schedules and their ticks (1.7) */
+typedef struct DexSchedule
+{
+	int32		id;
+	char	   *name;
+	char	   *workflow_name;
+	int32		workflow_version;
+	int32		queue_id;
+	char	   *cron_text;		/* NULL: every */
+	DexCron		cron;
+	int64		every_us;
+	bytea	   *argument;		/* an encoded dex.v1.Payload, or NULL */
+	char	   *timezone;
+	struct pg_tz *tz;
+	char	   *overlap;
+	int64		catchup_us;
+	int64		jitter_us;
+	TimestampTz start_at;		/* DT_NOBEGIN: none */
+	TimestampTz end_at;			/* DT_NOEND: none */
+	bool		unbounded;		/* ticks before start_at and after end_at too */
+	bool		paused;
+	Jsonb	   *labels;
+	TimestampTz next_tick;		/* DT_NOEND: none */
+	TimestampTz buffered_tick;	/* DT_NOEND: none */
+	TimestampTz last_tick;		/* DT_NOEND: none */
+	bool		has_last_run;
+	pg_uuid_t	last_run_id;
+	int64		runs_started;
+	int64		skipped_overlap;
+	int64		skipped_missed;
+} DexSchedule;
+
+extern bool dex_schema_schedules(void);
+extern int64 dex_fixed_interval_usecs(Interval *iv, const char *what);
+extern void dex_schedule_check(DexSchedule *s);
+extern void dex_schedule_bad_overlap(const char *overlap) pg_attribute_noreturn();
+extern DexSchedule *dex_schedule_load(const char *name, bool lock);
+extern TimestampTz dex_schedule_tick_after(const DexSchedule *s, TimestampTz after);
+extern TimestampTz dex_schedule_fire_time(const DexSchedule *s, TimestampTz tick);
+extern pg_uuid_t *dex_schedule_fire(DexSchedule *s, TimestampTz tick, const char *overlap,
+									bool nowait, bool *buffered, bool *postponed);
+extern void dex_schedule_save(DexSchedule *s, TimestampTz retry_at, bool by_scheduler);
+extern int	dex_fire_schedules(int limit);
+
 /* attempts.c: attempts that did not succeed (1.4) */
 extern void dex_record_activity_attempt(pg_uuid_t *run_id, int32 event_id, Dex__V1__Failure *failure);
 extern void dex_record_workflow_attempt(pg_uuid_t *run_id, bytea *failure);

@@ -43,6 +43,15 @@
  * the generation it read before looking is unchanged.  Runs share slots by
  * hash; a shared slot only costs a spurious wake-up.
  *
+ * The scheduler watches run slots too (1.7): a schedule's buffered tick
+ * waits for the runs the schedule started to end.  Each pass clears its
+ * database entry's bitmap of slots, sets the bits of the runs it waits for
+ * and then looks at them again in a new snapshot; a commit that ends runs
+ * of a set slot sets the scheduler's latch.  A run that ends after that
+ * look finds its bit; one that ended before it is seen by the look.  The
+ * bitmap is atomics written by the scheduler only; a shared slot only costs
+ * a spurious pass.
+ *
  * Locking: the database entries and latch pointers are written and read
  * under the spinlock; next_wake is a 64-bit atomic written by the scheduler
  * and read without a lock (a stale read only costs one spurious wake-up or,
@@ -96,6 +105,14 @@ typedef struct DexDatabaseState
 	bool		no_extension;	/* a worker found dex not installed, and left */
 	bool		dropping;		/* DROP DATABASE is under way: do not start workers */
 	pg_atomic_uint64 scheduler_next_wake;	/* TimestampTz */
+	/*
+	 * The run wait slots of the runs the scheduler waits to end (a
+	 * schedule's buffered tick starts when they have): a commit that ends a
+	 * run of a set slot sets the scheduler's latch.  Written by the
+	 * scheduler only; "watching" says whether any bit is set.
+	 */
+	pg_atomic_uint32 watching;
+	pg_atomic_uint32 run_watch[DEX_WAIT_SLOTS / 32];
 } DexDatabaseState;
 
 /* A backend waiting for tasks (dex.wait_for_tasks), under waiters_mutex */
@@ -219,6 +236,9 @@ dex_shmem_startup(void)
 			db->no_extension = false;
 			db->dropping = false;
 			pg_atomic_init_u64(&db->scheduler_next_wake, (uint64) DT_NOEND);
+			pg_atomic_init_u32(&db->watching, 0);
+			for (int w = 0; w < DEX_WAIT_SLOTS / 32; w++)
+				pg_atomic_init_u32(&db->run_watch[w], 0);
 		}
 		for (int i = 0; i < DEX_WAIT_SLOTS; i++)
 		{
@@ -260,6 +280,9 @@ database_entry(Oid dbid, bool create)
 	free_entry->no_extension = false;
 	free_entry->dropping = false;
 	pg_atomic_write_u64(&free_entry->scheduler_next_wake, (uint64) DT_NOEND);
+	pg_atomic_write_u32(&free_entry->watching, 0);
+	for (int w = 0; w < DEX_WAIT_SLOTS / 32; w++)
+		pg_atomic_write_u32(&free_entry->run_watch[w], 0);
 	return free_entry;
 }
 
@@ -436,21 +459,28 @@ dex_launcher_events(void)
 	return n;
 }
 
-/* the scheduler's own entry, found once */
+/* the scheduler's own entry, found once (NULL if it has none) */
 static DexDatabaseState *my_scheduler_entry = NULL;
 
-void
-dex_scheduler_set_next_wake(TimestampTz when)
+static DexDatabaseState *
+scheduler_entry(void)
 {
 	if (my_scheduler_entry == NULL)
 	{
 		SpinLockAcquire(&dex_shared->mutex);
 		my_scheduler_entry = database_entry(MyDatabaseId, false);
 		SpinLockRelease(&dex_shared->mutex);
-		if (my_scheduler_entry == NULL)
-			return;
 	}
-	pg_atomic_write_u64(&my_scheduler_entry->scheduler_next_wake, (uint64) when);
+	return my_scheduler_entry;
+}
+
+void
+dex_scheduler_set_next_wake(TimestampTz when)
+{
+	DexDatabaseState *db = scheduler_entry();
+
+	if (db != NULL)
+		pg_atomic_write_u64(&db->scheduler_next_wake, (uint64) when);
 }
 
 /* Wake the scheduler of this database if it plans to sleep past "due". */
@@ -702,6 +732,36 @@ wake_pending_run_slots(void)
 	pending_all_run_slots = false;
 }
 
+/*
+ * After the commit of a transaction that ended runs: if the scheduler of
+ * this database watches the slot of one of them (a schedule's buffered tick
+ * waits for it), set its latch.  The scheduler sets a slot's bit before it
+ * looks, in a new snapshot, whether the run is still active, so a run that
+ * ends after that look finds the bit here.
+ */
+static void
+wake_run_watcher(void)
+{
+	DexDatabaseState *db = NULL;
+	bool		hit = pending_all_run_slots;
+
+	pg_memory_barrier();
+	for (int i = 0; i < DEX_MAX_DATABASES; i++)
+		if (dex_shared->databases[i].dbid == MyDatabaseId)
+			db = &dex_shared->databases[i];
+	if (db == NULL || pg_atomic_read_u32(&db->watching) == 0)
+		return;
+	for (int i = 0; i < n_pending_run_slots && !hit; i++)
+		hit = (pg_atomic_read_u32(&db->run_watch[pending_run_slots[i] / 32]) &
+			   ((uint32) 1 << (pending_run_slots[i] % 32))) != 0;
+	if (!hit)
+		return;
+	SpinLockAcquire(&dex_shared->mutex);
+	if (db->dbid == MyDatabaseId && db->scheduler_latch)
+		SetLatch(db->scheduler_latch);
+	SpinLockRelease(&dex_shared->mutex);
+}
+
 static void
 dex_xact_callback(XactEvent event, void *arg)
 {
@@ -711,6 +771,8 @@ dex_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (n_pending_queues > 0 || pending_all_queues)
 				wake_pending_queues();
+			if ((n_pending_run_slots > 0 || pending_all_run_slots) && dex_shared != NULL)
+				wake_run_watcher();
 			if (n_pending_run_slots > 0 || pending_all_run_slots)
 				wake_pending_run_slots();
 			if (pending_wake != DT_NOEND && dex_shared != NULL)
@@ -982,6 +1044,36 @@ dex_run_waiter(bool begin)
 		pg_atomic_fetch_add_u32(&dex_shared->run_waiters, 1);
 	else
 		pg_atomic_fetch_sub_u32(&dex_shared->run_waiters, 1);
+}
+
+/*
+ * The scheduler watches the end of these runs (see wake_run_watcher), or,
+ * with n < 0, of none any more.  It looks whether they are still active
+ * after this.
+ */
+void
+dex_scheduler_watch_runs(const pg_uuid_t *run_ids, int n)
+{
+	DexDatabaseState *db = dex_shared != NULL ? scheduler_entry() : NULL;
+
+	if (db == NULL)
+		return;
+	if (n < 0)
+	{
+		pg_atomic_write_u32(&db->watching, 0);
+		for (int w = 0; w < DEX_WAIT_SLOTS / 32; w++)
+			pg_atomic_write_u32(&db->run_watch[w], 0);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		int			slot = run_slot(&run_ids[i]);
+
+		pg_atomic_fetch_or_u32(&db->run_watch[slot / 32], (uint32) 1 << (slot % 32));
+	}
+	if (n > 0)
+		pg_atomic_write_u32(&db->watching, 1);
+	pg_memory_barrier();
 }
 
 /* For dex.wait_for_run: the generation of the run's wait slot */

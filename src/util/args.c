@@ -17,6 +17,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+#include "utils/jsonb.h"
 
 #include "util/util.h"
 
@@ -95,4 +96,30 @@ dex_check_result_columns(FunctionCallInfo fcinfo, int n, const char *function)
 				 errmsg("%s does not return the columns this library fills", function),
 				 errdetail("It returns %d columns; the library has %d.", rsinfo->setDesc->natts, n),
 				 errhint("Install the library and the extension script of one version of dex.")));
+}
+
+/*
+ * Labels are a JSON object of string values (a proto map<string, string>).
+ */
+void
+dex_check_labels(Jsonb *labels)
+{
+	JsonbIterator *it;
+	JsonbValue	v;
+	JsonbIteratorToken tok;
+
+	if (!JB_ROOT_IS_OBJECT(labels))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("labels must be a JSON object"),
+				 errdetail("Labels map names to string values, as in {\"team\": \"payments\"}.")));
+	it = JsonbIteratorInit(&labels->root);
+	while ((tok = JsonbIteratorNext(&it, &v, true)) != WJB_DONE)
+	{
+		if (tok == WJB_VALUE && v.type != jbvString)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("labels must have string values"),
+					 errdetail("Labels map names to string values, as in {\"team\": \"payments\"}.")));
+	}
 }

@@ -16,6 +16,7 @@
 #include "fmgr.h"
 #include "utils/array.h"
 #include "utils/guc.h"
+#include "utils/jsonb.h"
 #include "utils/uuid.h"
 
 #include "dex.h"
@@ -73,6 +74,23 @@ extern void dex_check_name(const char *name, const char *what);
 extern char *dex_arg_name(FunctionCallInfo fcinfo, int arg, const char *what);
 extern char *dex_arg_optional_name(FunctionCallInfo fcinfo, int arg, const char *what);
 extern void dex_check_result_columns(FunctionCallInfo fcinfo, int n, const char *function);
+extern void dex_check_labels(Jsonb *labels);
+
+/* cron.c: cron expressions and time zones of schedules */
+typedef struct DexCron
+{
+	uint64		minutes;		/* bit n: minute n fires */
+	uint32		hours;
+	uint32		mdays;			/* bits 1..31 */
+	uint16		months;			/* bits 1..12 */
+	uint8		wdays;			/* bit 0: Sunday */
+	bool		mday_star;		/* the field starts with "*" */
+	bool		wday_star;
+} DexCron;
+
+extern void dex_cron_parse(const char *expr, DexCron *cron);
+extern struct pg_tz *dex_time_zone(const char *name);
+extern bool dex_cron_next(const DexCron *cron, struct pg_tz *tz, TimestampTz after, TimestampTz *next);
 
 /* ids.c */
 extern pg_uuid_t *dex_new_uuid(void);

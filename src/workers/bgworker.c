@@ -226,16 +226,39 @@ worker_sleep(const DexWorkerLoop *loop, TimestampTz next, TimestampTz pause_unti
 		TimestampTz now = GetCurrentTimestamp();
 		TimestampTz wake = Max(next, pause_until);
 		long		timeout_ms = *loop->naptime_ms;
+		bool		early = false;
+		int			rc;
 
 		if (wake <= now)
 			return;
 		if (wake != DT_NOEND)
-			timeout_ms = Min(timeout_ms, TimestampDifferenceMilliseconds(now, wake) + 1);
+		{
+			long		until_wake = TimestampDifferenceMilliseconds(now, wake) + 1;
+
+			/*
+			 * Linux lets a long timeout expire up to 0.1% late (timer slack,
+			 * at most 100 ms: 60 ms for a minute): wake that much early and
+			 * sleep the rest, so that work due in a minute (a schedule's
+			 * tick) is not 60 ms late.
+			 */
+			if (until_wake <= timeout_ms && until_wake > 1000)
+			{
+				timeout_ms = until_wake - until_wake / 500 - 1;
+				early = true;
+			}
+			else
+				timeout_ms = Min(timeout_ms, until_wake);
+		}
 		if (loop->wakes_at != NULL)
 			loop->wakes_at(TimestampTzPlusMilliseconds(now, timeout_ms));
 		pgstat_report_activity(STATE_IDLE, loop->sleeping);
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 timeout_ms, PG_WAIT_EXTENSION);
+		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					   timeout_ms, PG_WAIT_EXTENSION);
+		if (early && !(rc & WL_LATCH_SET))
+		{
+			CHECK_FOR_INTERRUPTS();
+			continue;			/* woke early on purpose: sleep the rest */
+		}
 		if (GetCurrentTimestamp() >= pause_until)
 			return;
 		/* the pass wanted now waits for the end of the pause */

@@ -11,6 +11,8 @@
  *		when due, the run gets a workflow task;
  *	  - run timers (run_timers.c): a delayed run starts, a run past its
  *		deadline ends TIMED_OUT;
+ *	  - the ticks of schedules (engine/schedules.c, 1.7): each due tick
+ *		starts at most one run in the pass that advances its schedule;
  *	  - activity tasks waiting out a retry backoff: when due, CREATED -> QUEUED;
  *	  - activity leases that expired: the attempt counts as failed and
  *		follows the retry policy (a task left to a run that ended goes);
@@ -137,7 +139,7 @@ static DexPlan expired_workflow_leases_plan = {
 	1, {TIMESTAMPTZOID}
 };
 
-/* [1]: 1.4's run timers too */
+/* [1]: 1.4's run timers too; [2]: 1.7's schedules too */
 #define NEXT_DUE_SQL(since_1_4) \
 	"SELECT least((SELECT min(visible_from) FROM dex.workflow_inbox WHERE delayed), " \
 	"             (SELECT min(visible_from) FROM dex.activity_task WHERE status = 'CREATED'), " \
@@ -145,9 +147,11 @@ static DexPlan expired_workflow_leases_plan = {
 	since_1_4 \
 	"             (SELECT min(locked_until) FROM dex.workflow_task " \
 	"               WHERE locked_by IS NOT NULL AND locked_until > now()))"
-static DexPlan next_due_plans[2] = {
+static DexPlan next_due_plans[3] = {
 	{NEXT_DUE_SQL(""), 0, {0}},
-	{NEXT_DUE_SQL("(SELECT min(due_at) FROM dex.run_timer), "), 0, {0}}
+	{NEXT_DUE_SQL("(SELECT min(due_at) FROM dex.run_timer), "), 0, {0}},
+	{NEXT_DUE_SQL("(SELECT min(due_at) FROM dex.run_timer), "
+				  "(SELECT min(due_at) FROM dex.schedule WHERE due_at IS NOT NULL), "), 0, {0}}
 };
 
 /* workflow-task lease expiries up to this time have been announced */
@@ -318,6 +322,10 @@ scheduler_pass(bool *installed)
 	if (dex_schema_1_4() && dex_fire_run_timers(BATCH_SIZE) >= BATCH_SIZE)
 		more = true;
 
+	/* the ticks of schedules (1.7) */
+	if (dex_schema_schedules() && dex_fire_schedules(BATCH_SIZE) >= BATCH_SIZE)
+		more = true;
+
 	rows = dex_spi_rows(&due_activities_plan, limit, NULL, 0);
 	dex_queue_activities_added_spi(1, 2);
 	dex_stat_count_spi(DEX_STAT_RETRIES_DUE, 1);
@@ -348,7 +356,8 @@ scheduler_pass(bool *installed)
 		bool		isnull;
 		Datum		d;
 
-		rows = dex_spi_rows(&next_due_plans[dex_schema_1_4()], NULL, NULL, 1);
+		rows = dex_spi_rows(&next_due_plans[dex_schema_schedules() ? 2 : dex_schema_1_4()],
+							NULL, NULL, 1);
 		d = dex_rows_getdatum(rows, 0, 1, &isnull);
 		if (!isnull)
 			next = DatumGetTimestampTz(d);

@@ -18,7 +18,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(336);
+SELECT plan(377);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -65,7 +65,15 @@ INSERT INTO api VALUES
     ('usable_queue_ids', '{}',                                                      'integer[]'),
     ('create_api_token', '{text,regrole,"timestamp with time zone"}',               'text'),
     ('revoke_api_token', '{text}',                                                  'void'),
-    ('authenticate_api_token', '{text}',                                            'name');
+    ('authenticate_api_token', '{text}',                                            'name'),
+    ('create_schedule',  '{text,text,text,text,interval,jsonb,integer,text,text,interval,interval,"timestamp with time zone","timestamp with time zone",boolean,jsonb}', 'timestamp with time zone'),
+    ('alter_schedule',   '{text,text,interval,jsonb,integer,text,text,interval,interval,"timestamp with time zone","timestamp with time zone",jsonb,text,text}', 'timestamp with time zone'),
+    ('pause_schedule',   '{text,text}',                                             'void'),
+    ('unpause_schedule', '{text}',                                                  'timestamp with time zone'),
+    ('delete_schedule',  '{text}',                                                  'void'),
+    ('trigger_schedule', '{text,text}',                                             'uuid'),
+    ('backfill_schedule', '{text,"timestamp with time zone","timestamp with time zone",text}', 'setof record'),
+    ('schedule_next_times', '{text,integer}',                                       'setof timestamp with time zone');
 
 -- every function exists with exactly these argument types
 SELECT has_function('dex', fname, args,
@@ -84,7 +92,7 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
           '{}'::text[], 'no function in schema dex leaves search_path unpinned');
 SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
                  WHERE p.pronamespace = 'dex'::regnamespace AND p.prosecdef ORDER BY 1),
-          '{alter_queue,authenticate_api_token,create_api_token,create_queue,grant_queue,reset_stats,revoke_api_token,revoke_queue}'::text[],
+          '{alter_queue,alter_schedule,authenticate_api_token,backfill_schedule,create_api_token,create_queue,create_schedule,delete_schedule,grant_queue,pause_schedule,reset_stats,revoke_api_token,revoke_queue,schedule_next_times,trigger_schedule,unpause_schedule}'::text[],
           'only the administrators'' functions are SECURITY DEFINER');
 -- PUBLIC may call nothing; each role what the API gives it
 SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
@@ -127,6 +135,14 @@ SELECT ok(has_function_privilege('dex_admin', 'dex.create_api_token(text,regrole
           AND has_table_privilege('dex_admin', 'dex.api_tokens', 'SELECT')
           AND NOT has_table_privilege('dex_client', 'dex.api_tokens', 'SELECT'),
           'dex_admin makes and revokes API tokens and lists them without their hashes; every dex role may turn a token into its role');
+SELECT ok(has_function_privilege('dex_admin', 'dex.create_schedule(text,text,text,text,interval,jsonb,integer,text,text,interval,interval,timestamptz,timestamptz,boolean,jsonb)', 'EXECUTE')
+          AND has_function_privilege('dex_admin', 'dex.trigger_schedule(text,text)', 'EXECUTE')
+          AND has_table_privilege('dex_admin', 'dex.schedules', 'SELECT')
+          AND NOT has_table_privilege('dex_admin', 'dex.schedule', 'SELECT')
+          AND NOT has_function_privilege('dex_client', 'dex.create_schedule(text,text,text,text,interval,jsonb,integer,text,text,interval,interval,timestamptz,timestamptz,boolean,jsonb)', 'EXECUTE')
+          AND NOT has_function_privilege('dex_worker', 'dex.delete_schedule(text)', 'EXECUTE')
+          AND NOT has_table_privilege('dex_client', 'dex.schedules', 'SELECT'),
+          'dex_admin manages schedules and lists them; clients and workers do neither');
 
 -- the long poll is a procedure (it ends its transaction before it sleeps), documented,
 -- with caller's rights and no SET clause
@@ -168,7 +184,7 @@ SELECT is(pg_get_function_result('dex.send_external_events(uuid[],text[],jsonb[]
 -- in C, keeping the caller for the queue checks (sql/roles.sql and sql/queue_access.sql
 -- show that roles without any table privilege use them)
 SELECT CASE WHEN fname IN ('create_queue', 'grant_queue', 'revoke_queue', 'create_api_token', 'revoke_api_token',
-                           'authenticate_api_token')
+                           'authenticate_api_token') OR fname ~ '^(create|alter|pause|unpause|delete|trigger|backfill)_schedule$|^schedule_next_times$'
             THEN is_definer('dex', fname, args, format('dex.%s is SECURITY DEFINER', fname))
             ELSE isnt_definer('dex', fname, args, format('dex.%s is not SECURITY DEFINER', fname)) END
   FROM api ORDER BY fname;

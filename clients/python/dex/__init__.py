@@ -18,7 +18,7 @@ See clients/python/README.md.
 """
 
 from ._convert import RetryPolicy, decode, encode
-from .client import Attempt, Client, Run, format_history
+from .client import OVERLAP_POLICIES, Attempt, Client, Run, Schedule, format_history
 from .errors import (ActivityError, AlreadyActive, AlreadyExists, ApplicationError,
                      CancelledError, ChildRunError, ConnectionFailed, DexError,
                      DuplicateDefinition, FailureError, InvalidArgument, InvalidState,
@@ -37,8 +37,9 @@ __all__ = [
     "ChildRunError", "Client", "ConnectionFailed", "DexError", "DuplicateDefinition",
     "EventWait", "FailureError", "Future", "InvalidArgument", "InvalidState", "LeaseLost",
     "LimitExceeded", "NonDeterminismError", "NonRetryableError", "NotFound", "NotJSONError",
-    "NotSupported", "PermissionDenied", "RetryPolicy", "Run", "RunCancelledError",
-    "RunFailedError", "RunTerminatedError", "RunTimedOutError", "ServerError", "Signal", "Task",
+    "NotSupported", "OVERLAP_POLICIES", "PermissionDenied", "RetryPolicy", "Run",
+    "RunCancelledError", "RunFailedError", "RunTerminatedError", "RunTimedOutError", "Schedule",
+    "ServerError", "Signal", "Task",
     "TaskRunEnded", "Timer", "WaitTimeout", "Worker", "WorkflowContext", "WrongKind",
     "activity", "activity_context", "decode", "encode", "format_history", "replay", "workflow",
 ]

@@ -81,6 +81,51 @@ class Attempt:
     failure: Optional[dict] = None  # dex.v1.Failure (JSON) of a failed attempt
 
 
+OVERLAP_POLICIES = ("skip", "buffer_one", "allow_all", "cancel_other", "terminate_other")
+
+
+@dataclass
+class Schedule:
+    """A schedule as the view dex.schedules shows it (dex 1.7)."""
+
+    name: str
+    workflow_name: str
+    workflow_version: int
+    queue: str
+    cron: Optional[str]                 # a five-field expression or @hourly-style shorthand
+    every: Optional[_dt.timedelta]      # or a fixed interval
+    timezone: str
+    overlap: str                        # one of OVERLAP_POLICIES
+    catchup_window: _dt.timedelta
+    jitter: _dt.timedelta
+    start_at: Optional[_dt.datetime]
+    end_at: Optional[_dt.datetime]
+    paused: bool
+    note: Optional[str]
+    argument: Any
+    labels: Optional[Dict[str, str]]
+    next_tick: Optional[_dt.datetime]
+    next_fire_at: Optional[_dt.datetime]    # the next tick plus its jitter; None while paused
+    buffered_tick: Optional[_dt.datetime]
+    last_tick: Optional[_dt.datetime]
+    last_run_id: Optional[str]
+    last_run_status: Optional[str]
+    runs_started: int
+    skipped_overlap: int                # ticks skipped because a run was active
+    skipped_missed: int                 # ticks missed by more than catchup_window
+    skipped: int
+    created_at: _dt.datetime
+    updated_at: _dt.datetime
+
+    @classmethod
+    def from_row(cls, row: Dict[str, Any]) -> "Schedule":
+        known = cls.__dataclass_fields__
+        values = {k: v for k, v in row.items() if k in known}
+        if values.get("last_run_id") is not None:
+            values["last_run_id"] = str(values["last_run_id"])
+        return cls(**values)
+
+
 def _start_at(when: _dt.datetime) -> _dt.datetime:
     if not isinstance(when, _dt.datetime):
         raise TypeError(f"start_at must be a datetime, not {type(when).__name__}")
@@ -518,6 +563,136 @@ class Client:
         (dex 1.4) and the session user."""
         return self._call("resume_run", run_id, reason) if reason is not None else \
             self._call("resume_run", run_id)
+
+    # -- schedules (dex 1.7, dex_admin) -----------------------------------------
+    def _schedule_args(self, kw: Dict[str, Any]) -> Tuple[str, list]:
+        """Named arguments of dex.create_schedule / dex.alter_schedule for the given options."""
+        names, params = [], []
+        for key, value in kw.items():
+            if value is None:
+                continue
+            if key in ("every", "catchup_window", "jitter"):
+                value = _interval(value)
+            elif key in ("start_at", "end_at"):
+                value = _start_at(value)
+            elif key == "argument":
+                value = _json(value, "the schedule's argument", "argument")
+            elif key == "labels":
+                value = _json(value, "labels", "labels")
+            elif key == "overlap" and value not in OVERLAP_POLICIES:
+                raise ValueError(f"overlap must be one of {', '.join(OVERLAP_POLICIES)}")
+            names.append(f"{key} => %s")
+            params.append(value)
+        return "".join(", " + n for n in names), params
+
+    def _schedules(self, fn: str) -> None:
+        if not self._has_function(fn):
+            raise errors.NotSupported(f"the installed dex has no dex.{fn} (schedules: dex 1.7)")
+
+    def create_schedule(self, name: str, workflow: Any, *, queue: str, cron: Optional[str] = None,
+                        every: Optional[Duration] = None, argument: Any = None,
+                        version: Optional[int] = None, timezone: str = "UTC",
+                        overlap: str = "skip", catchup_window: Optional[Duration] = None,
+                        jitter: Optional[Duration] = None,
+                        start_at: Optional[_dt.datetime] = None,
+                        end_at: Optional[_dt.datetime] = None, paused: bool = False,
+                        labels: Optional[Dict[str, str]] = None) -> Optional[_dt.datetime]:
+        """Create a schedule that starts runs of ``workflow`` (a ``@dex.workflow`` function or a
+        name) on ``queue`` at the ticks of ``cron`` (five fields, or ``@hourly`` and the like,
+        in ``timezone``) or ``every`` interval; the next fire time (None if paused).
+
+        ``overlap`` decides what a tick does while a run the schedule started is active (one of
+        ``OVERLAP_POLICIES``); ticks missed by more than ``catchup_window`` (default a minute)
+        are skipped and counted; ``jitter`` delays each tick by a deterministic amount below it.
+        A name taken raises :class:`dex.AlreadyExists`, a bad expression
+        :class:`dex.InvalidArgument` whose ``detail`` says where it is wrong."""
+        self._schedules("create_schedule")
+        wf, version = self._workflow(workflow, version)
+        extra, params = self._schedule_args(dict(
+            cron=cron, every=every, argument=argument, version=version, timezone=timezone,
+            overlap=overlap, catchup_window=catchup_window, jitter=jitter, start_at=start_at,
+            end_at=end_at, paused=paused, labels=labels or None))
+        return self._exec(f"SELECT dex.create_schedule(%s, %s, %s{extra})",
+                          [name, wf, queue] + params).fetchone()[0]
+
+    def alter_schedule(self, name: str, *, cron: Optional[str] = None,
+                       every: Optional[Duration] = None, argument: Any = None,
+                       version: Optional[int] = None, timezone: Optional[str] = None,
+                       overlap: Optional[str] = None,
+                       catchup_window: Optional[Duration] = None,
+                       jitter: Optional[Duration] = None,
+                       start_at: Optional[_dt.datetime] = None,
+                       end_at: Optional[_dt.datetime] = None,
+                       labels: Optional[Dict[str, str]] = None, workflow: Any = None,
+                       queue: Optional[str] = None) -> Optional[_dt.datetime]:
+        """Change a schedule; what is None stays as it is (a ``cron`` replaces an ``every``
+        and the reverse).  A change of its timing counts the ticks afresh from now.  The next
+        fire time."""
+        self._schedules("alter_schedule")
+        wf = None if workflow is None else self._workflow(workflow, None)[0]
+        extra, params = self._schedule_args(dict(
+            cron=cron, every=every, argument=argument, version=version, timezone=timezone,
+            overlap=overlap, catchup_window=catchup_window, jitter=jitter, start_at=start_at,
+            end_at=end_at, labels=labels, workflow=wf, queue=queue))
+        return self._exec(f"SELECT dex.alter_schedule(%s{extra})", [name] + params).fetchone()[0]
+
+    def pause_schedule(self, name: str, note: Optional[str] = None) -> None:
+        """Pause a schedule (with a note saying why): its ticks start nothing meanwhile, and
+        are not caught up."""
+        self._schedules("pause_schedule")
+        self._exec("SELECT dex.pause_schedule(%s, %s)", (name, note))
+
+    def unpause_schedule(self, name: str) -> Optional[_dt.datetime]:
+        """Unpause a schedule: it fires from its next tick after now; that fire time."""
+        self._schedules("unpause_schedule")
+        return self._exec("SELECT dex.unpause_schedule(%s)", (name,)).fetchone()[0]
+
+    def delete_schedule(self, name: str) -> None:
+        """Delete a schedule; the runs it started go on."""
+        self._schedules("delete_schedule")
+        self._exec("SELECT dex.delete_schedule(%s)", (name,))
+
+    def trigger_schedule(self, name: str, overlap: Optional[str] = None) -> Optional[str]:
+        """Fire a schedule now under its overlap policy (or ``overlap``): the run started, or
+        None if the policy started none."""
+        self._schedules("trigger_schedule")
+        row = self._exec("SELECT dex.trigger_schedule(%s, %s)", (name, overlap)).fetchone()
+        return None if row[0] is None else str(row[0])
+
+    def backfill_schedule(self, name: str, start: _dt.datetime, end: _dt.datetime,
+                          overlap: Optional[str] = None
+                          ) -> List[Tuple[_dt.datetime, Optional[str]]]:
+        """Fire the schedule's ticks from ``start`` (included) to ``end`` (excluded), at most
+        1000, under its overlap policy (or ``overlap``): (tick, run id or None) per tick."""
+        self._schedules("backfill_schedule")
+        rows = self._exec("SELECT tick, run_id FROM dex.backfill_schedule(%s, %s, %s, %s)",
+                          (name, _start_at(start), _start_at(end), overlap)).fetchall()
+        return [(t, None if r is None else str(r)) for t, r in rows]
+
+    def schedule_next_times(self, name: str, n: int = 10) -> List[_dt.datetime]:
+        """The schedule's next ``n`` ticks after now (1 to 1000), without jitter."""
+        self._schedules("schedule_next_times")
+        return [r[0] for r in self._exec("SELECT * FROM dex.schedule_next_times(%s, %s)",
+                                         (name, n)).fetchall()]
+
+    def get_schedule(self, name: str) -> Schedule:
+        """The schedule (:class:`dex.NotFound` if there is none)."""
+        self._schedules("create_schedule")
+        row = self._exec("SELECT * FROM dex.schedules WHERE name = %s", (name,),
+                         dict_row).fetchone()
+        if row is None:
+            raise errors.NotFound(f'schedule "{name}" does not exist', sqlstate="42704")
+        return Schedule.from_row(row)
+
+    def list_schedules(self, *, name_like: Optional[str] = None,
+                       paused: Optional[bool] = None) -> List[Schedule]:
+        """The schedules, by name: those whose name is LIKE ``name_like``, paused or not."""
+        self._schedules("create_schedule")
+        rows = self._exec(
+            "SELECT * FROM dex.schedules WHERE (%s::text IS NULL OR name LIKE %s) "
+            "AND (%s::boolean IS NULL OR paused = %s) ORDER BY name",
+            (name_like, name_like, paused, paused), dict_row).fetchall()
+        return [Schedule.from_row(r) for r in rows]
 
     def send_event(self, run_id: str, event_id: str, payload: Any = None) -> bool:
         """Send an external event; False if the run already had one with that id."""
