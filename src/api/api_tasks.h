@@ -74,6 +74,7 @@ typedef struct DexPollArgs
 } DexPollArgs;
 extern TimestampTz dex_poll_lease_start(const DexPollArgs *args);
 extern DexPollArgs dex_read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg, int names_arg);
+extern TimestampTz dex_poll_throttled_until(void);
 extern int	dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks,
 								   int32 *queue_id);
 
