@@ -343,7 +343,7 @@ static DexPlan alter_queue_limits_plan = {
 	"capacity = CASE WHEN $2 IS NULL THEN q.capacity WHEN $2 = 0 THEN NULL ELSE $2 END, "
 	"status = CASE WHEN $3 IS NULL THEN q.status WHEN $3 THEN 'PAUSED' ELSE 'ACTIVE' END, "
 	"rate_limit = CASE WHEN $4 IS NULL THEN q.rate_limit WHEN $4 = 0 THEN NULL ELSE $4 END, "
-	"rate_period = CASE WHEN $4 = 0 THEN NULL WHEN $5 IS NOT NULL THEN $5 "
+	"rate_period = CASE WHEN $4 = 0 OR coalesce($4, q.rate_limit) IS NULL THEN NULL WHEN $5 IS NOT NULL THEN $5 "
 	"                   WHEN $4 IS NOT NULL THEN coalesce(q.rate_period, interval '1 second') "
 	"                   ELSE q.rate_period END, "
 	"concurrency_limit = coalesce($6, q.concurrency_limit), "

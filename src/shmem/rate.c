@@ -197,28 +197,41 @@ lock_bucket(int32 queue_id, bool take, int32 limit, int64 period_us, TimestampTz
  * the tokens of the time elapsed since the last refill.
  */
 static void
+add_tokens_until(DexRateBucket *b, TimestampTz until)
+{
+	if (until > b->refilled_at)
+	{
+		int64		elapsed = until - b->refilled_at;
+		int64		full = (int64) b->limit * b->period_us;
+
+		b->units = elapsed >= b->period_us ? full : Min(full, b->units + elapsed * b->limit);
+		b->refilled_at = until;
+	}
+}
+
+/*
+ * Under the bucket's lock: add the tokens of the time elapsed since the last
+ * refill, at the old rate until a newer configuration was set (config_at),
+ * the whole tokens kept (at most the new limit), at the new rate since.
+ */
+static void
 refill(DexRateBucket *b, int32 limit, int64 period_us, TimestampTz config_at, TimestampTz now)
 {
 	if (config_at > b->config_at)
 	{
 		if (limit != b->limit || period_us != b->period_us)
 		{
-			int64		tokens = Min(b->units / b->period_us, (int64) limit);
+			int64		tokens;
 
+			add_tokens_until(b, Min(config_at, now));
+			tokens = Min(b->units / b->period_us, (int64) limit);
 			b->limit = limit;
 			b->period_us = period_us;
 			b->units = tokens * period_us;
 		}
 		b->config_at = config_at;
 	}
-	if (now > b->refilled_at)
-	{
-		int64		elapsed = now - b->refilled_at;
-		int64		full = (int64) b->limit * b->period_us;
-
-		b->units = elapsed >= b->period_us ? full : Min(full, b->units + elapsed * b->limit);
-		b->refilled_at = now;
-	}
+	add_tokens_until(b, now);
 }
 
 /* Under the bucket's lock: when the bucket next has a whole token */
