@@ -110,11 +110,17 @@ look_at_queue(const char *queue_name, DexQueue *queue, bool *ready, TimestampTz 
 static long
 sleep_ms(int32 queue_id, TimestampTz retry_at, long remaining_ms)
 {
+	long		until_token;
+	TimestampTz now;
+
 	if (retry_at == 0)
 		return remaining_ms;
-	return Min(remaining_ms,
-			   Max(TimestampDifferenceMilliseconds(GetCurrentTimestamp(),
-												   dex_rate_wake_at(queue_id, retry_at)), 1));
+	/* (one call: it reserves the wake-up) */
+	now = GetCurrentTimestamp();
+	until_token = TimestampDifferenceMilliseconds(now,
+												  dex_rate_wake_at(queue_id, retry_at,
+																   TimestampTzPlusMilliseconds(now, remaining_ms)));
+	return Min(remaining_ms, Max(until_token, 1));
 }
 
 /*

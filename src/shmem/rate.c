@@ -330,13 +330,15 @@ dex_rate_peek(int32 queue_id, int32 limit, int64 period_us, TimestampTz config_a
 }
 
 /*
- * A waiter of the queue found no token and will sleep: when it should wake,
- * at least "retry_at" (the next token) and one token's time after the
- * waiter that was promised the latest wake-up, so that sleepers wake one
- * per token.
+ * A waiter of the queue found no token and will sleep until "deadline" at
+ * most: when it should wake, at least "retry_at" (the next token) and one
+ * token's time after the waiter that was promised the latest wake-up, so
+ * that sleepers wake one per token, in turn.  A wake-up after the deadline
+ * is not promised (the waiter will have left): it does not hold back the
+ * waiters that come after it.
  */
 TimestampTz
-dex_rate_wake_at(int32 queue_id, TimestampTz retry_at)
+dex_rate_wake_at(int32 queue_id, TimestampTz retry_at, TimestampTz deadline)
 {
 	DexRateBucket *b = lock_bucket(queue_id, false, 0, 0, 0, 0);
 	TimestampTz at = retry_at;
@@ -345,7 +347,8 @@ dex_rate_wake_at(int32 queue_id, TimestampTz retry_at)
 		return at;
 	if (b->reserved_until >= at)
 		at = b->reserved_until + Max(b->period_us / b->limit, 1);
-	b->reserved_until = at;
+	if (at <= deadline)
+		b->reserved_until = at;
 	SpinLockRelease(&b->mutex);
 	return at;
 }

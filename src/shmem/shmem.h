@@ -75,7 +75,7 @@ extern int64 dex_rate_take(int32 queue_id, int32 limit, int64 period_us, Timesta
 extern void dex_rate_give_back(int32 queue_id, int64 unused, bool throttled);
 extern bool dex_rate_peek(int32 queue_id, int32 limit, int64 period_us, TimestampTz config_at,
 						  TimestampTz *retry_at);
-extern TimestampTz dex_rate_wake_at(int32 queue_id, TimestampTz retry_at);
+extern TimestampTz dex_rate_wake_at(int32 queue_id, TimestampTz retry_at, TimestampTz deadline);
 extern void dex_rate_forget(int32 queue_id);
 
 /* stats.c: the counters of dex.stat_counters(), per (database, queue) */
