@@ -30,7 +30,7 @@ SELECT dex.set_concurrency_limit('fc-act', 'k', 2);
 SELECT queue, capacity, rate_limit, rate_period, tokens, tasks_granted, polls_throttled,
        concurrency_limit, keys_with_limits
   FROM dex.queue_limits WHERE queue LIKE 'fc-%' ORDER BY queue;
-SELECT count(*) AS key_limits FROM dex.concurrency_limits;
+SELECT count(*) AS key_limits FROM dex.concurrency_limits WHERE queue = 'fc-wf';
 
 -- old calls keep working, by position and by name
 SELECT dex.alter_queue('fc-act', 10, false);
@@ -76,48 +76,50 @@ SELECT dex.alter_queue('fc-wf', rate_limit => 0);
 
 -- concurrency limits: key 'tenant' admits 2 runs at once
 SELECT dex.set_concurrency_limit('fc-wf', 'tenant', 2);
-SELECT queue, key, max_runs, active, waiting FROM dex.concurrency_limits;
-SELECT dex.create_run('k', 'fc-wf', '1', concurrency_key => 'tenant') AS k1 \gset
-SELECT dex.create_run('k', 'fc-wf', '2', concurrency_key => 'tenant') AS k2 \gset
-SELECT dex.create_run('k', 'fc-wf', '3', concurrency_key => 'tenant') AS k3 \gset
-SELECT dex.create_run('k', 'fc-wf', '4', concurrency_key => 'tenant', priority => 50) AS k4 \gset
-SELECT dex.create_run('k', 'fc-wf', '5', concurrency_key => 'tenant') AS k5 \gset
+SELECT queue, key, max_runs, active, waiting FROM dex.concurrency_limits WHERE queue = 'fc-wf';
+SELECT dex.create_run('fc-k', 'fc-wf', '1', concurrency_key => 'tenant') AS k1 \gset
+SELECT dex.create_run('fc-k', 'fc-wf', '2', concurrency_key => 'tenant') AS k2 \gset
+SELECT dex.create_run('fc-k', 'fc-wf', '3', concurrency_key => 'tenant') AS k3 \gset
+SELECT dex.create_run('fc-k', 'fc-wf', '4', concurrency_key => 'tenant', priority => 50) AS k4 \gset
+SELECT dex.create_run('fc-k', 'fc-wf', '5', concurrency_key => 'tenant') AS k5 \gset
 SELECT string_agg(r.argument::text, ' ' ORDER BY r.argument::text) AS admitted
-  FROM dex.runs r JOIN dex.workflow_task t ON t.run_id = r.id WHERE r.workflow_name = 'k';
-SELECT queue, key, max_runs, active, waiting FROM dex.concurrency_limits;
+  FROM dex.runs r JOIN dex.workflow_task t ON t.run_id = r.id WHERE r.workflow_name = 'fc-k';
+SELECT queue, key, max_runs, active, waiting FROM dex.concurrency_limits WHERE queue = 'fc-wf';
 -- one ends: exactly one more is admitted, the one with the highest priority
 SELECT dex.cancel_run(:'k1');
 SELECT string_agg(r.argument::text, ' ' ORDER BY r.argument::text) AS admitted
-  FROM dex.runs r JOIN dex.workflow_task t ON t.run_id = r.id WHERE r.workflow_name = 'k';
+  FROM dex.runs r JOIN dex.workflow_task t ON t.run_id = r.id WHERE r.workflow_name = 'fc-k';
 -- a raised limit admits at once
 SELECT dex.set_concurrency_limit('fc-wf', 'tenant', 3);
 SELECT string_agg(r.argument::text, ' ' ORDER BY r.argument::text) AS admitted
-  FROM dex.runs r JOIN dex.workflow_task t ON t.run_id = r.id WHERE r.workflow_name = 'k';
-SELECT queue, key, max_runs, active, waiting FROM dex.concurrency_limits;
+  FROM dex.runs r JOIN dex.workflow_task t ON t.run_id = r.id WHERE r.workflow_name = 'fc-k';
+SELECT queue, key, max_runs, active, waiting FROM dex.concurrency_limits WHERE queue = 'fc-wf';
 -- a lowered one lets the runs above it finish, and admits none until the key is under it
 SELECT dex.set_concurrency_limit('fc-wf', 'tenant', 1);
 SELECT dex.cancel_run(:'k2');
-SELECT queue, key, max_runs, active, waiting FROM dex.concurrency_limits;
+SELECT queue, key, max_runs, active, waiting FROM dex.concurrency_limits WHERE queue = 'fc-wf';
 SELECT dex.cancel_run(:'k4');
-SELECT queue, key, max_runs, active, waiting FROM dex.concurrency_limits;
+SELECT queue, key, max_runs, active, waiting FROM dex.concurrency_limits WHERE queue = 'fc-wf';
 SELECT dex.cancel_run(:'k3');
-SELECT queue, key, max_runs, active, waiting FROM dex.concurrency_limits;
+SELECT queue, key, max_runs, active, waiting FROM dex.concurrency_limits WHERE queue = 'fc-wf';
 SELECT string_agg(r.argument::text, ' ' ORDER BY r.argument::text) AS admitted
-  FROM dex.runs r JOIN dex.workflow_task t ON t.run_id = r.id WHERE r.workflow_name = 'k';
+  FROM dex.runs r JOIN dex.workflow_task t ON t.run_id = r.id WHERE r.workflow_name = 'fc-k';
 -- NULL gives the key its queue's limit back; the queue's limit counts for every key
 SELECT dex.set_concurrency_limit('fc-wf', 'tenant', NULL);
-SELECT count(*) AS key_limits FROM dex.concurrency_limits;
+SELECT count(*) AS key_limits FROM dex.concurrency_limits WHERE queue = 'fc-wf';
 SELECT dex.alter_queue('fc-wf', concurrency_limit => 2);
-SELECT dex.create_run('q', 'fc-wf', '1', concurrency_key => 'other') IS NOT NULL AS q1,
-       dex.create_run('q', 'fc-wf', '2', concurrency_key => 'other') IS NOT NULL AS q2,
-       dex.create_run('q', 'fc-wf', '3', concurrency_key => 'other') IS NOT NULL AS q3;
+SELECT dex.create_run('fc-q', 'fc-wf', '1', concurrency_key => 'other') IS NOT NULL AS q1,
+       dex.create_run('fc-q', 'fc-wf', '2', concurrency_key => 'other') IS NOT NULL AS q2,
+       dex.create_run('fc-q', 'fc-wf', '3', concurrency_key => 'other') IS NOT NULL AS q3;
 SELECT count(*) AS admitted FROM dex.runs r JOIN dex.workflow_task t ON t.run_id = r.id
- WHERE r.workflow_name = 'q';
-SELECT key, count(*) AS waiting FROM dex.concurrency_wait GROUP BY key ORDER BY key;
+ WHERE r.workflow_name = 'fc-q';
+SELECT w.key, count(*) AS waiting FROM dex.concurrency_wait w JOIN dex.queue q ON q.id = w.queue_id
+ WHERE q.name = 'fc-wf' GROUP BY w.key ORDER BY w.key;
 SELECT queue, concurrency_limit, keys_with_limits FROM dex.queue_limits WHERE queue = 'fc-wf';
 -- raised on the queue: the third is admitted at once
 SELECT dex.alter_queue('fc-wf', concurrency_limit => 3);
 SELECT count(*) AS admitted FROM dex.runs r JOIN dex.workflow_task t ON t.run_id = r.id
- WHERE r.workflow_name = 'q';
-SELECT count(*) AS waiting FROM dex.concurrency_wait;
+ WHERE r.workflow_name = 'fc-q';
+SELECT count(*) AS waiting FROM dex.concurrency_wait w JOIN dex.queue q ON q.id = w.queue_id
+ WHERE q.name = 'fc-wf';
 SELECT dex.alter_queue('fc-wf', concurrency_limit => 1);

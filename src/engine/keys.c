@@ -19,7 +19,7 @@
  * primary key (queue, key, slot) keeps two runs from taking the same room:
  * a new run claims the lowest free slot (INSERT ... ON CONFLICT DO NOTHING,
  * and looks again if a concurrent claim took it first); when it finds all
- * n slots held it locks their rows FOR KEY SHARE before it enters the wait
+ * n slots held it locks their rows FOR UPDATE before it enters the wait
  * queue, so that a run ending meanwhile (which deletes its slot row) waits
  * for its commit and then sees its wait row, as with one slot above.  A run
  * that ends passes its slot to the next waiting run; a slot at or above the
@@ -83,12 +83,16 @@ keys_have_slots(void)
 	"coalesce((SELECT l.max_runs FROM dex.concurrency_limit l WHERE l.queue_id = $2 AND l.key = $1), " \
 	"         (SELECT q.concurrency_limit FROM dex.queue q WHERE q.id = $2), 1)"
 
-/* $1 key, $2 queue: the key's limit and its lowest free slot under it (NULL: none) */
+/*
+ * $1 key, $2 queue: the key's limit and its lowest free slot under it (NULL:
+ * none): a probe of the primary key per slot, in order (generate_series
+ * returns them so; no sort), up to the first free one.
+ */
 static DexPlan free_slot_plan = {
 	"SELECT lim.n, (SELECT s FROM generate_series(0, lim.n - 1) s "
 	"               WHERE NOT EXISTS (SELECT 1 FROM dex.concurrency_slot c "
 	"                                 WHERE c.queue_id = $2 AND c.key = $1 AND c.slot = s) "
-	"               ORDER BY s LIMIT 1) "
+	"               LIMIT 1) "
 	"FROM (SELECT " KEY_LIMIT_SQL " AS n) lim",
 	2, {TEXTOID, INT4OID}
 };
@@ -103,11 +107,14 @@ static DexPlan claim_slot_plan = {
 /*
  * $1 key, $2 queue, $3 limit: lock the rows of the key's slots under its
  * limit, to be waited for by the runs ending that hold them; how many are
- * still there (a row deleted by a commit since the snapshot is not).
+ * still there (a row deleted by a commit since the snapshot is not).  FOR
+ * UPDATE, as the claim of one slot locked its holder's row before 1.7:
+ * creates of a key with no room wait for one another, and enter its wait
+ * queue in the order they got there.
  */
 static DexPlan lock_slots_plan = {
 	"SELECT count(*) FROM (SELECT 1 FROM dex.concurrency_slot "
-	"                      WHERE queue_id = $2 AND key = $1 AND slot < $3 FOR KEY SHARE) s",
+	"                      WHERE queue_id = $2 AND key = $1 AND slot < $3 FOR UPDATE) s",
 	3, {TEXTOID, INT4OID, INT4OID}
 };
 
@@ -272,15 +279,17 @@ static DexPlan release_slots_plan = {
 
 /*
  * 1.7: admit the waiting run into slot $4 of its key.  The run is locked
- * first, as in admit_plans; its wait row goes only if it got the slot (a
- * concurrent claim may have taken it: then nothing changes).  Returns
+ * first, as in admit_plans, then its wait row (FOR UPDATE: a cancellation
+ * that deleted it while we waited for the run is seen, not the snapshot's
+ * row); the wait row goes only if the run got the slot (a concurrent claim
+ * may have taken it: then nothing changes).  Returns
  * whether it was still waiting, whether it got the slot, and its queue if
  * it got a workflow task.  $1 key, $2 run, $3 queue, $4 slot.
  */
 static DexPlan admit_into_slot_plan = {
 	ADMIT_RUN
 	"     w AS (SELECT w.run_id FROM dex.concurrency_wait w JOIN r ON w.run_id = r.id "
-	"           WHERE w.queue_id = $3 AND w.key = $1), "
+	"           WHERE w.queue_id = $3 AND w.key = $1 FOR UPDATE OF w), "
 	"     slot AS (INSERT INTO dex.concurrency_slot (queue_id, key, slot, run_id) "
 	"              SELECT $3, $1, $4, run_id FROM w ON CONFLICT (queue_id, key, slot) DO NOTHING "
 	"              RETURNING run_id), "
