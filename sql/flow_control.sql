@@ -66,6 +66,11 @@ SELECT dex.alter_queue('fc-act', rate_limit => 10, rate_period => '1 s');
 SELECT rate_limit, rate_period FROM dex.queue_limits WHERE queue = 'fc-act';
 SELECT pg_sleep(0.25);
 SELECT count(*) BETWEEN 1 AND 5 AS refilled FROM dex.poll_tasks('fc-act', 'w5', 10);
+-- a removal rolled back changes nothing: the limit and its bucket stay
+BEGIN;
+SELECT dex.alter_queue('fc-act', rate_limit => 0);
+ROLLBACK;
+SELECT rate_limit, tokens IS NOT NULL AS has_bucket FROM dex.queue_limits WHERE queue = 'fc-act';
 -- the limit goes: the rest is handed out at once
 SELECT dex.alter_queue('fc-act', rate_limit => 0);
 SELECT queue, rate_limit, rate_period, tokens FROM dex.queue_limits WHERE queue = 'fc-act';

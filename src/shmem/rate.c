@@ -31,6 +31,9 @@
  * entry is identified by (database, queue, subkey), subkey 0 being the
  * whole queue; only subkey 0 is used so far.
  *
+ * A bucket is freed when a transaction that removed the queue's limit
+ * commits.
+ *
  * Locking: a table spinlock guards taking and freeing entries (once per
  * backend and queue: a backend remembers where its queues' buckets are and
  * checks the identity under the entry's own spinlock); each entry has its
@@ -40,6 +43,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "common/hashfn.h"
 #include "fmgr.h"
 #include "funcapi.h"
@@ -353,9 +357,9 @@ dex_rate_wake_at(int32 queue_id, TimestampTz retry_at, TimestampTz deadline)
 	return at;
 }
 
-/* The queue's rate limit was removed: its bucket is freed (if this backend's database has one) */
-void
-dex_rate_forget(int32 queue_id)
+/* Free the queue's bucket, if this backend's database has one */
+static void
+free_bucket(int32 queue_id)
 {
 	DexRateBucket *b = lock_bucket(queue_id, false, 0, 0, 0, 0);
 
@@ -368,6 +372,47 @@ dex_rate_forget(int32 queue_id)
 		b->dbid = InvalidOid;
 	SpinLockRelease(&b->mutex);
 	SpinLockRelease(&rate_table->mutex);
+}
+
+/* the queues whose rate limit this transaction removed: their buckets go at commit */
+#define MAX_PENDING_FORGETS 16
+static int32 pending_forgets[MAX_PENDING_FORGETS];
+static int	n_pending_forgets = 0;
+static bool xact_callback_registered = false;
+
+static void
+rate_xact_callback(XactEvent event, void *arg)
+{
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT)
+		for (int i = 0; i < n_pending_forgets; i++)
+			free_bucket(pending_forgets[i]);
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_PARALLEL_COMMIT ||
+		event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+		n_pending_forgets = 0;
+}
+
+/*
+ * The queue has no rate limit (dex.alter_queue): its bucket is freed when
+ * this transaction commits (a rolled-back removal keeps the bucket with its
+ * tokens).  Beyond MAX_PENDING_FORGETS queues in one transaction, the others
+ * keep their entries until the server restarts (an entry costs nothing but
+ * its place in the table).
+ */
+void
+dex_rate_forget(int32 queue_id)
+{
+	if (rate_table == NULL)
+		return;
+	if (!xact_callback_registered)
+	{
+		RegisterXactCallback(rate_xact_callback, NULL);
+		xact_callback_registered = true;
+	}
+	for (int i = 0; i < n_pending_forgets; i++)
+		if (pending_forgets[i] == queue_id)
+			return;
+	if (n_pending_forgets < MAX_PENDING_FORGETS)
+		pending_forgets[n_pending_forgets++] = queue_id;
 }
 
 /* ----------------------------------------------------------------
