@@ -371,7 +371,6 @@ lease_tasks(const DexQueue *queue, const PollArgs *args)
 	int32		max_tasks;
 	Datum		values[7];
 	DexPlan    *plan;
-
 	int64		tokens = 0;
 
 	check_declared(queue, args);

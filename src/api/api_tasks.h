@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * api/api_tasks.h
- *	  What the files of the task API share, and nothing else includes:
+ *	  What the files of the task API share, and nothing else includes but
+ *	  api_queues.c (for dex_interval_usecs, to check rate periods):
  *	    api_tasks.c		argument checks, the arrays of batch calls
  *	    api_poll.c		dex.poll_tasks: leasing; a queue's room
  *	    api_complete.c	dex.complete_task(s)
