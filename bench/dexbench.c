@@ -3100,13 +3100,13 @@ workload_schedules(PGconn *m)
 /* ------------------------------------------------------------------ W9: declared polls */
 
 /*
- * One phase of W9: "samples" times, create one run of (workflow "wf", version "version")
- * on the queue (not timed), poll one task with "poll" (timed), complete it (not timed).
- * The queue holds a backlog of 100,000 ready tasks of another workflow throughout.
+ * One phase of W9 (and W10): "samples" times, create one run of (workflow "wf", version
+ * "version") on queue "queue" (not timed), poll one task with "poll" (timed), complete it
+ * (not timed).  The queue holds a backlog of ready tasks of another workflow throughout.
  */
 static void
-declared_phase(PGconn *m, Run *run, const char *row, const char *poll, const char *wf,
-			   int version, int samples, const char *what)
+poll_phase(PGconn *m, Run *run, const char *row, const char *queue, const char *poll,
+		   const char *wf, int version, int samples, const char *what, double *p50)
 {
 	PGconn	   *c = run->client;
 	double	   *t = xmalloc(sizeof(double) * (size_t) samples);
@@ -3115,8 +3115,8 @@ declared_phase(PGconn *m, Run *run, const char *row, const char *poll, const cha
 	double		secs;
 	Delta		d;
 
-	snprintf(sql, sizeof(sql), "SELECT dex.create_run('%s', 'w9-wf', workflow_version => %d)",
-			 wf, version);
+	snprintf(sql, sizeof(sql), "SELECT dex.create_run('%s', '%s', workflow_version => %d)",
+			 wf, queue, version);
 	prepare(c, "w9create", sql);
 	prepare(c, "w9poll", poll);
 	prepare(c, "w9complete", "SELECT dex.complete_task($1::uuid, 0, $2::bigint, "
@@ -3153,12 +3153,55 @@ declared_phase(PGconn *m, Run *run, const char *row, const char *poll, const cha
 	d = measure_end(m, run, samples);
 	print_top_statements(m, 4);
 	qsort(t, (size_t) samples, sizeof(double), cmp_double);
+	if (p50)
+		*p50 = pct(t, samples, 0.5);
 	snprintf(notes, sizeof(notes), "%s: poll p50 %.3f / p99 %.3f ms (create and complete not timed)",
 			 what, pct(t, samples, 0.5), pct(t, samples, 0.99));
 	printf("  %s\n", notes);
 	print_row(row, samples, secs, &d, notes);
 	PQexec(c, "DEALLOCATE ALL");
 	free(t);
+}
+
+/*
+ * The backlog of W9 and W10: "backlog" ready tasks of workflow "<tag>-other" in queue
+ * "<tag>-wf", vacuumed and analyzed (hint bits set and statistics taken: the first phase
+ * does not pay for them).
+ */
+static void
+fill_backlog(Run *run, const char *w, const char *tag, int backlog)
+{
+	char		sql[512];
+
+	for (int done = 0; done < backlog; done += 10000)
+	{
+		snprintf(sql, sizeof(sql), "SELECT count(*) FROM dex.create_runs('%s-other', '%s-wf', "
+				 "array_fill('0'::jsonb, ARRAY[%d]))", tag, tag,
+				 backlog - done < 10000 ? backlog - done : 10000);
+		exec_void(run->client, sql);
+	}
+	exec_void(run->client, "VACUUM ANALYZE dex.workflow_run, dex.workflow_task");
+	exec_void(run->client, "SELECT pg_stat_force_next_flush()");
+	printf("%s: %d ready tasks of another workflow in %s-wf\n", w, backlog, tag);
+}
+
+/*
+ * The start of W9 and W10, if the installed dex has function "proname" with "nargs"
+ * arguments (else it says why not, "lacks", and returns false): the client, the queue
+ * "<tag>-wf" and its backlog.
+ */
+static bool
+poll_workload_begin(PGconn *m, Run *run, const char *w, const char *tag, const char *proname,
+					int nargs, const char *lacks, int backlog, int samples)
+{
+	if (!dex_has(m, proname, nargs))
+	{
+		printf("%s: skipped (%s)\n", w, lacks);
+		return false;
+	}
+	run_init(run, m, w, WF_MINIMAL, samples, 0, 0, 1);
+	fill_backlog(run, w, tag, backlog);
+	return true;
 }
 
 /*
@@ -3173,33 +3216,56 @@ workload_declared(PGconn *m)
 	int			backlog = scaled(100000, 1000);
 	int			samples = scaled(2000, 100);
 	Run			run;
-	char		sql[512];
 
-	if (!dex_has(m, "poll_tasks_pb", 7))
-	{
-		printf("W9: skipped (this dex's polls declare nothing)\n");
+	if (!poll_workload_begin(m, &run, "W9", "w9", "poll_tasks_pb", 7,
+							 "this dex's polls declare nothing", backlog, samples))
 		return;
-	}
-	run_init(&run, m, "W9", WF_MINIMAL, samples, 0, 0, 1);
-	for (int done = 0; done < backlog; done += 10000)
-	{
-		snprintf(sql, sizeof(sql), "SELECT count(*) FROM dex.create_runs('w9-other', 'w9-wf', "
-				 "array_fill('0'::jsonb, ARRAY[%d]))", backlog - done < 10000 ? backlog - done : 10000);
-		exec_void(run.client, sql);
-	}
-	/* hint bits set and statistics taken: the first phase does not pay for them */
-	exec_void(run.client, "VACUUM ANALYZE dex.workflow_run, dex.workflow_task");
-	exec_void(run.client, "SELECT pg_stat_force_next_flush()");
-	printf("W9: %d ready tasks of another workflow in w9-wf\n", backlog);
-	declared_phase(m, &run, "W9 none",
-				   "SELECT run_id, lock_version FROM dex.poll_tasks_pb('w9-wf', 'w9', 1, '1 min')",
-				   "w9-other", 1, samples, "declaring nothing");
+	poll_phase(m, &run, "W9 none", "w9-wf",
+			   "SELECT run_id, lock_version FROM dex.poll_tasks_pb('w9-wf', 'w9', 1, '1 min')",
+			   "w9-other", 1, samples, "declaring nothing", NULL);
 	/* the runs the undeclared phase created went to the end of the backlog: it is as deep */
-	declared_phase(m, &run, "W9 20 pairs",
-				   "SELECT run_id, lock_version FROM dex.poll_tasks_pb('w9-wf', 'w9', 1, '1 min', "
-				   "false, names => array_fill('w9'::text, ARRAY[20]), "
-				   "versions => ARRAY(SELECT generate_series(1, 20)))",
-				   "w9", 7, samples, "declaring 20 (workflow, version) pairs");
+	poll_phase(m, &run, "W9 20 pairs", "w9-wf",
+			   "SELECT run_id, lock_version FROM dex.poll_tasks_pb('w9-wf', 'w9', 1, '1 min', "
+			   "false, names => array_fill('w9'::text, ARRAY[20]), "
+			   "versions => ARRAY(SELECT generate_series(1, 20)))",
+			   "w9", 7, samples, "declaring 20 (workflow, version) pairs", NULL);
+	PQfinish(run.client);
+}
+
+/* ------------------------------------------------------------------ W10: rate-limited polls */
+
+/*
+ * W10: what a rate limit costs a poll (dex 1.7).  A workflow queue holds 10,000 ready tasks
+ * of workflow "w10-other"; one client polls one task at a time, as in W9, first with no rate
+ * limit, then with one too high to hold anything back (1,000,000 per second: each poll takes
+ * a token from the queue's bucket in shared memory and gives back none), then without again
+ * (the machine has not drifted).  The log compares the rate-limited poll's p50 with the faster
+ * of the unlimited phases' (the first one also warms the caches up).
+ */
+static void
+workload_rate_limited(PGconn *m)
+{
+	int			backlog = scaled(10000, 1000);
+	int			samples = scaled(3000, 100);
+	const char *poll = "SELECT run_id, lock_version FROM dex.poll_tasks_pb('w10-wf', 'w10', 1, '1 min')";
+	double		before,
+				limited,
+				after;
+	Run			run;
+
+	if (!poll_workload_begin(m, &run, "W10", "w10", "set_concurrency_limit", 3,
+							 "this dex has no rate limits", backlog, samples))
+		return;
+	poll_phase(m, &run, "W10 unlimited", "w10-wf", poll, "w10", 1, samples,
+			   "no rate limit", &before);
+	exec_void(run.client, "SELECT dex.alter_queue('w10-wf', rate_limit => 1000000, rate_period => '1 s')");
+	poll_phase(m, &run, "W10 rate-limited", "w10-wf", poll, "w10", 1, samples,
+			   "rate limit 1,000,000/s (never reached)", &limited);
+	exec_void(run.client, "SELECT dex.alter_queue('w10-wf', rate_limit => 0)");
+	poll_phase(m, &run, "W10 unlimited again", "w10-wf", poll, "w10", 1, samples,
+			   "no rate limit", &after);
+	printf("W10: rate-limited poll p50 %.3f ms = %.3fx the faster unlimited phase's (%.3f, %.3f ms)\n",
+		   limited, limited / (before < after ? before : after), before, after);
 	PQfinish(run.client);
 }
 
@@ -3239,7 +3305,7 @@ main(int argc, char **argv)
 	if (bench_k < 1 || bench_batch < 1 || bench_batch > MAX_BATCH || bench_scale <= 0)
 		die("bad BENCH_K, BENCH_BATCH or BENCH_SCALE");
 	if (argc < 2)
-		die("usage: dexbench W1|W2|W3|W4|W5|W6|W7|W8|W9|S1 ...");
+		die("usage: dexbench W1|W2|W3|W4|W5|W6|W7|W8|W9|W10|S1 ...");
 
 	m = connect_db("dexbench monitor");
 	bench_postmaster = postmaster_pid(m);
@@ -3292,6 +3358,8 @@ main(int argc, char **argv)
 		}
 		else if (strcmp(w, "W9") == 0)
 			workload_declared(m);
+		else if (strcmp(w, "W10") == 0)
+			workload_rate_limited(m);
 		else if (strcmp(w, "S1") == 0)
 			workload_schedules(m);
 		else if (strcmp(w, "W8") == 0)

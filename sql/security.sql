@@ -283,6 +283,8 @@ SELECT dex.create_queue('sec-wf', 'workflow', capacity => 5);
 SELECT dex.create_queue('sec-act', 'activity', capacity => 5);
 SELECT dex.create_queue('sec-kids', 'workflow');
 SELECT dex.alter_queue('sec-act', capacity => 20, paused => false);
+SELECT dex.alter_queue('sec-act', rate_limit => 1000, rate_period => '1 s');
+SELECT dex.set_concurrency_limit('sec-wf', 'sec-k', 2);
 SELECT dex.revoke_queue('sec-wf', 'dex_client'), dex.revoke_queue('sec-wf', 'dex_worker'),
        dex.revoke_queue('sec-act', 'dex_client'), dex.revoke_queue('sec-act', 'dex_worker');
 SELECT dex.grant_queue('sec-wf', 'regress_sec_mallory'), dex.grant_queue('sec-act', 'regress_sec_mallory');
@@ -460,6 +462,11 @@ SELECT histogram, queue, workflow, pg_catalog.cardinality(le) AS bounds,
   FROM dex.stat_latency WHERE coalesce(queue, workflow) OPERATOR(pg_catalog.~~) 'sec%'
  ORDER BY histogram, queue, workflow;
 SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 AS histograms FROM dex.latency_histograms();
+SELECT queue, rate_limit, rate_period, concurrency_limit, keys_with_limits
+  FROM dex.queue_limits WHERE queue OPERATOR(pg_catalog.~~) 'sec-%' ORDER BY queue;
+SELECT queue, key, max_runs, active, waiting FROM dex.concurrency_limits
+ WHERE queue OPERATOR(pg_catalog.~~) 'sec-%';
+SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>=) 0 AS buckets FROM dex.rate_limits();
 -- a run moves to version 2, where no worker waits for it, and ends
 SELECT dex.create_run('sec-v', 'sec-wf') AS r5 \gset
 SELECT dex.set_run_version(:'r5', 2);

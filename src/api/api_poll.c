@@ -355,9 +355,14 @@ observe_waits(int32 queue_id, TimestampTz start)
 	dex_latency_batch_flush(&waits);
 }
 
+/* see dex_poll_throttled_until */
+static TimestampTz throttled_until = 0;
+
 /*
  * Lease the queue's tasks to the worker: how many, their rows in
- * SPI_tuptable.  A paused queue hands out nothing, a full one nothing more.
+ * SPI_tuptable.  A paused queue hands out nothing, a full one nothing more,
+ * a rate-limited one no more than its tokens (shmem/rate.c): it takes them
+ * first and gives back those of tasks that were not there.
  */
 static uint64
 lease_tasks(const DexQueue *queue, const PollArgs *args)
@@ -366,12 +371,25 @@ lease_tasks(const DexQueue *queue, const PollArgs *args)
 	int32		max_tasks;
 	Datum		values[7];
 	DexPlan    *plan;
+	int64		tokens = 0;
 
 	check_declared(queue, args);
 	dex_polled(queue->id, args->keys, args->n_names);
+	throttled_until = 0;
 	max_tasks = Min(args->max_tasks, dex_queue_room(queue, true, start));
 	if (max_tasks <= 0)
 		return 0;
+	if (queue->rate_limit > 0)
+	{
+		tokens = dex_rate_take(queue->id, queue->rate_limit, queue->rate_period_us,
+							   queue->updated_at, max_tasks, &throttled_until);
+		if (tokens == 0)
+		{
+			dex_rate_give_back(queue->id, 0, true);
+			return 0;
+		}
+		max_tasks = (int32) tokens;
+	}
 	values[0] = Int32GetDatum(queue->id);
 	values[1] = Int32GetDatum(max_tasks);
 	values[2] = CStringGetTextDatum(args->worker_id);
@@ -399,8 +417,26 @@ lease_tasks(const DexQueue *queue, const PollArgs *args)
 		plan = queue->is_workflow ? &lease_declared_workflow_plan : &lease_declared_activity_plan;
 	}
 	dex_spi_exec(plan, values, NULL, 0);
+	if (queue->rate_limit > 0)
+	{
+		/* the tokens of tasks that were not there go back; cut short if all were taken */
+		dex_rate_give_back(queue->id, tokens - (int64) SPI_processed,
+						   throttled_until != 0 && SPI_processed == (uint64) tokens);
+		if (SPI_processed < (uint64) tokens)
+			throttled_until = 0;
+	}
 	observe_waits(queue->id, start);
 	return SPI_processed;
+}
+
+/*
+ * When the rate limit of the queue the last poll looked at lets it lease
+ * again, if the poll was cut short by it (or found no token); 0 if not.
+ */
+TimestampTz
+dex_poll_throttled_until(void)
+{
+	return throttled_until;
 }
 
 /* A leased task, read back from the lease statement */

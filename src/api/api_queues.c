@@ -2,8 +2,9 @@
  *
  * api_queues.c
  *	  dex.create_queue and dex.alter_queue: task queues, their partitions,
- *	  capacity and pause; the trigger that makes the partitions of restored
- *	  queues.
+ *	  capacity and pause, rate and concurrency limits (1.7);
+ *	  dex.set_concurrency_limit (1.7); the trigger that makes the
+ *	  partitions of restored queues.
  *
  * A queue is a row of dex.queue plus one partition of the task table of its
  * kind.  Both kinds are UNLOGGED: tasks are derived data, rebuilt after a
@@ -45,6 +46,7 @@
 #include "utils/timestamp.h"
 
 #include "api/api.h"
+#include "api/api_tasks.h"
 
 PG_FUNCTION_INFO_V1(dex_create_queue);
 PG_FUNCTION_INFO_V1(dex_queue_partition_trigger);
@@ -330,33 +332,137 @@ static DexPlan alter_queue_plan = {
 };
 
 /*
+ * 1.7: the same, and the limits of flow control: $4 rate_limit (NULL leaves
+ * it, 0 removes it with its period), $5 rate_period (NULL leaves it; a new
+ * limit without one takes 1 second), $6 concurrency_limit (NULL leaves
+ * it).  Returns the queue, whether it is a workflow queue, whether it has a
+ * rate limit now, and its concurrency limit before and after.
+ */
+static DexPlan alter_queue_limits_plan = {
+	"WITH old AS (SELECT id, concurrency_limit FROM dex.queue WHERE name = $1 FOR NO KEY UPDATE) "
+	"UPDATE dex.queue q SET "
+	"capacity = CASE WHEN $2 IS NULL THEN q.capacity WHEN $2 = 0 THEN NULL ELSE $2 END, "
+	"status = CASE WHEN $3 IS NULL THEN q.status WHEN $3 THEN 'PAUSED' ELSE 'ACTIVE' END, "
+	"rate_limit = CASE WHEN $4 IS NULL THEN q.rate_limit WHEN $4 = 0 THEN NULL ELSE $4 END, "
+	"rate_period = CASE WHEN $4 = 0 OR coalesce($4, q.rate_limit) IS NULL THEN NULL WHEN $5 IS NOT NULL THEN $5 "
+	"                   WHEN $4 IS NOT NULL THEN coalesce(q.rate_period, interval '1 second') "
+	"                   ELSE q.rate_period END, "
+	"concurrency_limit = coalesce($6, q.concurrency_limit), "
+	"updated_at = now() "
+	"FROM old WHERE q.id = old.id "
+	"RETURNING q.id, q.kind = 'workflow', q.rate_limit IS NOT NULL, old.concurrency_limit, q.concurrency_limit",
+	6, {TEXTOID, INT4OID, BOOLOID, INT4OID, INTERVALOID, INT4OID}
+};
+
+#define MAX_RATE_LIMIT 1000000
+#define MAX_CONCURRENCY_LIMIT 1000
+
+/* A rate period: 1 ms to 1 day */
+static void
+check_rate_period(Interval *period)
+{
+	int64		usecs;
+
+	if (!dex_interval_usecs(period, &usecs) || usecs < 1000 || usecs > USECS_PER_DAY)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("rate period must be between 1 millisecond and 1 day")));
+}
+
+static void
+check_concurrency_limit(int32 n, const char *what)
+{
+	if (n < 1 || n > MAX_CONCURRENCY_LIMIT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be between 1 and %d", what, MAX_CONCURRENCY_LIMIT),
+				 errdetail("It was %d.", n)));
+}
+
+/* The arguments of flow control (1.7), checked before anything is written */
+static void
+check_limit_args(FunctionCallInfo fcinfo)
+{
+	if (!PG_ARGISNULL(3))
+	{
+		int32		n = PG_GETARG_INT32(3);
+
+		if (n < 0 || n > MAX_RATE_LIMIT)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("rate limit must be between 1 and %d tasks per period", MAX_RATE_LIMIT),
+					 errdetail("It was %d.", n),
+					 errhint("Give 0 to remove the limit.")));
+		if (n == 0 && !PG_ARGISNULL(4))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("a rate period is given with rate limit 0, which removes the limit")));
+	}
+	if (!PG_ARGISNULL(4))
+		check_rate_period(PG_GETARG_INTERVAL_P(4));
+	if (!PG_ARGISNULL(5))
+		check_concurrency_limit(PG_GETARG_INT32(5), "concurrency limit");
+}
+
+/*
  * dex.alter_queue: a paused queue hands out no task (its tasks wait, and
- * new ones are added as usual); a capacity caps the tasks leased at once.
- * Workers waiting on the queue are woken at commit, to look again.
+ * new ones are added as usual); a capacity caps the tasks leased at once;
+ * (1.7) a rate limit the tasks handed out per period (shmem/rate.c), a
+ * concurrency limit the runs of a concurrency key at once (engine/keys.c;
+ * raised, it admits waiting runs now).  Workers waiting on the queue are
+ * woken at commit, to look again.
  */
 Datum
 dex_alter_queue(PG_FUNCTION_ARGS)
 {
-	Datum		values[3];
-	char		nulls[3] = {' ', ' ', ' '};
+	Datum		values[6];
+	char		nulls[7] = "      ";
 	char	   *name;
+	bool		limits = PG_NARGS() > 3;
+	int32		queue_id;
 
 	dex_arg_not_null(fcinfo, 0, "queue name");
 	name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	if (!PG_ARGISNULL(1) && PG_GETARG_INT32(1) != 0)
 		check_capacity(PG_GETARG_INT32(1));
+	if (limits)
+		check_limit_args(fcinfo);
 	values[0] = CStringGetTextDatum(name);
-	values[1] = PG_ARGISNULL(1) ? (Datum) 0 : PG_GETARG_DATUM(1);
-	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
-	nulls[1] = PG_ARGISNULL(1) ? 'n' : ' ';
-	nulls[2] = PG_ARGISNULL(2) ? 'n' : ' ';
+	for (int i = 1; i < (limits ? 6 : 3); i++)
+	{
+		values[i] = PG_ARGISNULL(i) ? (Datum) 0 : PG_GETARG_DATUM(i);
+		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+	}
 
 	SPI_connect();
-	dex_spi_exec(&alter_queue_plan, values, nulls, 0);
+	dex_spi_exec(limits ? &alter_queue_limits_plan : &alter_queue_plan, values, nulls, 0);
 	if (SPI_processed == 0)
 		dex_queue_does_not_exist(name, NULL);
+	queue_id = (int32) dex_spi_getint64(0, 1);
+	if (limits)
+	{
+		bool		workflow = dex_spi_getbool(0, 2);
+		bool		rate_limited = dex_spi_getbool(0, 3);
+		int32		old_limit = (int32) dex_spi_getint64(0, 4);
+		int32		new_limit = (int32) dex_spi_getint64(0, 5);
+
+		if (!rate_limited && !PG_ARGISNULL(4))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("queue \"%s\" has no rate limit to give a period to", name),
+					 errhint("Give rate_limit with rate_period.")));
+		if (!workflow && !PG_ARGISNULL(5))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("queue \"%s\" is an activity queue: it has no concurrency keys", name),
+					 errhint("Concurrency keys are given to runs, on workflow queues.")));
+		if (!rate_limited)
+			dex_rate_forget(queue_id);
+		if (new_limit > old_limit)
+			dex_admit_waiting_runs(queue_id, NULL);
+	}
 	/* unpaused, or with more room: every waiter may find work */
-	dex_queue_tasks_added((int32) dex_spi_getint64(0, 1), -1);
+	dex_queue_tasks_added(queue_id, -1);
 	dex_queue_cache_reset();
 	SPI_finish();
 	PG_RETURN_VOID();
@@ -380,6 +486,65 @@ dex_queue_changed_trigger(PG_FUNCTION_ARGS)
 				 errmsg("dex.queue_changed() must be fired AFTER ... FOR EACH STATEMENT")));
 	dex_queue_changed(RelationGetNamespace(trigdata->tg_relation));
 	return PointerGetDatum(NULL);
+}
+
+/* ----------------------------------------------------------------
+ * dex.set_concurrency_limit(queue, key, max_runs) (1.7)
+ * ----------------------------------------------------------------
+ */
+
+PG_FUNCTION_INFO_V1(dex_set_concurrency_limit);
+
+/* $1 queue, $2 key, $3 max runs (NULL: back to the queue's limit); returns the limits before and after */
+static DexPlan set_key_limit_plan = {
+	"WITH before AS (SELECT coalesce((SELECT l.max_runs FROM dex.concurrency_limit l "
+	"                                 WHERE l.queue_id = $1 AND l.key = $2), "
+	"                                (SELECT q.concurrency_limit FROM dex.queue q WHERE q.id = $1), 1) AS n), "
+	"     del AS (DELETE FROM dex.concurrency_limit WHERE queue_id = $1 AND key = $2 AND $3 IS NULL), "
+	"     ins AS (INSERT INTO dex.concurrency_limit (queue_id, key, max_runs) SELECT $1, $2, $3 "
+	"             WHERE $3 IS NOT NULL "
+	"             ON CONFLICT (queue_id, key) DO UPDATE SET max_runs = EXCLUDED.max_runs) "
+	"SELECT before.n, coalesce($3, (SELECT q.concurrency_limit FROM dex.queue q WHERE q.id = $1)) "
+	"FROM before",
+	3, {INT4OID, TEXTOID, INT4OID}
+};
+
+/*
+ * dex.set_concurrency_limit(queue, key, max_runs): up to max_runs runs of
+ * the key at once on the workflow queue; NULL gives the key its queue's
+ * limit back.  Raised, it admits waiting runs now; lowered, the runs above
+ * it finish and none is admitted until the key is under it.
+ */
+Datum
+dex_set_concurrency_limit(PG_FUNCTION_ARGS)
+{
+	char	   *name = dex_arg_name(fcinfo, 0, "queue");
+	char	   *key = dex_arg_name(fcinfo, 1, "concurrency key");
+	DexQueue	queue;
+	Datum		values[3];
+
+	if (!PG_ARGISNULL(2))
+		check_concurrency_limit(PG_GETARG_INT32(2), "max_runs");
+	SPI_connect();
+	if (!dex_queue_limits_exist())
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("concurrency limits need dex 1.7"),
+				 errhint("Run ALTER EXTENSION dex UPDATE.")));
+	queue = dex_existing_queue(name, "workflow");
+	if (!queue.is_workflow)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("queue \"%s\" is an activity queue: it has no concurrency keys", name),
+				 errhint("Concurrency keys are given to runs, on workflow queues.")));
+	values[0] = Int32GetDatum(queue.id);
+	values[1] = CStringGetTextDatum(key);
+	values[2] = PG_ARGISNULL(2) ? (Datum) 0 : PG_GETARG_DATUM(2);
+	dex_spi_exec(&set_key_limit_plan, values, PG_ARGISNULL(2) ? "  n" : NULL, 1);
+	if (dex_spi_getint64(0, 2) > dex_spi_getint64(0, 1))
+		dex_admit_waiting_runs(queue.id, key);
+	SPI_finish();
+	PG_RETURN_VOID();
 }
 
 /* ----------------------------------------------------------------

@@ -1,7 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * api/api_tasks.h
- *	  What the files of the task API share, and nothing else includes:
+ *	  What the files of the task API share, and nothing else includes but
+ *	  api_queues.c (for dex_interval_usecs, to check rate periods):
  *	    api_tasks.c		argument checks, the arrays of batch calls
  *	    api_poll.c		dex.poll_tasks: leasing; a queue's room
  *	    api_complete.c	dex.complete_task(s)
@@ -74,6 +75,7 @@ typedef struct DexPollArgs
 } DexPollArgs;
 extern TimestampTz dex_poll_lease_start(const DexPollArgs *args);
 extern DexPollArgs dex_read_poll_args(FunctionCallInfo fcinfo, int worker_cache_arg, int names_arg);
+extern TimestampTz dex_poll_throttled_until(void);
 extern int	dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks,
 								   int32 *queue_id);
 

@@ -14,6 +14,9 @@
  * a commit adds some (or a lease expires) or the timeout passes.  A procedure,
  * so that it can end its transaction before it sleeps: a waiting worker holds
  * no snapshot and no xmin.  It must be called outside a transaction block.
+ * On a rate-limited queue (shmem/rate.c) whose tokens are used up, a waiter
+ * sleeps until a token comes back for it, then looks again: it is not
+ * woken by a commit for tasks it could not take, nor sleeps past its token.
  *
  * Locks and transactions.  It looks at the queue in the transaction it was
  * called in, with the procedure owner's rights: it writes nothing, and takes
@@ -70,10 +73,12 @@ static DexPlan pollable_activity_plan = {
 
 /*
  * The queue, and whether it may have pollable tasks now.  The backend enters
- * the queue's waiters first: work committed after this wakes it.
+ * the queue's waiters first: work committed after this wakes it.  A queue
+ * whose rate limit has no token now is not ready: *retry_at is then when
+ * the next token comes, if it has pollable tasks (else 0).
  */
 static void
-look_at_queue(const char *queue_name, DexQueue *queue, bool *ready)
+look_at_queue(const char *queue_name, DexQueue *queue, bool *ready, TimestampTz *retry_at)
 {
 	int			guc_level = dex_push_planner_settings();
 	Datum		values[1];
@@ -84,13 +89,38 @@ look_at_queue(const char *queue_name, DexQueue *queue, bool *ready)
 	dex_queue_wait_begin(queue->id, 0, NULL, 0);
 	values[0] = Int32GetDatum(queue->id);
 	*ready = false;
+	*retry_at = 0;
 	if (dex_queue_room(queue, false, GetCurrentTimestamp()) > 0)
 	{
 		dex_spi_exec(queue->is_workflow ? &pollable_workflow_plan : &pollable_activity_plan,
 					 values, NULL, 1);
 		*ready = dex_spi_getbool(0, 1);
+		if (*ready && queue->rate_limit > 0)
+			*ready = dex_rate_peek(queue->id, queue->rate_limit, queue->rate_period_us,
+								   queue->updated_at, retry_at);
 	}
 	dex_pop_planner_settings(guc_level);
+}
+
+/*
+ * How long a waiter of the queue sleeps: until its timeout, "remaining_ms",
+ * or, if its queue's rate limit held it back (retry_at), until a token
+ * comes for it (shmem/rate.c spreads the waiters one token apart).
+ */
+static long
+sleep_ms(int32 queue_id, TimestampTz retry_at, long remaining_ms)
+{
+	long		until_token;
+	TimestampTz now;
+
+	if (retry_at == 0)
+		return remaining_ms;
+	/* (one call: it reserves the wake-up) */
+	now = GetCurrentTimestamp();
+	until_token = TimestampDifferenceMilliseconds(now,
+												  dex_rate_wake_at(queue_id, retry_at,
+																   TimestampTzPlusMilliseconds(now, remaining_ms)));
+	return Min(remaining_ms, Max(until_token, 1));
 }
 
 /*
@@ -122,6 +152,7 @@ typedef struct QueueLook
 	const char *queue_name;
 	DexQueue   *queue;
 	bool	   *ready;
+	TimestampTz *retry_at;
 } QueueLook;
 
 static void
@@ -129,14 +160,15 @@ look_at_queue_args(void *arg)
 {
 	QueueLook  *q = arg;
 
-	look_at_queue(q->queue_name, q->queue, q->ready);
+	look_at_queue(q->queue_name, q->queue, q->ready, q->retry_at);
 }
 
 /* look_at_queue with the procedure owner's rights */
 static void
-look_for_tasks(Oid proc_oid, const char *queue_name, DexQueue *queue, bool *ready)
+look_for_tasks(Oid proc_oid, const char *queue_name, DexQueue *queue, bool *ready,
+			   TimestampTz *retry_at)
 {
-	QueueLook	q = {queue_name, queue, ready};
+	QueueLook	q = {queue_name, queue, ready, retry_at};
 
 	as_owner(proc_oid, look_at_queue_args, &q);
 }
@@ -174,6 +206,8 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 	int64		timeout_usecs;
 	DexQueue	queue;
 	bool		ready;
+	TimestampTz retry_at;
+	TimestampTz deadline;
 	Datum		values[1];
 	TupleDesc	tupdesc;
 	bool		nulls[1] = {false};
@@ -183,17 +217,26 @@ dex_wait_for_tasks(PG_FUNCTION_ARGS)
 	queue_name = text_to_cstring(PG_GETARG_TEXT_PP(0));
 	timeout_usecs = wait_timeout(fcinfo, 1);
 
+	deadline = GetCurrentTimestamp() + timeout_usecs;
 	SPI_connect_ext(SPI_OPT_NONATOMIC);
 	PG_TRY();
 	{
-		look_for_tasks(fcinfo->flinfo->fn_oid, queue_name, &queue, &ready);
-		if (!ready && timeout_usecs > 0)
+		look_for_tasks(fcinfo->flinfo->fn_oid, queue_name, &queue, &ready, &retry_at);
+		while (!ready && timeout_usecs > 0)
 		{
+			long		remaining = (long) ((deadline - GetCurrentTimestamp() + 999) / 1000);
+
+			if (remaining <= 0)
+				break;
 			/* no snapshot, no xmin from here on */
 			SPI_commit();
 			dex_report_wait(psprintf("waiting for tasks on queue \"%s\"", queue_name));
-			ready = dex_queue_wait((long) ((timeout_usecs + 999) / 1000));
+			ready = dex_queue_wait(sleep_ms(queue.id, retry_at, remaining));
 			dex_report_wait(NULL);
+			if (ready || retry_at == 0)
+				break;
+			/* a token came back for this waiter: look again */
+			look_for_tasks(fcinfo->flinfo->fn_oid, queue_name, &queue, &ready, &retry_at);
 		}
 	}
 	PG_CATCH();
@@ -551,6 +594,7 @@ typedef struct PollLook
 	Datum	   *tasks;			/* out */
 	int			n;				/* out */
 	int32		queue_id;		/* out */
+	TimestampTz throttled_until;	/* out: the rate limit held it back until then; 0: no */
 } PollLook;
 
 static void
@@ -565,6 +609,7 @@ poll_look(void *arg)
 		look->completions = NULL;
 	}
 	look->n = dex_poll_task_messages(&look->args, look->protobuf, &look->tasks, &look->queue_id);
+	look->throttled_until = dex_poll_throttled_until();
 	dex_pop_planner_settings(guc_level);
 }
 
@@ -638,7 +683,7 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 			/* no snapshot, no xmin from here on */
 			SPI_commit();
 			dex_report_wait(psprintf("waiting for tasks on queue \"%s\"", look.args.queue_name));
-			(void) dex_queue_wait(remaining);
+			(void) dex_queue_wait(sleep_ms(look.queue_id, look.throttled_until, remaining));
 			dex_report_wait(NULL);
 			if (dex_queue_wait_stopped())
 				break;			/* its worker shuts down: nothing leased, as at the timeout */

@@ -29,6 +29,9 @@ typedef struct DexQueue
 	bool		is_workflow;
 	bool		paused;			/* polls hand out nothing */
 	int32		capacity;		/* most tasks leased at once; 0: no limit */
+	int32		rate_limit;		/* most tasks handed out per rate period; 0: no limit (1.7) */
+	int64		rate_period_us;
+	TimestampTz updated_at;		/* when dex.alter_queue last changed it; 0: never */
 	int			n_grantees;		/* roles it is granted to; -1: no grants (1.0) */
 	Oid		   *grantees;
 } DexQueue;
@@ -41,6 +44,7 @@ extern bool dex_queue_by_id(int32 queue_id, DexQueue *queue);
 extern const char *dex_queue_name(int32 queue_id);
 extern void dex_queue_cache_reset(void);
 extern void dex_queue_changed(Oid schema);
+extern bool dex_queue_limits_exist(void);
 /* a statement's column: whether the queue of task t has a capacity */
 #define DEX_QUEUE_LIMITED_SQL \
 	"(SELECT q.capacity IS NOT NULL FROM dex.queue q WHERE q.id = t.queue_id)"
@@ -160,6 +164,7 @@ extern pg_uuid_t *dex_debounce_run(int32 queue_id, const char *workflow_name, co
 extern int	dex_keys_per_queue(void);
 extern bool dex_admit_run(pg_uuid_t *run_id, int32 queue_id, const char *key, int32 priority);
 extern void dex_release_keys(Datum run_ids);
+extern void dex_admit_waiting_runs(int32 queue_id, const char *key);
 
 /* retry.c */
 extern Dex__V1__RetryPolicy *dex_effective_retry_policy(const Dex__V1__RetryPolicy *given);

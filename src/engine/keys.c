@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * keys.c
- *	  Concurrency keys: one active run per key and workflow queue.
+ *	  Concurrency keys: up to n active runs per key and workflow queue.
  *
  *  *
  * A key is held by one run at a time per workflow queue: keys, like
@@ -11,6 +11,22 @@
  * in dex.concurrency_slot and dex.concurrency_wait: until ALTER EXTENSION
  * dex UPDATE its keys stay global, with the statements of 1.1 (each pair of
  * plans below: [0] for 1.1, [1] per queue).
+ *
+ * Concurrency limits (1.7): a key admits up to n runs at once, n being the
+ * key's own limit (dex.concurrency_limit, dex.set_concurrency_limit) or
+ * else its queue's (dex.queue.concurrency_limit, 1 by default).  Each run
+ * admitted holds a numbered slot of the key, 0 to n - 1, so that the
+ * primary key (queue, key, slot) keeps two runs from taking the same room:
+ * a new run claims the lowest free slot (INSERT ... ON CONFLICT DO NOTHING,
+ * and looks again if a concurrent claim took it first); when it finds all
+ * n slots held it locks their rows FOR UPDATE before it enters the wait
+ * queue, so that a run ending meanwhile (which deletes its slot row) waits
+ * for its commit and then sees its wait row, as with one slot above.  A run
+ * that ends passes its slot to the next waiting run; a slot at or above the
+ * key's limit (the limit was lowered) is not passed on, so that the runs
+ * above the limit drain.  A raised limit admits waiting runs into the new
+ * slots at once (dex_admit_waiting_runs).  A schema before 1.7 keeps one
+ * run per key, with the statements above.
  *
  *-------------------------------------------------------------------------
  */
@@ -53,15 +69,124 @@ static DexPlan wait_for_key_plans[2] = {
 	4, {TEXTOID, INT2OID, UUIDOID, INT4OID}}
 };
 
+/* ---- Concurrency limits (1.7): numbered slots ---- */
+
+/* Whether keys have numbered slots, so limits above 1 (schema 1.7) */
+static bool
+keys_have_slots(void)
+{
+	return dex_column_exists("concurrency_slot", "slot");
+}
+
+/* $1 key, $2 queue: the key's limit, its own or else its queue's */
+#define KEY_LIMIT_SQL \
+	"coalesce((SELECT l.max_runs FROM dex.concurrency_limit l WHERE l.queue_id = $2 AND l.key = $1), " \
+	"         (SELECT q.concurrency_limit FROM dex.queue q WHERE q.id = $2), 1)"
+
 /*
- * Admit a new run with a concurrency key on its queue: it holds the key if
- * nobody does (returns true: give it a workflow task), else it waits for it.
+ * $1 key, $2 queue: the key's limit and its lowest free slot under it (NULL:
+ * none): a probe of the primary key per slot, in order (generate_series
+ * returns them so; no sort), up to the first free one.
+ */
+static DexPlan free_slot_plan = {
+	"SELECT lim.n, (SELECT s FROM generate_series(0, lim.n - 1) s "
+	"               WHERE NOT EXISTS (SELECT 1 FROM dex.concurrency_slot c "
+	"                                 WHERE c.queue_id = $2 AND c.key = $1 AND c.slot = s) "
+	"               LIMIT 1) "
+	"FROM (SELECT " KEY_LIMIT_SQL " AS n) lim",
+	2, {TEXTOID, INT4OID}
+};
+
+/* $1 key, $2 run, $3 queue, $4 slot */
+static DexPlan claim_slot_plan = {
+	"INSERT INTO dex.concurrency_slot (queue_id, key, slot, run_id) VALUES ($3, $1, $4, $2) "
+	"ON CONFLICT (queue_id, key, slot) DO NOTHING RETURNING run_id",
+	4, {TEXTOID, UUIDOID, INT4OID, INT4OID}
+};
+
+/*
+ * $1 key, $2 queue, $3 limit: lock the rows of the key's slots under its
+ * limit, to be waited for by the runs ending that hold them; how many are
+ * still there (a row deleted by a commit since the snapshot is not).  FOR
+ * UPDATE, as the claim of one slot locked its holder's row before 1.7:
+ * creates of a key with no room wait for one another, and enter its wait
+ * queue in the order they got there.
+ */
+static DexPlan lock_slots_plan = {
+	"SELECT count(*) FROM (SELECT 1 FROM dex.concurrency_slot "
+	"                      WHERE queue_id = $2 AND key = $1 AND slot < $3 FOR UPDATE) s",
+	3, {TEXTOID, INT4OID, INT4OID}
+};
+
+/* The key's limit and its lowest free slot (-1: none) */
+static int32
+free_slot(const char *key, int32 queue_id, int32 *limit)
+{
+	Datum		values[2] = {CStringGetTextDatum(key), Int32GetDatum(queue_id)};
+	bool		isnull;
+	Datum		d;
+
+	dex_spi_exec(&free_slot_plan, values, NULL, 1);
+	*limit = (int32) dex_spi_getint64(0, 1);
+	d = dex_spi_getdatum(0, 2, &isnull);
+	return isnull ? -1 : DatumGetInt32(d);
+}
+
+/*
+ * A new run takes a slot of its key if one is free (true), else enters the
+ * key's wait queue (false), after locking every slot below the limit.
+ */
+static bool
+admit_into_slot(pg_uuid_t *run_id, int32 queue_id, const char *key, int32 priority)
+{
+	for (;;)
+	{
+		int32		limit;
+		int32		slot = free_slot(key, queue_id, &limit);
+		Datum		values[4];
+
+		values[0] = CStringGetTextDatum(key);
+		if (slot >= 0)
+		{
+			values[1] = UUIDPGetDatum(run_id);
+			values[2] = Int32GetDatum(queue_id);
+			values[3] = Int32GetDatum(slot);
+			dex_spi_exec(&claim_slot_plan, values, NULL, 0);
+			if (SPI_processed > 0)
+				return true;
+		}
+		else
+		{
+			values[1] = Int32GetDatum(queue_id);
+			values[2] = Int32GetDatum(limit);
+			dex_spi_exec(&lock_slots_plan, values, NULL, 1);
+			if (dex_spi_getint64(0, 1) >= limit)
+			{
+				values[1] = Int16GetDatum((int16) priority);
+				values[2] = UUIDPGetDatum(run_id);
+				values[3] = Int32GetDatum(queue_id);
+				dex_spi_exec(&wait_for_key_plans[1], values, NULL, 0);
+				return false;
+			}
+		}
+		/* a concurrent claim took the slot, or a run ending freed one: look again */
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
+ * Admit a new run with a concurrency key on its queue: it holds the key (a
+ * slot of it) if there is room (returns true: give it a workflow task),
+ * else it waits for it.
  */
 bool
 dex_admit_run(pg_uuid_t *run_id, int32 queue_id, const char *key, int32 priority)
 {
 	int			v = dex_keys_per_queue();
 	Datum		values[4];
+
+	if (v == 1 && keys_have_slots())
+		return admit_into_slot(run_id, queue_id, key, priority);
 
 	values[0] = CStringGetTextDatum(key);
 	values[1] = UUIDPGetDatum(run_id);
@@ -139,6 +264,141 @@ static DexPlan admit_plans[3] = {
 	3, {TEXTOID, UUIDOID, INT4OID}}
 };
 
+/* 1.7: the slots the runs that ended held, with their numbers and keys' limits */
+static DexPlan release_slots_plan = {
+	"WITH w AS (DELETE FROM dex.concurrency_wait w USING dex.workflow_run r "
+	"           WHERE r.id = ANY ($1) AND w.queue_id = r.queue_id AND w.key = r.concurrency_key "
+	"             AND w.run_id = r.id), "
+	"     s AS (DELETE FROM dex.concurrency_slot WHERE run_id = ANY ($1) RETURNING key, queue_id, slot) "
+	"SELECT s.key, s.queue_id, s.slot, "
+	"       coalesce((SELECT l.max_runs FROM dex.concurrency_limit l WHERE l.queue_id = s.queue_id AND l.key = s.key), "
+	"                (SELECT q.concurrency_limit FROM dex.queue q WHERE q.id = s.queue_id), 1) "
+	"FROM s",
+	1, {UUIDARRAYOID}
+};
+
+/*
+ * 1.7: admit the waiting run into slot $4 of its key.  The run is locked
+ * first, as in admit_plans, then its wait row (FOR UPDATE: a cancellation
+ * that deleted it while we waited for the run is seen, not the snapshot's
+ * row); the wait row goes only if the run got the slot (a concurrent claim
+ * may have taken it: then nothing changes).  Returns
+ * whether it was still waiting, whether it got the slot, and its queue if
+ * it got a workflow task.  $1 key, $2 run, $3 queue, $4 slot.
+ */
+static DexPlan admit_into_slot_plan = {
+	ADMIT_RUN
+	"     w AS (SELECT w.run_id FROM dex.concurrency_wait w JOIN r ON w.run_id = r.id "
+	"           WHERE w.queue_id = $3 AND w.key = $1 FOR UPDATE OF w), "
+	"     slot AS (INSERT INTO dex.concurrency_slot (queue_id, key, slot, run_id) "
+	"              SELECT $3, $1, $4, run_id FROM w ON CONFLICT (queue_id, key, slot) DO NOTHING "
+	"              RETURNING run_id), "
+	"     gone AS (DELETE FROM dex.concurrency_wait w USING slot "
+	"              WHERE w.queue_id = $3 AND w.key = $1 AND w.run_id = slot.run_id), "
+	"     t AS (INSERT INTO dex.workflow_task (queue_id, run_id, priority" DEX_TASK_RUN_COLS ") "
+	"           SELECT r.queue_id, r.id, r.priority, r.workflow_name, r.workflow_version "
+	"           FROM r JOIN slot ON slot.run_id = r.id "
+	"           WHERE r.status = ANY ('{CREATED,RUNNING}'::text[]) RETURNING queue_id) "
+	"SELECT EXISTS (SELECT 1 FROM w), EXISTS (SELECT 1 FROM slot), EXISTS (SELECT 1 FROM t)",
+	4, {TEXTOID, UUIDOID, INT4OID, INT4OID}
+};
+
+typedef enum SlotAdmission
+{
+	SLOT_GIVEN,					/* the next waiting run holds the slot */
+	SLOT_TAKEN,					/* a concurrent claim holds it */
+	SLOT_NOBODY_WAITS
+} SlotAdmission;
+
+/* The next run waiting for the key gets the slot (runs gone meanwhile are passed over) */
+static SlotAdmission
+pass_slot(const char *key, int32 queue_id, int32 slot)
+{
+	for (;;)
+	{
+		Datum		values[4];
+		bool		isnull;
+		pg_uuid_t	next;
+
+		values[0] = CStringGetTextDatum(key);
+		values[1] = Int32GetDatum(queue_id);
+		dex_spi_exec(&next_waiting_plans[1], values, NULL, 1);
+		if (SPI_processed == 0)
+			return SLOT_NOBODY_WAITS;
+		memcpy(&next, DatumGetUUIDP(dex_spi_getdatum(0, 1, &isnull)), sizeof(pg_uuid_t));
+		values[1] = UUIDPGetDatum(&next);
+		values[2] = Int32GetDatum(queue_id);
+		values[3] = Int32GetDatum(slot);
+		dex_spi_exec(&admit_into_slot_plan, values, NULL, 1);
+		if (dex_spi_getbool(0, 2))
+		{
+			if (dex_spi_getbool(0, 3))
+			{
+				dex_queue_work_added(queue_id);
+				dex_stat_add(queue_id, DEX_STAT_TASKS_CREATED, 1);
+			}
+			return SLOT_GIVEN;
+		}
+		if (dex_spi_getbool(0, 1))
+			return SLOT_TAKEN;
+		/* the run's wait row went away before we locked it: the next one */
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* 1.7: the slots freed go to the next waiting runs, those under their key's limit */
+static void
+release_slots(Datum run_ids)
+{
+	Datum		values[1] = {run_ids};
+	DexRows		freed = dex_spi_rows(&release_slots_plan, values, NULL, 0);
+
+	for (uint64 i = 0; i < freed.n; i++)
+	{
+		int32		slot = (int32) dex_rows_getint64(freed, i, 3);
+
+		if (slot < (int32) dex_rows_getint64(freed, i, 4))
+			(void) pass_slot(dex_rows_gettext_copy(freed, i, 1),
+							 (int32) dex_rows_getint64(freed, i, 2), slot);
+	}
+}
+
+/* $1 queue, $2 key (NULL: all): the keys of the queue that runs wait for */
+static DexPlan waited_keys_plan = {
+	"SELECT DISTINCT key FROM dex.concurrency_wait WHERE queue_id = $1 AND ($2::text IS NULL OR key = $2)",
+	2, {INT4OID, TEXTOID}
+};
+
+/*
+ * A limit was raised (dex.alter_queue's concurrency_limit, or
+ * dex.set_concurrency_limit for "key"; NULL: every key of the queue): the
+ * runs waiting for those keys fill their free slots, in their order.
+ */
+void
+dex_admit_waiting_runs(int32 queue_id, const char *key)
+{
+	Datum		values[2] = {Int32GetDatum(queue_id), key ? CStringGetTextDatum(key) : (Datum) 0};
+	DexRows		keys;
+
+	if (!keys_have_slots())
+		return;
+	keys = dex_spi_rows(&waited_keys_plan, values, key ? NULL : " n", 0);
+	for (uint64 i = 0; i < keys.n; i++)
+	{
+		char	   *k = dex_rows_gettext_copy(keys, i, 1);
+
+		for (;;)
+		{
+			int32		limit;
+			int32		slot = free_slot(k, queue_id, &limit);
+
+			if (slot < 0 || pass_slot(k, queue_id, slot) == SLOT_NOBODY_WAITS)
+				break;
+			CHECK_FOR_INTERRUPTS();
+		}
+	}
+}
+
 /*
  * Runs that ended give up their keys (or their place in a key's queue); each
  * freed key goes to the next run waiting for it, which gets its first
@@ -154,6 +414,11 @@ dex_release_keys(Datum run_ids)
 	char	  **keys;
 	int32	   *queues;
 
+	if (v == 1 && keys_have_slots())
+	{
+		release_slots(run_ids);
+		return;
+	}
 	dex_spi_exec(&release_keys_plans[v], values, NULL, 0);
 	n = (int) SPI_processed;
 	keys = palloc(sizeof(char *) * Max(n, 1));

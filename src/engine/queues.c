@@ -190,6 +190,13 @@ queue_cache_add(int row, const char *name)
 		if (n > 0)
 			memcpy(q->grantees, ARR_DATA_PTR(a), sizeof(Oid) * n);
 	}
+	/* the rate limit (1.7): limit, period in microseconds, and the row's updated_at */
+	d = dex_spi_getdatum(row, 7, &isnull);
+	q->rate_limit = isnull ? 0 : DatumGetInt32(d);
+	d = dex_spi_getdatum(row, 8, &isnull);
+	q->rate_period_us = isnull ? 0 : DatumGetInt64(d);
+	d = dex_spi_getdatum(row, 9, &isnull);
+	q->updated_at = isnull ? 0 : DatumGetTimestampTz(d);
 }
 
 /* dex.alter_queue changed a queue: forget what this backend cached */
@@ -228,20 +235,45 @@ dex_queue_grants_exist(void)
 }
 
 /*
- * A queue's row with the roles it is granted to (access.c); a schema
- * still on version 1.0 has no grants.  Qualified throughout: dex.wait_for_tasks
- * cannot pin its search_path.
+ * Whether the schema has rate and concurrency limits (1.7): dex.queue's
+ * rate_limit, rate_period and concurrency_limit.
  */
-#define QUEUE_COLUMNS(grantees) \
+bool
+dex_queue_limits_exist(void)
+{
+	return dex_column_exists("queue", "rate_limit");
+}
+
+/* Which lookup statement the schema takes: [0] 1.0, [1] grants, [2] grants and limits (1.7) */
+static int
+lookup_version(void)
+{
+	if (!dex_queue_grants_exist())
+		return 0;
+	return dex_queue_limits_exist() ? 2 : 1;
+}
+
+/*
+ * A queue's row with the roles it is granted to (access.c) and its rate
+ * limit (the period in microseconds); a schema still on version 1.0 has no
+ * grants, one before 1.7 no limits.  Qualified throughout:
+ * dex.wait_for_tasks cannot pin its search_path.
+ */
+#define QUEUE_COLUMNS(grantees, limits) \
 	"SELECT q.id, q.name, q.kind OPERATOR(pg_catalog.=) 'workflow', " \
-	"q.status OPERATOR(pg_catalog.=) 'PAUSED', q.capacity, " grantees " FROM dex.queue q "
+	"q.status OPERATOR(pg_catalog.=) 'PAUSED', q.capacity, " grantees ", " limits " FROM dex.queue q "
 #define QUEUE_GRANTEES \
 	"ARRAY(SELECT g.grantee FROM dex.queue_grant g WHERE g.queue_id OPERATOR(pg_catalog.=) q.id)"
 #define QUEUE_NO_GRANTEES "NULL::pg_catalog.oid[]"
+#define QUEUE_LIMITS \
+	"q.rate_limit, (pg_catalog.date_part('epoch', q.rate_period) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, " \
+	"q.updated_at"
+#define QUEUE_NO_LIMITS "NULL::pg_catalog.int4, NULL::pg_catalog.int8, q.updated_at"
 
-static DexPlan lookup_queue_plans[2] = {
-	{QUEUE_COLUMNS(QUEUE_NO_GRANTEES) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}},
-	{QUEUE_COLUMNS(QUEUE_GRANTEES) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}}
+static DexPlan lookup_queue_plans[3] = {
+	{QUEUE_COLUMNS(QUEUE_NO_GRANTEES, QUEUE_NO_LIMITS) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_NO_LIMITS) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_LIMITS) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}}
 };
 
 bool
@@ -258,7 +290,7 @@ dex_lookup_queue(const char *name, DexQueue *queue)
 		}
 
 	values[0] = CStringGetTextDatum(name);
-	dex_spi_exec(&lookup_queue_plans[dex_queue_grants_exist()], values, NULL, 1);
+	dex_spi_exec(&lookup_queue_plans[lookup_version()], values, NULL, 1);
 	if (SPI_processed == 0)
 		return false;
 	queue_cache_add(0, name);
@@ -290,9 +322,10 @@ dex_existing_queue(const char *name, const char *kind)
 	return queue;
 }
 
-static DexPlan queue_by_id_plans[2] = {
-	{QUEUE_COLUMNS(QUEUE_NO_GRANTEES) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}},
-	{QUEUE_COLUMNS(QUEUE_GRANTEES) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}}
+static DexPlan queue_by_id_plans[3] = {
+	{QUEUE_COLUMNS(QUEUE_NO_GRANTEES, QUEUE_NO_LIMITS) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_NO_LIMITS) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_LIMITS) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}}
 };
 
 /* The queue with that id; false if there is none. */
@@ -309,7 +342,7 @@ dex_queue_by_id(int32 queue_id, DexQueue *queue)
 			return true;
 		}
 
-	dex_spi_exec(&queue_by_id_plans[dex_queue_grants_exist()], values, NULL, 1);
+	dex_spi_exec(&queue_by_id_plans[lookup_version()], values, NULL, 1);
 	if (SPI_processed == 0)
 		return false;
 	queue_cache_add(0, dex_spi_gettext_copy(0, 2));

@@ -4,7 +4,8 @@
  *	  dex's shared memory: the registry of databases and their workers, the
  *	  scheduler's and the queues' wake-ups (wakeup.c), the activity
  *	  counters of dex.stat_counters() (stats.c), and the latency histograms
- *	  of dex.latency_histograms() (latency.c).
+ *	  of dex.latency_histograms() (latency.c), the token buckets of rate
+ *	  limits (rate.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -67,6 +68,17 @@ extern Size dex_pollers_shmem_size(void);
 extern void dex_pollers_shmem_startup(void);
 extern uint64 dex_task_key(const char *name, int32 version);
 extern void dex_polled(int32 queue_id, const uint64 *keys, int n);
+
+/* rate.c: the token buckets of rate-limited queues */
+extern Size dex_rate_shmem_size(void);
+extern void dex_rate_shmem_startup(void);
+extern int64 dex_rate_take(int32 queue_id, int32 limit, int64 period_us, TimestampTz config_at,
+						   int64 want, TimestampTz *retry_at);
+extern void dex_rate_give_back(int32 queue_id, int64 unused, bool throttled);
+extern bool dex_rate_peek(int32 queue_id, int32 limit, int64 period_us, TimestampTz config_at,
+						  TimestampTz *retry_at);
+extern TimestampTz dex_rate_wake_at(int32 queue_id, TimestampTz retry_at, TimestampTz deadline);
+extern void dex_rate_forget(int32 queue_id);
 
 /* stats.c: the counters of dex.stat_counters(), per (database, queue) */
 typedef enum DexStatCounter

@@ -206,6 +206,7 @@ dex_shmem_request(void)
 	RequestAddinShmemSpace(dex_run_cache_shmem_size());
 	RequestAddinShmemSpace(dex_pollers_shmem_size());
 	RequestAddinShmemSpace(dex_latency_shmem_size());
+	RequestAddinShmemSpace(dex_rate_shmem_size());
 	dex_stats_shmem_request();
 }
 
@@ -250,6 +251,7 @@ dex_shmem_startup(void)
 	dex_run_cache_shmem_startup();
 	dex_pollers_shmem_startup();
 	dex_latency_shmem_startup();
+	dex_rate_shmem_startup();
 	LWLockRelease(AddinShmemInitLock);
 }
 

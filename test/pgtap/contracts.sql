@@ -92,7 +92,7 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
           '{}'::text[], 'no function in schema dex leaves search_path unpinned');
 SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
                  WHERE p.pronamespace = 'dex'::regnamespace AND p.prosecdef ORDER BY 1),
-          '{alter_queue,alter_schedule,authenticate_api_token,backfill_schedule,create_api_token,create_queue,create_schedule,delete_schedule,grant_queue,pause_schedule,reset_stats,revoke_api_token,revoke_queue,schedule_next_times,trigger_schedule,unpause_schedule}'::text[],
+          '{alter_queue,alter_schedule,authenticate_api_token,backfill_schedule,create_api_token,create_queue,create_schedule,delete_schedule,grant_queue,pause_schedule,reset_stats,revoke_api_token,revoke_queue,schedule_next_times,set_concurrency_limit,trigger_schedule,unpause_schedule}'::text[],
           'only the administrators'' functions are SECURITY DEFINER');
 -- PUBLIC may call nothing; each role what the API gives it
 SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
@@ -106,10 +106,10 @@ SELECT ok(has_function_privilege('dex_client', 'dex.create_run(text,text,jsonb,i
 SELECT ok(has_function_privilege('dex_worker', 'dex.poll_tasks(text,text,integer,interval,boolean,text[],integer[])', 'EXECUTE')
           AND has_function_privilege('dex_worker', 'dex.wait_for_tasks(text,interval,boolean)', 'EXECUTE')
           AND NOT has_function_privilege('dex_worker', 'dex.create_run(text,text,jsonb,integer,text,integer,jsonb,text,text,timestamptz,interval,text,interval,interval)', 'EXECUTE')
-          AND NOT has_function_privilege('dex_worker', 'dex.alter_queue(text,integer,boolean)', 'EXECUTE'),
+          AND NOT has_function_privilege('dex_worker', 'dex.alter_queue(text,integer,boolean,integer,interval,integer)', 'EXECUTE'),
           'dex_worker leases and reports tasks, but starts no run and manages no queue');
 SELECT ok(pg_has_role('dex_admin', 'dex_client', 'MEMBER') AND pg_has_role('dex_admin', 'dex_worker', 'MEMBER')
-          AND has_function_privilege('dex_admin', 'dex.alter_queue(text,integer,boolean)', 'EXECUTE')
+          AND has_function_privilege('dex_admin', 'dex.alter_queue(text,integer,boolean,integer,interval,integer)', 'EXECUTE')
           AND has_function_privilege('dex_admin', 'dex.grant_queue(text,regrole)', 'EXECUTE')
           AND NOT has_function_privilege('dex_client', 'dex.grant_queue(text,regrole)', 'EXECUTE')
           AND NOT has_function_privilege('dex_worker', 'dex.revoke_queue(text,regrole)', 'EXECUTE'),

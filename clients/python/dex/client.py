@@ -220,6 +220,44 @@ class Client:
                 raise
             return False
 
+    def alter_queue(self, name: str, *, capacity: Optional[int] = None,
+                    paused: Optional[bool] = None, rate_limit: Optional[int] = None,
+                    rate_period: Optional[Duration] = None,
+                    concurrency_limit: Optional[int] = None) -> None:
+        """Change a queue (dex.alter_queue); what is left None stays as it is.
+
+        ``capacity``: most tasks leased at once (0 removes the limit); ``paused``: polls hand
+        out nothing.  Flow control (dex 1.7): ``rate_limit`` tasks handed out per
+        ``rate_period`` (a timedelta, seconds or "500ms"; 1 second if never given) across
+        every worker, 0 removing the limit; ``concurrency_limit``: how many runs of one
+        concurrency key may be active at once on this workflow queue (1 by default).  Bad
+        values raise :class:`dex.InvalidArgument` and change nothing."""
+        extra, params = "", [name]
+        for arg, value in (("capacity", capacity), ("paused", paused),
+                           ("rate_limit", rate_limit),
+                           ("rate_period", None if rate_period is None else _interval(rate_period)),
+                           ("concurrency_limit", concurrency_limit)):
+            if value is not None:
+                extra += f", {arg} => %s"
+                params.append(value)
+        self._exec(f"SELECT dex.alter_queue(%s{extra})", params)
+
+    def set_concurrency_limit(self, queue: str, key: str, max_runs: Optional[int]) -> None:
+        """Let up to ``max_runs`` runs of concurrency key ``key`` be active at once on the
+        workflow queue (dex 1.7; ``None`` gives the key its queue's limit back).  Raised, it
+        admits waiting runs at once; lowered, the runs above it finish first."""
+        self._exec("SELECT dex.set_concurrency_limit(%s, %s, %s)", (queue, key, max_runs))
+
+    def queue_limits(self, queue: str) -> Dict[str, Any]:
+        """The flow control of a queue (dex.queue_limits, dex 1.7): capacity, rate_limit,
+        rate_period, tokens (None until a poll made its bucket, full), next_token_at,
+        tasks_granted, polls_throttled, concurrency_limit, keys_with_limits."""
+        row = self._exec("SELECT * FROM dex.queue_limits WHERE queue = %s", (queue,),
+                         row_factory=dict_row).fetchone()
+        if row is None:
+            raise errors.NotFound(f'queue "{queue}" does not exist', sqlstate="42704")
+        return row
+
     # -- runs ----------------------------------------------------------------
     @staticmethod
     def _workflow(workflow: Any, version: Optional[int]) -> tuple:
