@@ -1,0 +1,290 @@
+/*-------------------------------------------------------------------------
+ *
+ * interpreter.c
+ *	  The dex interpreter: a background worker per database that runs the
+ *	  workflows defined in JSON (1.7).  It is the workflow worker of every
+ *	  run of a definition: it leases their workflow tasks, decides their
+ *	  commands with the interpreter (engine/interpret.c) and completes them
+ *	  through the engine's completion path, so that history, fencing,
+ *	  lifecycle controls, retention, metrics and the dashboard apply as to any
+ *	  run.
+ *
+ * A pass, one transaction: the workflow queues that hold ready tasks of
+ * runs of definitions; for each, a poll (dex.poll_tasks_pb) that declares
+ * every (definition, version) pair, so that it takes nothing else, up to
+ * BATCH tasks; then each task in a subtransaction of its own: its
+ * definition (loaded once per pass), its commands (SQL steps run there, with
+ * the owner's privileges), its completion (dex_complete_workflow_tasks).
+ * The subtransaction is undone when the completion was not applied (a lost
+ * lease, an ended run) so that a SQL step's effects commit exactly when the
+ * step is recorded; a completion set aside because events came
+ * (superseded) is undone too and replaced by an empty one, which frees the
+ * lease and gives the run a new task.  An error while interpreting (a SQL
+ * statement that fails, a variable of the wrong type) undoes the
+ * subtransaction and fails the run with the error, in a second one.
+ *
+ * A worker of an SDK that polls the same queue without declaring what it
+ * runs may take these tasks too: give definitions' runs queues of their own
+ * (README.md).  Leases last LEASE; a worker that dies leaves its tasks to
+ * the lease's end.
+ *
+ * Wake-ups: a pass that found work is followed at once by another; an idle
+ * worker looks again every dex.interpreter_naptime (so an idle database costs
+ * one index probe per naptime; see README.md for what is left).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "postmaster/bgworker.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
+#include "utils/timestamp.h"
+
+#include "workers/workers.h"
+
+PGDLLEXPORT void dex_interpreter_main(Datum main_arg);
+
+#define BATCH 100
+#define WORKER_ID "dex interpreter"
+#define LEASE "1 minute"
+
+static DexPlan keys_plan = {
+	"SELECT array_agg(name ORDER BY name, version), array_agg(version ORDER BY name, version) "
+	"FROM dex.definition",
+	0, {0}
+};
+
+static DexPlan queues_plan = {
+	"SELECT q.name FROM dex.queue q WHERE q.kind = 'workflow' AND EXISTS "
+	"(SELECT 1 FROM unnest($1::text[], $2::integer[]) AS k(n, v), dex.workflow_task t "
+	" WHERE t.queue_id = q.id AND t.workflow_name = k.n AND t.workflow_version = k.v "
+	" AND (t.locked_until IS NULL OR t.locked_until <= now()))",
+	2, {TEXTARRAYOID, INT4ARRAYOID}
+};
+
+static DexPlan poll_plan = {
+	"SELECT run_id, lock_version, task FROM dex.poll_tasks_pb($1, '" WORKER_ID "', " CppAsString2(BATCH)
+	", '" LEASE "', false, $2, $3)",
+	3, {TEXTOID, TEXTARRAYOID, INT4ARRAYOID}
+};
+
+/* the definitions loaded in this pass */
+typedef struct LoadedDefinition
+{
+	char	   *name;
+	int32		version;
+	DexDefinition *def;
+} LoadedDefinition;
+
+static List *loaded = NIL;
+
+static DexDefinition *
+definition(const char *name, int32 version)
+{
+	ListCell   *lc;
+	LoadedDefinition *d;
+
+	foreach(lc, loaded)
+	{
+		d = lfirst(lc);
+		if (d->version == version && strcmp(d->name, name) == 0)
+			return d->def;
+	}
+	d = palloc(sizeof(*d));
+	d->name = pstrdup(name);
+	d->version = version;
+	d->def = dex_load_definition(name, version);
+	loaded = lappend(loaded, d);
+	return d->def;
+}
+
+/* A completion with at most one command */
+static Dex__V1__WorkflowTaskCompletion *
+completion_of(Dex__V1__Command *cmd)
+{
+	Dex__V1__WorkflowTaskCompletion *c = palloc(sizeof(*c));
+
+	dex__v1__workflow_task_completion__init(c);
+	if (cmd != NULL)
+	{
+		c->commands = palloc(sizeof(Dex__V1__Command *));
+		c->commands[0] = cmd;
+		c->n_commands = 1;
+	}
+	return c;
+}
+
+static Dex__V1__WorkflowTaskCompletion *
+failure_completion(const Dex__V1__WorkflowTask *task, const char *message, const char *type)
+{
+	Dex__V1__Command *cmd = palloc(sizeof(*cmd));
+	int32		last = 0;
+
+	for (size_t i = 0; i < task->n_history; i++)
+		last = Max(last, task->history[i]->id);
+	for (size_t i = 0; i < task->n_new_events; i++)
+		last = Max(last, task->new_events[i]->id);
+	dex__v1__command__init(cmd);
+	cmd->id = last + 1;
+	cmd->kind_case = DEX__V1__COMMAND__KIND_FAIL_RUN;
+	cmd->fail_run = palloc(sizeof(Dex__V1__FailRun));
+	dex__v1__fail_run__init(cmd->fail_run);
+	cmd->fail_run->failure = dex_new_failure(message, type, true);
+	return completion_of(cmd);
+}
+
+typedef enum Outcome
+{
+	APPLIED,
+	NOT_APPLIED,				/* lease lost or run ended: nothing to do */
+	SUPERSEDED,
+	FAILED
+} Outcome;
+
+/*
+ * Complete the task with what decide gives, in a subtransaction that is kept
+ * only if the completion was applied.  On an error, *error gets it.
+ */
+static Outcome
+complete(pg_uuid_t *run_id, int64 lock_version, const Dex__V1__WorkflowTask *task,
+		 const DexDefinition *def, Dex__V1__WorkflowTaskCompletion *given, ErrorData **error)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile Outcome outcome = FAILED;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		DexWorkflowCompletion item;
+
+		memset(&item, 0, sizeof(item));
+		item.run_id = run_id;
+		item.lock_version = lock_version;
+		item.completion = given != NULL ? given : dex_interpret(def, task);
+		dex_check_commands(item.completion);
+		dex_complete_workflow_tasks(&item, 1, false);
+		outcome = item.done ? APPLIED : item.superseded ? SUPERSEDED : NOT_APPLIED;
+		if (outcome == APPLIED)
+			ReleaseCurrentSubTransaction();
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		*error = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		outcome = FAILED;
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return outcome;
+}
+
+static void
+run_task(pg_uuid_t *run_id, int64 lock_version, bytea *data)
+{
+	Dex__V1__WorkflowTask *task = (Dex__V1__WorkflowTask *)
+		dex_pb_unpack(&dex__v1__workflow_task__descriptor, (uint8 *) VARDATA_ANY(data),
+					  VARSIZE_ANY_EXHDR(data), "workflow task");
+	const DexDefinition *def = definition(task->workflow_name, task->workflow_version);
+	ErrorData  *error = NULL;
+	Outcome		outcome;
+
+	if (def == NULL)
+		outcome = complete(run_id, lock_version, task, NULL,
+						   failure_completion(task, psprintf("definition \"%s\" version %d does not exist",
+															 task->workflow_name, task->workflow_version),
+											  "dex.NoDefinition"), &error);
+	else
+		outcome = complete(run_id, lock_version, task, def, NULL, &error);
+
+	if (outcome == SUPERSEDED)
+		outcome = complete(run_id, lock_version, task, def, completion_of(NULL), &error);
+	else if (outcome == FAILED && error != NULL)
+	{
+		const char *step = dex_interpret_current_step();
+		char	   *message = step != NULL ?
+			psprintf("step \"%s\": %s", step, error->message) : pstrdup(error->message);
+		ErrorData  *second = NULL;
+
+		ereport(DEBUG1, (errmsg("dex interpreter: run %s fails: %s", task->run_id, message)));
+		outcome = complete(run_id, lock_version, task, def,
+						   failure_completion(task, message, psprintf("SQLSTATE %s",
+																	  unpack_sql_state(error->sqlerrcode))),
+						   &second);
+		if (outcome == FAILED)
+			ereport(WARNING,
+					(errmsg("dex interpreter could not fail run %s: %s", task->run_id,
+							second != NULL ? second->message : "unknown error"),
+					 errdetail("It failed with: %s", message)));
+	}
+}
+
+/* One pass (see the header): returns now if it found work, else DT_NOEND */
+static TimestampTz
+interpreter_pass(bool *installed)
+{
+	int			tasks = 0;
+
+	*installed = dex_worker_begin();
+	loaded = NIL;
+	if (*installed && dex_column_exists("definition", "owner"))
+	{
+		bool		isnull;
+		Datum		keys[2];
+		DexRows		queues;
+
+		dex_spi_exec(&keys_plan, NULL, NULL, 1);
+		keys[0] = dex_spi_getdatum(0, 1, &isnull);
+		if (!isnull)
+		{
+			keys[1] = dex_spi_getdatum(0, 2, &isnull);
+			keys[0] = SPI_datumTransfer(keys[0], false, -1);
+			keys[1] = SPI_datumTransfer(keys[1], false, -1);
+			queues = dex_spi_rows(&queues_plan, keys, NULL, 0);
+			for (uint64 q = 0; q < queues.n; q++)
+			{
+				Datum		values[3] = {dex_rows_getdatum(queues, q, 1, &isnull), keys[0], keys[1]};
+				DexRows		rows = dex_spi_rows(&poll_plan, values, NULL, 0);
+
+				for (uint64 r = 0; r < rows.n; r++)
+				{
+					pg_uuid_t  *run_id = palloc(sizeof(pg_uuid_t));
+
+					*run_id = *DatumGetUUIDP(dex_rows_getdatum(rows, r, 1, &isnull));
+					run_task(run_id, dex_rows_getint64(rows, r, 2), dex_rows_getbytea_copy(rows, r, 3));
+					tasks++;
+				}
+			}
+		}
+	}
+	dex_worker_commit();
+	loaded = NIL;
+	return tasks > 0 ? GetCurrentTimestamp() : DT_NOEND;
+}
+
+static const DexWorkerLoop interpreter_loop = {
+	.type = "dex interpreter",
+	.running = "dex interpreter: running workflows defined in JSON",
+	.sleeping = "dex interpreter: sleeping",
+	.naptime_ms = &dex_interpreter_naptime_ms,
+	.naptime_after_error = false,
+	.pass = interpreter_pass,
+};
+
+void
+dex_interpreter_main(Datum main_arg)
+{
+	dex_worker_main(main_arg, &interpreter_loop);
+}
