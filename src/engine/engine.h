@@ -279,6 +279,8 @@ typedef struct DexStep
 	char	   *result_variable;	/* where a result goes; NULL: merged */
 	char	   *input;			/* SQL/JSON path: an activity's or child's argument */
 	char	   *sql;			/* sql */
+	void	   *sql_plan;		/* its SPIPlanPtr, prepared by its first run, while the SPI
+								 * connection lasts */
 	char	   *activity;		/* service */
 	char	   *queue;
 	int32		retry_count;	/* -1: not given */

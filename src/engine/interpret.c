@@ -40,7 +40,10 @@
  * with the privileges of the definition's owner and search_path pinned to
  * pg_catalog, the definition's searchPath (default public), pg_temp: so their
  * effects commit exactly when the step is recorded.  The variables are $1
- * (jsonb).  A statement's error fails the task, and the caller
+ * (jsonb).  A statement is prepared the first time it runs and kept in its
+ * DexStep for the caller's SPI connection (the caller keeps a definition no
+ * longer than that); a prepared plan is not tied to the role that prepared
+ * it (privileges are checked as it runs), and runs with the same path.  A statement's error fails the task, and the caller
  * (workers/interpreter.c) fails the run with it.
  *
  * Runs in the caller's transaction and SPI connection; it writes only
@@ -465,9 +468,9 @@ run_sql(Interp *in, const DexStep *step)
 	Oid			user;
 	int			sec;
 	int			level;
-	Oid			types[1] = {JSONBOID};
 	Datum		values[1] = {JsonbPGetDatum(in->vars)};
 	Jsonb	   *result = NULL;
+	DexStep    *prepared = unconstify(DexStep *, step);
 	int			rc;
 
 	GetUserIdAndSecContext(&user, &sec);
@@ -482,7 +485,19 @@ run_sql(Interp *in, const DexStep *step)
 	(void) set_config_option("enable_mergejoin", "on", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	SetUserIdAndSecContext(in->def->owner, sec | SECURITY_LOCAL_USERID_CHANGE);
 	/* on error the abort of the caller's subtransaction gives both back */
-	rc = SPI_execute_with_args(step->sql, 1, types, values, NULL, false, 1);
+	if (prepared->sql_plan == NULL)
+	{
+		Oid			types[1] = {JSONBOID};
+
+		/* under the owner and the pinned search_path, as it runs */
+		prepared->sql_plan = SPI_prepare(step->sql, 1, types);
+		if (prepared->sql_plan == NULL)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("the statement of SQL step \"%s\" failed: %s", step->id,
+							SPI_result_code_string(SPI_result))));
+	}
+	rc = SPI_execute_plan(prepared->sql_plan, values, NULL, false, 1);
 	if (rc < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -12,16 +12,18 @@
  * A pass, one transaction: the workflow queues that hold ready tasks of
  * runs of definitions; for each, a poll (dex.poll_tasks_pb) that declares
  * every (definition, version) pair, so that it takes nothing else, up to
- * BATCH tasks; then each task in a subtransaction of its own: its
- * definition (loaded once per pass), its commands (SQL steps run there, with
- * the owner's privileges), its completion (dex_complete_workflow_tasks).
- * The subtransaction is undone when the completion was not applied (a lost
- * lease, an ended run) so that a SQL step's effects commit exactly when the
- * step is recorded; a completion set aside because events came
- * (superseded) is undone too and replaced by an empty one, which frees the
- * lease and gives the run a new task.  An error while interpreting (a SQL
- * statement that fails, a variable of the wrong type) undoes the
- * subtransaction and fails the run with the error, in a second one.
+ * BATCH tasks, whose definitions are loaded once per pass.  Then the fast
+ * path, in one subtransaction: each task's commands (SQL steps run there,
+ * with the owner's privileges) in a subtransaction of its own, undone on an
+ * error, which fails the run instead; then one completion of them all
+ * (dex_complete_workflow_tasks, a fixed number of statements).  It is kept
+ * only if every completion was applied, so that a SQL step's effects commit
+ * exactly when the step is recorded.  Otherwise (a lost lease, an ended run,
+ * a completion set aside because events came: superseded) it is undone and
+ * each task goes the slow path: its commands and completion in a
+ * subtransaction kept only if the completion was applied; a superseded one
+ * is replaced by an empty completion, which frees the lease and gives the
+ * run a new task; an error undoes it and fails the run in a second one.
  *
  * A worker of an SDK that polls the same queue without declaring what it
  * runs may take these tasks too: give definitions' runs queues of their own
@@ -191,51 +193,158 @@ complete(pg_uuid_t *run_id, int64 lock_version, const Dex__V1__WorkflowTask *tas
 	return outcome;
 }
 
-static void
-run_task(pg_uuid_t *run_id, int64 lock_version, bytea *data)
+/* A leased task of a poll */
+typedef struct Leased
 {
-	Dex__V1__WorkflowTask *task = (Dex__V1__WorkflowTask *)
-		dex_pb_unpack(&dex__v1__workflow_task__descriptor, (uint8 *) VARDATA_ANY(data),
-					  VARSIZE_ANY_EXHDR(data), "workflow task");
-	const DexDefinition *def = definition(task->workflow_name, task->workflow_version);
+	pg_uuid_t	run_id;
+	int64		lock_version;
+	Dex__V1__WorkflowTask *task;
+	const DexDefinition *def;
+} Leased;
+
+/* The run fails with the error that interpreting its task raised */
+static Dex__V1__WorkflowTaskCompletion *
+error_completion(const Leased *t, ErrorData *error)
+{
+	const char *step = dex_interpret_current_step();
+	char	   *message = step != NULL ?
+		psprintf("step \"%s\": %s", step, error->message) : pstrdup(error->message);
+
+	ereport(DEBUG1, (errmsg("dex interpreter: run %s fails: %s", t->task->run_id, message)));
+	return failure_completion(t->task, message,
+							  psprintf("SQLSTATE %s", unpack_sql_state(error->sqlerrcode)));
+}
+
+static Dex__V1__WorkflowTaskCompletion *
+missing_definition(const Leased *t)
+{
+	return failure_completion(t->task, psprintf("definition \"%s\" version %d does not exist",
+												t->task->workflow_name, t->task->workflow_version),
+							  "dex.NoDefinition");
+}
+
+/*
+ * One task on its own (the slow path): its commands and its completion in a
+ * subtransaction kept only if the completion was applied; an error fails the
+ * run in a second one.
+ */
+static void
+run_task(const Leased *t)
+{
 	ErrorData  *error = NULL;
 	Outcome		outcome;
+	pg_uuid_t  *run_id = unconstify(pg_uuid_t *, &t->run_id);
 
-	if (def == NULL)
-		outcome = complete(run_id, lock_version, task, NULL,
-						   failure_completion(task, psprintf("definition \"%s\" version %d does not exist",
-															 task->workflow_name, task->workflow_version),
-											  "dex.NoDefinition"), &error);
+	if (t->def == NULL)
+		outcome = complete(run_id, t->lock_version, t->task, NULL, missing_definition(t), &error);
 	else
-		outcome = complete(run_id, lock_version, task, def, NULL, &error);
+		outcome = complete(run_id, t->lock_version, t->task, t->def, NULL, &error);
 
 	if (outcome == SUPERSEDED)
-		outcome = complete(run_id, lock_version, task, def, completion_of(NULL), &error);
+		outcome = complete(run_id, t->lock_version, t->task, t->def, completion_of(NULL), &error);
 	else if (outcome == FAILED && error != NULL)
 	{
-		const char *step = dex_interpret_current_step();
-		char	   *message = step != NULL ?
-			psprintf("step \"%s\": %s", step, error->message) : pstrdup(error->message);
+		Dex__V1__WorkflowTaskCompletion *failure = error_completion(t, error);
 		ErrorData  *second = NULL;
 
-		ereport(DEBUG1, (errmsg("dex interpreter: run %s fails: %s", task->run_id, message)));
-		outcome = complete(run_id, lock_version, task, def,
-						   failure_completion(task, message, psprintf("SQLSTATE %s",
-																	  unpack_sql_state(error->sqlerrcode))),
-						   &second);
+		outcome = complete(run_id, t->lock_version, t->task, t->def, failure, &second);
 		if (outcome == FAILED)
 			ereport(WARNING,
-					(errmsg("dex interpreter could not fail run %s: %s", task->run_id,
+					(errmsg("dex interpreter could not fail run %s: %s", t->task->run_id,
 							second != NULL ? second->message : "unknown error"),
-					 errdetail("It failed with: %s", message)));
+					 errdetail("It failed with: %s", error->message)));
 	}
+}
+
+/*
+ * The commands of one task of a batch, in a subtransaction of their own (SQL
+ * steps run there): on an error it is undone and the run fails with it.
+ */
+static Dex__V1__WorkflowTaskCompletion *
+decide(const Leased *t)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	Dex__V1__WorkflowTaskCompletion *volatile completion = NULL;
+	ErrorData  *volatile error = NULL;
+
+	if (t->def == NULL)
+		return missing_definition(t);
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		completion = dex_interpret(t->def, t->task);
+		dex_check_commands(completion);
+		ReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		error = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return error != NULL ? error_completion(t, error) : completion;
+}
+
+/*
+ * The fast path: every task's commands, then one completion of them all, in a
+ * subtransaction kept only if every completion was applied.  Returns false
+ * when it was undone: then each task goes the slow path, so that no SQL step's
+ * effect stays for a completion that was not recorded.
+ */
+static bool
+run_batch(Leased *tasks, int n)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool kept = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		DexWorkflowCompletion *items = palloc0(sizeof(DexWorkflowCompletion) * n);
+		bool		all = true;
+
+		for (int i = 0; i < n; i++)
+		{
+			items[i].run_id = &tasks[i].run_id;
+			items[i].lock_version = tasks[i].lock_version;
+			items[i].completion = decide(&tasks[i]);
+		}
+		dex_complete_workflow_tasks(items, n, false);
+		for (int i = 0; i < n; i++)
+			all = all && items[i].done;
+		if (all)
+		{
+			ReleaseCurrentSubTransaction();
+			kept = true;
+		}
+		else
+			RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return kept;
 }
 
 /* One pass (see the header): returns now if it found work, else DT_NOEND */
 static TimestampTz
 interpreter_pass(bool *installed)
 {
-	int			tasks = 0;
+	int			n_tasks = 0;
 
 	*installed = dex_worker_begin();
 	loaded = NIL;
@@ -257,21 +366,33 @@ interpreter_pass(bool *installed)
 			{
 				Datum		values[3] = {dex_rows_getdatum(queues, q, 1, &isnull), keys[0], keys[1]};
 				DexRows		rows = dex_spi_rows(&poll_plan, values, NULL, 0);
+				Leased	   *tasks;
 
+				if (rows.n == 0)
+					continue;
+				tasks = palloc(sizeof(Leased) * rows.n);
 				for (uint64 r = 0; r < rows.n; r++)
 				{
-					pg_uuid_t  *run_id = palloc(sizeof(pg_uuid_t));
+					bytea	   *data = dex_rows_getbytea_copy(rows, r, 3);
 
-					*run_id = *DatumGetUUIDP(dex_rows_getdatum(rows, r, 1, &isnull));
-					run_task(run_id, dex_rows_getint64(rows, r, 2), dex_rows_getbytea_copy(rows, r, 3));
-					tasks++;
+					tasks[r].run_id = *DatumGetUUIDP(dex_rows_getdatum(rows, r, 1, &isnull));
+					tasks[r].lock_version = dex_rows_getint64(rows, r, 2);
+					tasks[r].task = (Dex__V1__WorkflowTask *)
+						dex_pb_unpack(&dex__v1__workflow_task__descriptor, (uint8 *) VARDATA_ANY(data),
+									  VARSIZE_ANY_EXHDR(data), "workflow task");
+					tasks[r].def = definition(tasks[r].task->workflow_name,
+											  tasks[r].task->workflow_version);
 				}
+				if (!run_batch(tasks, (int) rows.n))
+					for (uint64 r = 0; r < rows.n; r++)
+						run_task(&tasks[r]);
+				n_tasks += rows.n;
 			}
 		}
 	}
 	dex_worker_commit();
 	loaded = NIL;
-	return tasks > 0 ? GetCurrentTimestamp() : DT_NOEND;
+	return n_tasks > 0 ? GetCurrentTimestamp() : DT_NOEND;
 }
 
 static const DexWorkerLoop interpreter_loop = {
