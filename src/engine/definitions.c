@@ -17,8 +17,9 @@
  *
  * Values the parser checks by handing them to PostgreSQL (an interval, a
  * timestamp, a SQL/JSON path, a SQL statement) are parsed in a
- * subtransaction, whose error becomes the definition's 22023: parsing them
- * has no side effect, and nothing else happens in it.
+ * subtransaction (dex_subtransaction, here for want of a better home in
+ * engine/), whose error becomes the definition's 22023: parsing them has no
+ * side effect, and nothing else happens in it.
  *
  * No locks: dex_load_definition reads dex.definition in the caller's
  * transaction and SPI connection.
@@ -208,24 +209,32 @@ check_keys(JsonbContainer *obj, const char *const *allowed, const char *const *a
 }
 
 /*
- * Run parse(arg), which parses a value and has no other effect, in a
- * subtransaction (see the header); NULL if it succeeded, else its error.
+ * Run fn(arg) in a subtransaction, kept if it returns true and undone if it
+ * returns false or raises an error; *error (if error is not NULL) gets the
+ * error, copied into the caller's memory context, which is current again on
+ * return, as is its resource owner.  Returns whether it was kept.  The
+ * interpreter's worker uses it too.
  */
-static char *
-parse_error(void (*parse) (const void *arg), const void *arg)
+bool
+dex_subtransaction(bool (*fn) (void *arg), void *arg, ErrorData **error)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	ResourceOwner owner = CurrentResourceOwner;
-	char	   *volatile error = NULL;
+	volatile bool kept = false;
 
-	if (!check_values)
-		return NULL;
+	if (error != NULL)
+		*error = NULL;
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(cxt);
 	PG_TRY();
 	{
-		parse(arg);
-		ReleaseCurrentSubTransaction();
+		if (fn(arg))
+		{
+			ReleaseCurrentSubTransaction();
+			kept = true;
+		}
+		else
+			RollbackAndReleaseCurrentSubTransaction();
 	}
 	PG_CATCH();
 	{
@@ -235,12 +244,27 @@ parse_error(void (*parse) (const void *arg), const void *arg)
 		e = CopyErrorData();
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
-		error = e->message;
+		if (error != NULL)
+			*error = e;
 	}
 	PG_END_TRY();
 	MemoryContextSwitchTo(cxt);
 	CurrentResourceOwner = owner;
-	return error;
+	return kept;
+}
+
+/*
+ * Run parse(arg), which parses a value and has no other effect, in a
+ * subtransaction (see the header); NULL if it succeeded, else its error.
+ */
+static char *
+parse_error(bool (*parse) (void *arg), const void *arg)
+{
+	ErrorData  *error;
+
+	if (!check_values)
+		return NULL;
+	return dex_subtransaction(parse, unconstify(void *, arg), &error) ? NULL : error->message;
 }
 
 typedef struct TypedText
@@ -249,8 +273,8 @@ typedef struct TypedText
 	const char *text;
 } TypedText;
 
-static void
-parse_typed(const void *arg)
+static bool
+parse_typed(void *arg)
 {
 	const TypedText *t = arg;
 
@@ -271,6 +295,7 @@ parse_typed(const void *arg)
 		getTypeInputInfo(t->typid, &input, &ioparam);
 		(void) OidInputFunctionCall(input, unconstify(char *, t->text), ioparam, -1);
 	}
+	return true;
 }
 
 /* Whether PostgreSQL accepts s as a value of type typid; NULL if so, else the error */
@@ -431,11 +456,11 @@ parse_step_refs(DexDefinition *def, DexStep *step, JsonbContainer *obj, const ch
 	}
 }
 
-static void
-parse_retry_policy_json(const void *arg)
+static bool
+parse_retry_policy_json(void *arg)
 {
-	(void) dex_pb_from_jsonb(&dex__v1__retry_policy__descriptor, unconstify(Jsonb *, (const Jsonb *) arg),
-							 "retryPolicy");
+	(void) dex_pb_from_jsonb(&dex__v1__retry_policy__descriptor, (Jsonb *) arg, "retryPolicy");
+	return true;
 }
 
 static void

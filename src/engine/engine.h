@@ -323,6 +323,7 @@ typedef struct DexDefinition
 	DexStep    *steps;
 } DexDefinition;
 
+extern bool dex_subtransaction(bool (*fn) (void *arg), void *arg, ErrorData **error);
 extern DexDefinition *dex_parse_definition(Jsonb *doc, bool check);
 extern DexDefinition *dex_load_definition(const char *name, int32 version);
 extern const char *dex_step_type_name(DexStepType type);

@@ -44,8 +44,6 @@
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
 #include "utils/builtins.h"
-#include "utils/memutils.h"
-#include "utils/resowner.h"
 #include "utils/timestamp.h"
 
 #include "workers/workers.h"
@@ -149,48 +147,45 @@ typedef enum Outcome
 	FAILED
 } Outcome;
 
+typedef struct Completing
+{
+	pg_uuid_t  *run_id;
+	int64		lock_version;
+	const Dex__V1__WorkflowTask *task;
+	const DexDefinition *def;
+	Dex__V1__WorkflowTaskCompletion *given;
+	Outcome		outcome;
+} Completing;
+
+static bool
+complete_one(void *arg)
+{
+	Completing *c = arg;
+	DexWorkflowCompletion item;
+
+	memset(&item, 0, sizeof(item));
+	item.run_id = c->run_id;
+	item.lock_version = c->lock_version;
+	item.completion = c->given != NULL ? c->given : dex_interpret(c->def, c->task);
+	dex_check_commands(item.completion);
+	dex_complete_workflow_tasks(&item, 1, false);
+	c->outcome = item.done ? APPLIED : item.superseded ? SUPERSEDED : NOT_APPLIED;
+	return item.done;
+}
+
 /*
- * Complete the task with what decide gives, in a subtransaction that is kept
- * only if the completion was applied.  On an error, *error gets it.
+ * Complete the task with the given completion, or with what the interpreter
+ * decides, in a subtransaction that is kept only if the completion was
+ * applied.  On an error, *error gets it.
  */
 static Outcome
 complete(pg_uuid_t *run_id, int64 lock_version, const Dex__V1__WorkflowTask *task,
 		 const DexDefinition *def, Dex__V1__WorkflowTaskCompletion *given, ErrorData **error)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile Outcome outcome = FAILED;
+	Completing	c = {run_id, lock_version, task, def, given, FAILED};
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		DexWorkflowCompletion item;
-
-		memset(&item, 0, sizeof(item));
-		item.run_id = run_id;
-		item.lock_version = lock_version;
-		item.completion = given != NULL ? given : dex_interpret(def, task);
-		dex_check_commands(item.completion);
-		dex_complete_workflow_tasks(&item, 1, false);
-		outcome = item.done ? APPLIED : item.superseded ? SUPERSEDED : NOT_APPLIED;
-		if (outcome == APPLIED)
-			ReleaseCurrentSubTransaction();
-		else
-			RollbackAndReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		*error = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		outcome = FAILED;
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return outcome;
+	(void) dex_subtransaction(complete_one, &c, error);
+	return *error != NULL ? FAILED : c.outcome;
 }
 
 /* A leased task of a poll */
@@ -256,6 +251,22 @@ run_task(const Leased *t)
 	}
 }
 
+typedef struct Deciding
+{
+	const Leased *task;
+	Dex__V1__WorkflowTaskCompletion *completion;
+} Deciding;
+
+static bool
+decide_one(void *arg)
+{
+	Deciding   *d = arg;
+
+	d->completion = dex_interpret(d->task->def, d->task->task);
+	dex_check_commands(d->completion);
+	return true;
+}
+
 /*
  * The commands of one task of a batch, in a subtransaction of their own (SQL
  * steps run there): on an error it is undone and the run fails with it.
@@ -263,81 +274,54 @@ run_task(const Leased *t)
 static Dex__V1__WorkflowTaskCompletion *
 decide(const Leased *t)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	Dex__V1__WorkflowTaskCompletion *volatile completion = NULL;
-	ErrorData  *volatile error = NULL;
+	Deciding	d = {t, NULL};
+	ErrorData  *error;
 
 	if (t->def == NULL)
 		return missing_definition(t);
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
+	if (!dex_subtransaction(decide_one, &d, &error))
+		return error_completion(t, error);
+	return d.completion;
+}
+
+typedef struct Batch
+{
+	Leased	   *tasks;
+	int			n;
+} Batch;
+
+static bool
+complete_batch(void *arg)
+{
+	Batch	   *b = arg;
+	DexWorkflowCompletion *items = palloc0(sizeof(DexWorkflowCompletion) * b->n);
+
+	for (int i = 0; i < b->n; i++)
 	{
-		completion = dex_interpret(t->def, t->task);
-		dex_check_commands(completion);
-		ReleaseCurrentSubTransaction();
+		items[i].run_id = &b->tasks[i].run_id;
+		items[i].lock_version = b->tasks[i].lock_version;
+		items[i].completion = decide(&b->tasks[i]);
 	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		error = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return error != NULL ? error_completion(t, error) : completion;
+	dex_complete_workflow_tasks(items, b->n, false);
+	for (int i = 0; i < b->n; i++)
+		if (!items[i].done)
+			return false;
+	return true;
 }
 
 /*
  * The fast path: every task's commands, then one completion of them all, in a
  * subtransaction kept only if every completion was applied.  Returns false
- * when it was undone: then each task goes the slow path, so that no SQL step's
- * effect stays for a completion that was not recorded.
+ * when it was undone (for that or an error): then each task goes the slow
+ * path, so that no SQL step's effect stays for a completion that was not
+ * recorded.
  */
 static bool
 run_batch(Leased *tasks, int n)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool kept = false;
+	Batch		b = {tasks, n};
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		DexWorkflowCompletion *items = palloc0(sizeof(DexWorkflowCompletion) * n);
-		bool		all = true;
-
-		for (int i = 0; i < n; i++)
-		{
-			items[i].run_id = &tasks[i].run_id;
-			items[i].lock_version = tasks[i].lock_version;
-			items[i].completion = decide(&tasks[i]);
-		}
-		dex_complete_workflow_tasks(items, n, false);
-		for (int i = 0; i < n; i++)
-			all = all && items[i].done;
-		if (all)
-		{
-			ReleaseCurrentSubTransaction();
-			kept = true;
-		}
-		else
-			RollbackAndReleaseCurrentSubTransaction();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-	}
-	PG_END_TRY();
-	MemoryContextSwitchTo(cxt);
-	CurrentResourceOwner = owner;
-	return kept;
+	return dex_subtransaction(complete_batch, &b, NULL);
 }
 
 /* One pass (see the header): returns now if it found work, else DT_NOEND */
