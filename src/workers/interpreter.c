@@ -30,9 +30,14 @@
  * (README.md).  Leases last LEASE; a worker that dies leaves its tasks to
  * the lease's end.
  *
- * Wake-ups: a pass that found work is followed at once by another; an idle
- * worker looks again every dex.interpreter_naptime (so an idle database costs
- * one index probe per naptime; see README.md for what is left).
+ * Wake-ups: a pass that found work is followed at once by another.  Every
+ * commit that makes tasks pollable on any queue sets the interpreter's latch
+ * (shmem/wakeup.c): workflow tasks of runs of definitions are made by
+ * create_run, by activity results, signals and user tasks, by the scheduler
+ * (timers, children's ends, expired leases), all of which say so.  Without a
+ * wake-up it looks again after dex.interpreter_naptime (10 s), a safety net.
+ * So an idle database costs nothing, and a busy one with no definitions a
+ * pass (two index probes) per commit that made tasks, at most one per pass.
  *
  *-------------------------------------------------------------------------
  */
@@ -384,6 +389,7 @@ static const DexWorkerLoop interpreter_loop = {
 	.running = "dex interpreter: running workflows defined in JSON",
 	.sleeping = "dex interpreter: sleeping",
 	.naptime_ms = &dex_interpreter_naptime_ms,
+	.interpreter = true,
 	.naptime_after_error = false,
 	.pass = interpreter_pass,
 };
