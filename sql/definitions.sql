@@ -125,6 +125,34 @@ GRANT SELECT ON defs_secret TO defs_owner;
 SELECT dex.create_run('peek', 'defs-wf') AS peek \gset
 CALL dex.wait_for_run(:'peek', '30 s');
 
+-- a SQL step runs as a security-restricted operation: no temporary objects, and a
+-- setting it changes does not outlive it
+SELECT dex.create_definition('restricted', 1, '{"steps": [
+    {"id": "set", "type": "sql", "sql": "SELECT set_config(''application_name'', ''leaked'', false) AS s", "next": "get"},
+    {"id": "get", "type": "sql", "sql": "SELECT current_setting(''application_name'') <> ''leaked'' AS clean", "next": "e"},
+    {"id": "e", "type": "end", "output": "$.clean"}]}');
+SELECT dex.create_run('restricted', 'defs-wf') AS restricted \gset
+CALL dex.wait_for_run(:'restricted', '30 s');
+SELECT dex.create_definition('temp', 1, '{"steps": [
+    {"id": "tmp", "type": "sql", "sql": "CREATE TEMP TABLE defs_tmp (x integer)", "next": "e"},
+    {"id": "e", "type": "end"}]}');
+SELECT dex.create_run('temp', 'defs-wf') AS temp \gset
+CALL dex.wait_for_run(:'temp', '30 s');
+
+-- a gateway may lead back: a loop
+SELECT dex.create_definition('loop', 1, '{"steps": [
+    {"id": "inc", "type": "sql", "sql": "SELECT coalesce(($1->>''i'')::int, 0) + 1 AS i", "next": "again"},
+    {"id": "again", "type": "gateway", "conditions": [{"when": "$.i < 5", "next": "inc"}], "default": "e"},
+    {"id": "e", "type": "end", "output": "$.i"}]}');
+SELECT dex.create_run('loop', 'defs-wf') AS loop \gset
+CALL dex.wait_for_run(:'loop', '30 s');
+-- one that never waits is stopped
+SELECT dex.create_definition('forever', 1, '{"steps": [
+    {"id": "again", "type": "gateway", "conditions": [{"when": "$.stop", "next": "e"}], "default": "again"},
+    {"id": "e", "type": "end"}]}');
+SELECT dex.create_run('forever', 'defs-wf') AS forever \gset
+CALL dex.wait_for_run(:'forever', '30 s');
+
 -- ---------------------------------------------------------------- service task
 SELECT dex.create_definition('service', 1, '{"steps": [
     {"id": "check", "type": "service", "activity": "credit_check", "queue": "defs-act",
@@ -220,6 +248,11 @@ SELECT dex.create_definition('parent', 1, '{"steps": [
 SELECT dex.create_run('parent', 'defs-wf', '{"order": {"amount": 60}}') AS parent \gset
 CALL dex.wait_for_run(:'parent', '30 s');
 SELECT workflow_name, status FROM dex.workflow_run WHERE parent_id = :'parent';
+-- calling a definition that does not exist fails the run
+SELECT dex.create_definition('orphan', 1, '{"steps": [
+    {"id": "child", "type": "call", "definition": "nothing", "next": "e"}, {"id": "e", "type": "end"}]}');
+SELECT dex.create_run('orphan', 'defs-wf') AS orphan \gset
+CALL dex.wait_for_run(:'orphan', '30 s');
 
 -- ---------------------------------------------------------------- get, list, delete
 SELECT dex.get_definition('score') -> 'steps' -> 0 ->> 'id' AS first_step;

@@ -37,8 +37,11 @@
  * that is not recorded leaves the previous marker in force.
  *
  * SQL steps run in the transaction that records the task's completion,
- * with the privileges of the definition's owner and search_path pinned to
- * pg_catalog, the definition's searchPath (default public), pg_temp: so their
+ * with the privileges of the definition's owner as a security-restricted
+ * operation (as PostgreSQL runs the functions of an index it maintains: no
+ * SET ROLE, no temporary objects, nothing left in the interpreter's session;
+ * every setting the statement changed is undone after it), search_path
+ * pinned to pg_catalog, the definition's searchPath (default public), pg_temp: so their
  * effects commit exactly when the step is recorded.  The variables are $1
  * (jsonb).  A statement is prepared the first time it runs and kept in its
  * DexStep for the caller's SPI connection (the caller keeps a definition no
@@ -483,7 +486,8 @@ run_sql(Interp *in, const DexStep *step)
 	(void) set_config_option("enable_seqscan", "on", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	(void) set_config_option("enable_hashjoin", "on", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	(void) set_config_option("enable_mergejoin", "on", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
-	SetUserIdAndSecContext(in->def->owner, sec | SECURITY_LOCAL_USERID_CHANGE);
+	SetUserIdAndSecContext(in->def->owner,
+						   sec | SECURITY_LOCAL_USERID_CHANGE | SECURITY_RESTRICTED_OPERATION);
 	/* on error the abort of the caller's subtransaction gives both back */
 	if (prepared->sql_plan == NULL)
 	{
@@ -505,7 +509,8 @@ run_sql(Interp *in, const DexStep *step)
 	if (SPI_tuptable != NULL && SPI_processed > 0)
 		result = row_result();
 	SetUserIdAndSecContext(user, sec);
-	AtEOXact_GUC(true, level);
+	/* every setting the statement changed goes back, as after a restricted operation */
+	AtEOXact_GUC(false, level);
 	return result;
 }
 
@@ -610,10 +615,26 @@ start_user_task(Interp *in, const DexStep *step)
 	return id;
 }
 
+static DexPlan definition_exists_plan = {
+	"SELECT 1 FROM dex.definition WHERE name = $1 AND version = $2",
+	2, {TEXTOID, INT4OID}
+};
+
+/* Start a run of the definition the step calls; 0 (and the run fails) if there is none */
 static int32
 start_child(Interp *in, const DexStep *step)
 {
-	Dex__V1__Command *cmd = add_command(in);
+	Dex__V1__Command *cmd;
+	Datum		values[2] = {CStringGetTextDatum(step->definition), Int32GetDatum(step->version)};
+
+	dex_spi_exec(&definition_exists_plan, values, NULL, 1);
+	if (SPI_processed == 0)
+	{
+		fail_run(in, psprintf("step \"%s\" calls definition \"%s\" version %d, which does not exist",
+							  step->id, step->definition, step->version), "dex.NoDefinition");
+		return 0;
+	}
+	cmd = add_command(in);
 
 	cmd->kind_case = DEX__V1__COMMAND__KIND_START_CHILD_RUN;
 	cmd->start_child_run = palloc(sizeof(Dex__V1__StartChildRun));
