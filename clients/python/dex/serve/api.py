@@ -448,10 +448,13 @@ def reset_run(run_id: uuid.UUID, body: Reset, request: Request, response: Respon
 @router.post("/runs/{run_id}/events", response_model=Delivered, responses=ERRORS, tags=["runs"],
              summary="Send an external event to a run (dex.send_external_event)")
 def send_event(run_id: uuid.UUID, body: ExternalEvent, request: Request, token: str = Depends(caller)):
+    return _send(request, token, run_id, body.event_id, body.payload)
+
+
+def _send(request: Request, token: str, run_id: uuid.UUID, event_id: str, payload: Any):
     with db(request).as_caller(token) as conn:
-        row = conn.execute("SELECT dex.send_external_event(%s, %s, %s) AS delivered",
-                           (run_id, body.event_id, _jsonb(body.payload))).fetchone()
-    return row
+        return conn.execute("SELECT dex.send_external_event(%s, %s, %s) AS delivered",
+                            (run_id, event_id, _jsonb(payload))).fetchone()
 
 
 @router.get("/queues", response_model=Queues, responses=ERRORS, tags=["queues"],
@@ -620,6 +623,4 @@ def complete_user_task(run_id: uuid.UUID, step: str, request: Request,
                                            "signal's name as the event id)")
 def send_signal(run_id: uuid.UUID, signal: str, request: Request, body: Signal = Signal(),
                 token: str = Depends(caller)):
-    with db(request).as_caller(token) as conn:
-        return conn.execute("SELECT dex.send_external_event(%s, %s, %s) AS delivered",
-                            (run_id, signal, _jsonb(body.payload))).fetchone()
+    return _send(request, token, run_id, signal, body.payload)
