@@ -2,7 +2,8 @@
 # task, a service task, a gateway, parallel branches, a user task) is taken
 # through every step with an immediate shutdown (a crash) after each, and
 # finishes with the right variables; its SQL step's effect is there exactly
-# once (it commits with the step's record).  Also: the interpreter worker
+# once (it commits with the step's record).  A crash in the middle of a SQL step loses
+# that step's transaction, and the step runs again once.  Also: the interpreter worker
 # runs per database, and a crash in the middle of its passes loses nothing.
 use strict;
 use warnings;
@@ -84,6 +85,29 @@ is($node->safe_psql('postgres', "SELECT dex.payload_value(result) FROM dex.workf
 	'with the right variables');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM audit'), '1', 'the SQL step ran once in all');
 is($node->safe_psql('postgres', "SELECT count(*) FROM dex.user_tasks('$run')"), '0', 'no user task is left');
+
+# a crash while a SQL step runs: its transaction is lost with what it did, and the step runs
+# again once, after the restart
+$node->safe_psql('postgres', q{
+	SELECT dex.create_definition('slow', 1, '{"steps": [
+	  {"id": "work", "type": "sql",
+	   "sql": "INSERT INTO audit (amount) SELECT 7 FROM pg_sleep(2) RETURNING 7 AS seven", "next": "e"},
+	  {"id": "e", "type": "end"}]}');
+});
+my $slow = $node->safe_psql('postgres', q{SELECT dex.create_run('slow', 'loans')});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE backend_type = 'dex interpreter' AND wait_event = 'PgSleep'}),
+	'the interpreter is in the middle of the SQL step');
+$node->stop('immediate');
+$node->start;
+ok($node->poll_query_until('postgres',
+	"SELECT status = 'COMPLETED' FROM dex.workflow_run WHERE id = '$slow'"),
+	'the run completed after the crash');
+is($node->safe_psql('postgres', "SELECT dex.payload_value(result) FROM dex.workflow_run WHERE id = '$slow'"),
+	'{"seven": 7}', 'with the step\'s result');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM audit WHERE amount = 7'), '1',
+	'the interrupted step\'s effect is there once');
 
 # many runs of SQL steps only, with a crash while the interpreter works through them:
 # each finishes, and each SQL step's effect is there exactly once
