@@ -139,6 +139,24 @@ SELECT dex.create_definition('temp', 1, '{"steps": [
 SELECT dex.create_run('temp', 'defs-wf') AS temp \gset
 CALL dex.wait_for_run(:'temp', '30 s');
 
+-- retryCount: a SQL step that fails is tried again at once, in a subtransaction
+CREATE SEQUENCE defs_tries;
+SELECT dex.create_definition('retried', 1, '{"steps": [
+    {"id": "flaky", "type": "sql", "retryCount": 2,
+     "sql": "SELECT 10 / (nextval(''defs_tries'') - 1) AS x", "next": "e"},
+    {"id": "e", "type": "end"}]}');
+SELECT dex.create_run('retried', 'defs-wf') AS retried \gset
+CALL dex.wait_for_run(:'retried', '30 s');
+-- out of tries: the last error fails the run
+SELECT setval('defs_tries', 1, false);
+SELECT dex.create_definition('retried', 2, '{"steps": [
+    {"id": "flaky", "type": "sql", "retryCount": 0,
+     "sql": "SELECT 10 / (nextval(''defs_tries'') - 1) AS x", "next": "e"},
+    {"id": "e", "type": "end"}]}');
+SELECT dex.create_run('retried', 'defs-wf', NULL, 2) AS retried \gset
+CALL dex.wait_for_run(:'retried', '30 s');
+SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "a", "type": "sql", "sql": "SELECT 1", "retryCount": 101, "next": "b"}, {"id": "b", "type": "end"}]}');
+
 -- a gateway may lead back: a loop
 SELECT dex.create_definition('loop', 1, '{"steps": [
     {"id": "inc", "type": "sql", "sql": "SELECT coalesce(($1->>''i'')::int, 0) + 1 AS i", "next": "again"},

@@ -46,7 +46,7 @@ static const char *const step_type_names[] = {
 
 /* the keys each step type allows beyond id, type and description */
 static const char *const step_keys[][12] = {
-	[DEX_STEP_SQL] = {"sql", "resultVariable", "next", NULL},
+	[DEX_STEP_SQL] = {"sql", "resultVariable", "retryCount", "next", NULL},
 	[DEX_STEP_SERVICE] = {"activity", "queue", "input", "resultVariable", "retryCount", "retryPolicy",
 	"startToCloseTimeout", "scheduleToCloseTimeout", "heartbeatTimeout", "priority", "next", NULL},
 	[DEX_STEP_GATEWAY] = {"conditions", "default", NULL},
@@ -490,6 +490,7 @@ parse_step_body(DexStep *step, JsonbContainer *obj, const char *path)
 				char	   *error;
 
 				step->sql = req_string(obj, "sql", path);
+				step->retry_count = opt_int(obj, "retryCount", path, 0, 100, -1);
 				if ((error = input_error(InvalidOid, step->sql)) != NULL)
 					bad_definition(key_path(path, "sql"), "%s", error);
 				break;

@@ -514,6 +514,42 @@ run_sql(Interp *in, const DexStep *step)
 	return result;
 }
 
+typedef struct SqlAttempt
+{
+	Interp	   *in;
+	const DexStep *step;
+	Jsonb	   *result;
+} SqlAttempt;
+
+static bool
+sql_attempt(void *arg)
+{
+	SqlAttempt *a = arg;
+
+	a->result = run_sql(a->in, a->step);
+	return true;
+}
+
+/*
+ * A SQL step with retryCount: each attempt in a subtransaction, the next
+ * one at once after a failed one (for serialization failures, deadlocks,
+ * lock timeouts), the last one's error raised.
+ */
+static Jsonb *
+run_sql_retrying(Interp *in, const DexStep *step)
+{
+	SqlAttempt	a = {in, step, NULL};
+	ErrorData  *error = NULL;
+
+	for (int attempt = 0; attempt <= step->retry_count; attempt++)
+	{
+		if (dex_subtransaction(sql_attempt, &a, &error))
+			return a.result;
+		CHECK_FOR_INTERRUPTS();
+	}
+	ReThrowError(error);
+}
+
 /* ----------------------------------------------------------------
  * Steps
  * ----------------------------------------------------------------
@@ -690,7 +726,8 @@ take_step(Interp *in, int i)
 	{
 		case DEX_STEP_SQL:
 			{
-				Jsonb	   *result = run_sql(in, step);
+				Jsonb	   *result = step->retry_count > 0 ? run_sql_retrying(in, step) :
+					run_sql(in, step);
 
 				merge_result(in, step, result);
 				record_sql_result(in, step, result);
