@@ -77,6 +77,7 @@ create_definition(PG_FUNCTION_ARGS)
 				 errmsg("definition \"%s\" version %d exists", name, version),
 				 errhint("Definitions do not change: create the next version.")));
 	SPI_finish();
+	dex_wake_interpreter_at_commit();	/* it serves the new pair from its next pass */
 	PG_RETURN_VOID();
 }
 

@@ -97,6 +97,7 @@ typedef struct DexDatabaseState
 	pid_t		maintenance_pid;
 	Latch	   *interpreter_latch;	/* NULL while no interpreter runs (1.7) */
 	pid_t		interpreter_pid;
+	bool		interpreter_needed; /* it found definitions when it last looked */
 	bool		no_extension;	/* a worker found dex not installed, and left */
 	bool		dropping;		/* DROP DATABASE is under way: do not start workers */
 	pg_atomic_uint64 scheduler_next_wake;	/* TimestampTz */
@@ -222,6 +223,7 @@ dex_shmem_startup(void)
 			db->maintenance_pid = 0;
 			db->interpreter_latch = NULL;
 			db->interpreter_pid = 0;
+			db->interpreter_needed = true;
 			db->no_extension = false;
 			db->dropping = false;
 			pg_atomic_init_u64(&db->scheduler_next_wake, (uint64) DT_NOEND);
@@ -265,6 +267,7 @@ database_entry(Oid dbid, bool create)
 	free_entry->maintenance_pid = 0;
 	free_entry->interpreter_latch = NULL;
 	free_entry->interpreter_pid = 0;
+	free_entry->interpreter_needed = true;
 	free_entry->no_extension = false;
 	free_entry->dropping = false;
 	pg_atomic_write_u64(&free_entry->scheduler_next_wake, (uint64) DT_NOEND);
@@ -374,23 +377,43 @@ dex_interpreter_register(void)
 }
 
 /*
+ * The interpreter says whether it found definitions: while it finds none, the
+ * commits that make tasks do not wake it (a definition's creation does).
+ */
+void
+dex_interpreter_needed(bool needed)
+{
+	for (int i = 0; i < DEX_MAX_DATABASES; i++)
+		if (dex_shared->databases[i].dbid == MyDatabaseId)
+			dex_shared->databases[i].interpreter_needed = needed;
+}
+
+/*
  * Wake this database's interpreter: a commit made tasks pollable, some of
- * which may be of runs of definitions.  Not itself: its passes go on while
- * they find work.
+ * which may be of runs of definitions (with "always", whether or not it
+ * found definitions).  Not itself: its passes go on while they find work.
+ * The entry is found and the flag read without the lock (a stale read costs
+ * a spurious wake-up, or none where the interpreter has no definition to
+ * serve, and it sets the flag before it polls).
  */
 static void
-wake_interpreter(void)
+wake_interpreter(bool always)
 {
-	SpinLockAcquire(&dex_shared->mutex);
 	for (int i = 0; i < DEX_MAX_DATABASES; i++)
 	{
 		DexDatabaseState *db = &dex_shared->databases[i];
 
+		if (db->dbid != MyDatabaseId)
+			continue;
+		if (!always && !db->interpreter_needed)
+			return;
+		SpinLockAcquire(&dex_shared->mutex);
 		if (db->dbid == MyDatabaseId && db->interpreter_latch != NULL &&
 			db->interpreter_pid != MyProcPid)
 			SetLatch(db->interpreter_latch);
+		SpinLockRelease(&dex_shared->mutex);
+		return;
 	}
-	SpinLockRelease(&dex_shared->mutex);
 }
 
 /* A worker found dex not installed in its database and leaves: say so. */
@@ -544,7 +567,7 @@ wake_scheduler(TimestampTz due)
 /* CREATE EXTENSION dex or CREATE DATABASE: the launcher may serve a new database. */
 static bool pending_launcher_wake = false;
 
-/* tasks made that no queue's count tells of (the rebuild): wake the interpreter */
+/* tasks made that no queue's count tells of (the rebuild), a definition made: wake the interpreter */
 static bool pending_interpreter_wake = false;
 
 void
@@ -791,7 +814,7 @@ dex_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if ((n_pending_queues > 0 || pending_all_queues || pending_interpreter_wake) &&
 				dex_shared != NULL)
-				wake_interpreter();
+				wake_interpreter(pending_interpreter_wake);
 			pending_interpreter_wake = false;
 			if (n_pending_queues > 0 || pending_all_queues)
 				wake_pending_queues();

@@ -36,8 +36,10 @@
  * create_run, by activity results, signals and user tasks, by the scheduler
  * (timers, children's ends, expired leases), all of which say so.  Without a
  * wake-up it looks again after dex.interpreter_naptime (10 s), a safety net.
- * So an idle database costs nothing, and a busy one with no definitions a
- * pass (two index probes) per commit that made tasks, at most one per pass.
+ * While it finds no definition those commits do not wake it (a definition's
+ * creation does).  So an idle database costs it nothing, nor does a busy one
+ * with no definitions; one with definitions costs a pass (two index probes)
+ * per commit that made tasks, at most one pass at a time.
  *
  *-------------------------------------------------------------------------
  */
@@ -345,6 +347,8 @@ interpreter_pass(bool *installed)
 
 		dex_spi_exec(&keys_plan, NULL, NULL, 1);
 		keys[0] = dex_spi_getdatum(0, 1, &isnull);
+		/* before it polls: a commit after this wakes it (wakeup.c) */
+		dex_interpreter_needed(!isnull);
 		if (!isnull)
 		{
 			keys[1] = dex_spi_getdatum(0, 2, &isnull);
