@@ -76,6 +76,12 @@ SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "e", "type": "end"}], 
 SELECT dex.create_definition('bad', 0, '{"steps": [{"id": "e", "type": "end"}]}');
 SELECT dex.create_definition(NULL, 1, '{"steps": [{"id": "e", "type": "end"}]}');
 SELECT dex.create_definition('bad', 1, NULL);
+SELECT dex.create_definition('bad', 1, jsonb_build_object('steps', jsonb_build_array(
+    jsonb_build_object('id', repeat('x', 256), 'type', 'end'))));
+SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "a", "type": "service", "activity": "x", "queue": "q", "retryCount": "2", "next": "b"}, {"id": "b", "type": "end"}]}');
+SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "a", "type": "service", "activity": "x", "queue": "q", "retryPolicy": 3, "next": "b"}, {"id": "b", "type": "end"}]}');
+SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "g", "type": "gateway", "conditions": ["$.x"]}, {"id": "b", "type": "end"}]}');
+SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "e", "type": "end"}], "searchPath": ["public"]}');
 -- nothing was stored
 SELECT count(*) FROM dex.list_definitions();
 
