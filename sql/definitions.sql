@@ -68,6 +68,7 @@ SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "p", "type": "parallel
 SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "j", "type": "join", "next": "e"}, {"id": "e", "type": "end"}]}');
 SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "s", "type": "signal", "next": "e"}, {"id": "e", "type": "end"}]}');
 SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "s", "type": "signal", "signal": "user:x", "next": "e"}, {"id": "e", "type": "end"}]}');
+SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "s", "type": "signal", "signal": "a:b", "next": "e"}, {"id": "e", "type": "end"}]}');
 SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "s", "type": "signal", "signal": "go", "timeoutNext": "e", "next": "e"}, {"id": "e", "type": "end"}]}');
 SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "u", "type": "user", "candidateGroups": "clerks", "next": "e"}, {"id": "e", "type": "end"}]}');
 SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "u", "type": "user", "candidateGroups": ["clerks", 1], "next": "e"}, {"id": "e", "type": "end"}]}');
@@ -235,6 +236,22 @@ CALL dex.wait_for_run(:'sig', '30 s');
 SELECT dex.create_run('signals', 'defs-wf') AS early \gset
 SELECT dex.send_external_event(:'early', 'paid', '12');
 CALL dex.wait_for_run(:'early', '30 s');
+
+-- a step a loop visits again is signalled again as "<signal>:<anything>"; signals that come
+-- before the step waits are kept in the order they came
+SELECT dex.create_definition('ticks', 1, '{"steps": [
+    {"id": "tick", "type": "signal", "signal": "tick", "next": "count"},
+    {"id": "count", "type": "sql",
+     "sql": "SELECT coalesce(($1->>''n'')::int, 0) + 1 AS n, coalesce($1->''seen'', ''[]'') || jsonb_build_array($1->''from'') AS seen",
+     "next": "more"},
+    {"id": "more", "type": "gateway", "conditions": [{"when": "$.n < 3", "next": "tick"}], "default": "e"},
+    {"id": "e", "type": "end"}]}');
+SELECT dex.create_run('ticks', 'defs-wf') AS ticks \gset
+SELECT dex.send_external_event(:'ticks', 'tick', '{"from": 1}'),
+       dex.send_external_event(:'ticks', 'tick:two', '{"from": 2}'),
+       dex.send_external_event(:'ticks', 'tick:3', '{"from": 3}'),
+       dex.send_external_event(:'ticks', 'tick:3', '{"from": 4}');
+CALL dex.wait_for_run(:'ticks', '30 s');
 
 -- ---------------------------------------------------------------- user tasks
 SELECT dex.create_definition('approve', 1, '{"steps": [

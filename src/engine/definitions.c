@@ -537,8 +537,9 @@ parse_step_body(DexStep *step, JsonbContainer *obj, const char *path)
 			break;
 		case DEX_STEP_SIGNAL:
 			step->signal = req_name(obj, "signal", path);
-			if (strncmp(step->signal, "user:", 5) == 0)
-				bad_definition(key_path(path, "signal"), "names starting with \"user:\" are dex's own");
+			if (strchr(step->signal, ':') != NULL)
+				bad_definition(key_path(path, "signal"),
+							   "a signal's name has no colon (\"<signal>:<anything>\" is the signal too)");
 			step->timeout = opt_time(obj, "timeout", path, INTERVALOID);
 			break;
 		case DEX_STEP_USER:

@@ -25,7 +25,9 @@
  *	  parallel	one token per branch; join: the tokens wait there until one
  *				came by each way into it, then one goes on
  *	  signal	waitExternalEvent for the signal (a signal that came first is
- *				taken at once), with its timeout
+ *				taken at once), with its timeout; an event "<signal>" or
+ *				"<signal>:<anything>" is the signal (ids are delivered once
+ *				per run: a loop signals its step again with another suffix)
  *	  user		waitExternalEvent "user:<step>:<wait id>", and a row of
  *				dex.user_task that dex.complete_user_task deletes as it sends
  *				that event: a second completion finds no row
@@ -88,7 +90,8 @@ typedef struct Interp
 	int			n_tokens;
 	int			max_tokens;
 	int		   *arrived;		/* per step: tokens waiting at a join */
-	Jsonb	   *signals;		/* signals not yet waited for: name -> payload */
+	Jsonb	   *signals;		/* signals not yet waited for, in the order they came:
+								 * [{"id", "payload"}] */
 	int32		last_id;		/* the last command id of the run */
 	Dex__V1__Command **cmds;
 	int			n_cmds;
@@ -126,6 +129,17 @@ static bool
 jsonb_is_object(Jsonb *j)
 {
 	return JsonContainerIsObject(&j->root);
+}
+
+/* s as a JSON string */
+static char *
+quoted(const char *s)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	escape_json(&buf, s);
+	return buf.data;
 }
 
 /* {key: value} */
@@ -712,6 +726,41 @@ record_sql_result(Interp *in, const DexStep *step, Jsonb *result)
 }
 
 /*
+ * Whether event id is the signal a step waits for: its name, or its name, a
+ * colon and anything (so that a step a loop visits again can be signalled
+ * again: external event ids are delivered once per run)
+ */
+static bool
+is_signal(const char *id, const char *signal)
+{
+	size_t		len = strlen(signal);
+
+	return strncmp(id, signal, len) == 0 && (id[len] == '\0' || id[len] == ':');
+}
+
+/* The first kept signal for the step, merged and no longer kept; false if none */
+static bool
+take_kept_signal(Interp *in, const DexStep *step)
+{
+	int			n = JsonContainerSize(&in->signals->root);
+
+	for (int i = 0; i < n; i++)
+	{
+		JsonbValue *kept = getIthJsonbValueFromContainer(&in->signals->root, i);
+		JsonbValue *id = getKeyJsonValueFromContainer(kept->val.binary.data, "id", 2, NULL);
+		JsonbValue *p = getKeyJsonValueFromContainer(kept->val.binary.data, "payload", 7, NULL);
+
+		if (!is_signal(pnstrdup(id->val.string.val, id->val.string.len), step->signal))
+			continue;
+		merge_result(in, step, p == NULL || p->type == jbvNull ? NULL : JsonbValueToJsonb(p));
+		in->signals = DatumGetJsonbP(DirectFunctionCall2(jsonb_delete_idx, JsonbPGetDatum(in->signals),
+														 Int32GetDatum(i)));
+		return true;
+	}
+	return false;
+}
+
+/*
  * Take token i one step: it goes on to the next step, waits (wait set), or
  * is gone (a join, a parallel split).  Returns false when the run ended.
  */
@@ -785,22 +834,11 @@ take_step(Interp *in, int i)
 				break;
 			}
 		case DEX_STEP_SIGNAL:
-			{
-				JsonbValue *got = getKeyJsonValueFromContainer(&in->signals->root, step->signal,
-															   strlen(step->signal), NULL);
-
-				if (got != NULL)
-				{
-					merge_result(in, step, got->type == jbvNull ? NULL : JsonbValueToJsonb(got));
-					in->signals = DatumGetJsonbP(DirectFunctionCall2(jsonb_delete,
-																	 JsonbPGetDatum(in->signals),
-																	 CStringGetTextDatum(step->signal)));
-					go_on(t, step->next);
-				}
-				else
-					t->wait = wait_event(in, step, step->signal);
-				break;
-			}
+			if (take_kept_signal(in, step))
+				go_on(t, step->next);
+			else
+				t->wait = wait_event(in, step, step->signal);
+			break;
 		case DEX_STEP_USER:
 			t->wait = start_user_task(in, step);
 			break;
@@ -877,14 +915,22 @@ external_event(Interp *in, Dex__V1__ExternalEventReceived *e)
 		Token	   *t = &in->tokens[i];
 		const DexStep *step = &in->def->steps[t->step];
 
-		if (t->wait != 0 && step->type == DEX_STEP_SIGNAL && strcmp(step->signal, id) == 0)
+		if (t->wait != 0 && step->type == DEX_STEP_SIGNAL && is_signal(id, step->signal))
 		{
 			merge_result(in, step, p);
 			go_on(t, step->next);
 			return;
 		}
 	}
-	in->signals = concat(in->signals, single_key(id, p));
+	/* kept, in order, for a step that waits for it later */
+	{
+		Jsonb	   *kept = concat(single_key("id", jsonb_from_text(quoted(id))), single_key("payload", p));
+		StringInfoData buf;
+
+		initStringInfo(&buf);
+		appendStringInfo(&buf, "[%s]", jsonb_text(kept));
+		in->signals = concat(in->signals, jsonb_from_text(buf.data));
+	}
 }
 
 /* The token waiting on command id (if any) goes on with result, or fails */
@@ -1014,7 +1060,7 @@ dex_interpret(const DexDefinition *def, const Dex__V1__WorkflowTask *task)
 			if (ev->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CREATED)
 				in.vars = payload_jsonb(ev->run_created->argument);
 		}
-		in.signals = jsonb_from_text("{}");
+		in.signals = jsonb_from_text("[]");
 		if (in.vars == NULL || (JsonContainerIsScalar(&in.vars->root) &&
 								strcmp(jsonb_text(in.vars), "null") == 0))
 			in.vars = jsonb_from_text("{}");
