@@ -276,6 +276,13 @@ SELECT dex.complete_user_task(:'ut', 'review', '{"approved": true}');
 SELECT dex.complete_user_task(:'ut', 'review', '{"approved": false}');
 \set VERBOSITY terse
 CALL dex.wait_for_run(:'ut', '30 s');
+-- a run reset to where it waited at the user task waits there again, with its row
+SELECT min(sequence) AS waited FROM dex.run_history(:'ut') WHERE event ? 'markerRecorded' \gset
+SELECT dex.reset_run(:'ut', :waited, 'again') AS ut_reset \gset
+SELECT pg_temp.wait_until(format($$SELECT EXISTS (SELECT FROM dex.user_tasks(%L))$$, :'ut_reset'));
+SELECT step, assignee FROM dex.user_tasks(:'ut_reset');
+SELECT dex.complete_user_task(:'ut_reset', 'review', '{"approved": true, "again": true}');
+CALL dex.wait_for_run(:'ut_reset', '30 s');
 SELECT dex.create_run('approve', 'defs-wf') AS ut2 \gset
 SELECT pg_temp.wait_until(format($$SELECT EXISTS (SELECT FROM dex.user_tasks(%L))$$, :'ut2'));
 SELECT dex.complete_user_task(:'ut2', 'review', '{"approved": false}');

@@ -30,7 +30,8 @@
  *				per run: a loop signals its step again with another suffix)
  *	  user		waitExternalEvent "user:<step>:<wait id>", and a row of
  *				dex.user_task that dex.complete_user_task deletes as it sends
- *				that event: a second completion finds no row
+ *				that event: a second completion finds no row (a run reset to
+ *				a wait gets its row back: restore_user_tasks)
  *	  call		startChildRun of the named definition
  * A result that is a JSON object is merged into the variables; with
  * resultVariable, or when it is not an object, it is set as one variable
@@ -632,11 +633,27 @@ wait_event(Interp *in, const DexStep *step, char *event_id)
 	return cmd->id;
 }
 
+#define USER_TASK_INSERT \
+	"INSERT INTO dex.user_task (run_id, step, wait_id, assignee, candidate_groups, form) " \
+	"SELECT $1, $2, $3, $4, ARRAY(SELECT jsonb_array_elements_text($5)), $6 "
+
 static DexPlan add_user_task_plan = {
-	"INSERT INTO dex.user_task (run_id, step, wait_id, assignee, candidate_groups, form) "
-	"VALUES ($1, $2, $3, $4, ARRAY(SELECT jsonb_array_elements_text($5)), $6) "
+	USER_TASK_INSERT
 	"ON CONFLICT (run_id, step) DO UPDATE SET wait_id = EXCLUDED.wait_id, assignee = EXCLUDED.assignee, "
 	"candidate_groups = EXCLUDED.candidate_groups, form = EXCLUDED.form, created_at = now()",
+	6, {UUIDOID, TEXTOID, INT4OID, TEXTOID, JSONBOID, JSONBOID}
+};
+
+/*
+ * The row of a user task the run waits at, if it has none and its completion
+ * was not received: a run reset to a point where it waited there (its
+ * history says it waits, the new run has no row)
+ */
+static DexPlan restore_user_task_plan = {
+	USER_TASK_INSERT
+	"WHERE NOT EXISTS (SELECT 1 FROM dex.external_event e WHERE e.run_id = $1 "
+	"                  AND e.event_id = 'user:' || $2 || ':' || $3) "
+	"ON CONFLICT (run_id, step) DO NOTHING",
 	6, {UUIDOID, TEXTOID, INT4OID, TEXTOID, JSONBOID, JSONBOID}
 };
 
@@ -645,10 +662,9 @@ static DexPlan drop_user_task_plan = {
 	3, {UUIDOID, TEXTOID, INT4OID}
 };
 
-static int32
-start_user_task(Interp *in, const DexStep *step)
+static void
+write_user_task(Interp *in, const DexStep *step, int32 id, DexPlan *plan)
 {
-	int32		id = wait_event(in, step, NULL);
 	Datum		values[6];
 	char		nulls[6] = "      ";
 
@@ -661,8 +677,29 @@ start_user_task(Interp *in, const DexStep *step)
 	nulls[4] = step->candidate_groups != NULL ? ' ' : 'n';
 	values[5] = step->form != NULL ? JsonbPGetDatum(step->form) : (Datum) 0;
 	nulls[5] = step->form != NULL ? ' ' : 'n';
-	dex_spi_exec(&add_user_task_plan, values, nulls, 0);
+	dex_spi_exec(plan, values, nulls, 0);
+}
+
+static int32
+start_user_task(Interp *in, const DexStep *step)
+{
+	int32		id = wait_event(in, step, NULL);
+
+	write_user_task(in, step, id, &add_user_task_plan);
 	return id;
+}
+
+/* Every user task the run still waits at has its row (restore_user_task_plan) */
+static void
+restore_user_tasks(Interp *in)
+{
+	for (int i = 0; i < in->n_tokens; i++)
+	{
+		const DexStep *step = &in->def->steps[in->tokens[i].step];
+
+		if (in->tokens[i].wait != 0 && step->type == DEX_STEP_USER)
+			write_user_task(in, step, in->tokens[i].wait, &restore_user_task_plan);
+	}
 }
 
 static DexPlan definition_exists_plan = {
@@ -1073,6 +1110,8 @@ dex_interpret(const DexDefinition *def, const Dex__V1__WorkflowTask *task)
 
 	for (size_t i = from; i < n && !in.ended; i++)
 		apply_event(&in, event_at(task, i));
+	if (!in.ended)
+		restore_user_tasks(&in);
 
 	/* every token that does not wait takes steps until it waits */
 	while (!in.ended)
