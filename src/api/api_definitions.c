@@ -16,7 +16,8 @@
  * dex.complete_user_task deletes the user task's row, then sends the
  * external event the run waits for ("user:<step>:<wait id>"), in the
  * caller's transaction: two completions of one task serialize on the row,
- * and the second finds it gone (55000).  Lock order: the user task row, then
+ * and the second finds it gone (55000); one whose event the run received
+ * already (a row written again for a reset run, interpret.c) is refused too.  Lock order: the user task row, then
  * the run (FOR SHARE, as dex.send_external_event), the order the
  * interpreter takes them in too (engine/interpret.c writes the row before
  * the completion locks the run).
@@ -135,7 +136,11 @@ complete_user_task(PG_FUNCTION_ARGS)
 				 errmsg("run %s has no user task waiting at step \"%s\"", dex_uuid_to_cstring(run_id), step),
 				 errdetail("The step is not a user task the run waits at, or its task was completed already.")));
 	wait_id = (int32) dex_spi_getint64(0, 1);
-	(void) dex_send_event(run_id, psprintf("user:%s:%d", step, wait_id), vars);
+	if (!dex_send_event(run_id, psprintf("user:%s:%d", step, wait_id), vars))
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("the user task of run %s at step \"%s\" was completed already",
+						dex_uuid_to_cstring(run_id), step)));
 	SPI_finish();
 	PG_RETURN_VOID();
 }

@@ -689,7 +689,33 @@ start_user_task(Interp *in, const DexStep *step)
 	return id;
 }
 
-/* Every user task the run still waits at has its row (restore_user_task_plan) */
+/* Event i of the task: its history, then its new events */
+static Dex__V1__WorkflowEvent *
+event_at(const Dex__V1__WorkflowTask *task, size_t i)
+{
+	return i < task->n_history ? task->history[i] : task->new_events[i - task->n_history];
+}
+
+/* Whether the run was reset (or restarted) from another: its history starts with the other's */
+static bool
+was_reset(const Dex__V1__WorkflowTask *task)
+{
+	size_t		n = task->n_history + task->n_new_events;
+
+	for (size_t i = 0; i < n; i++)
+	{
+		Dex__V1__WorkflowEvent *ev = event_at(task, i);
+
+		if (ev->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_RUN_CREATED)
+			return ev->run_created->origin != NULL;
+	}
+	return false;
+}
+
+/*
+ * Every user task the run still waits at has its row (restore_user_task_plan).
+ * Only for a reset run: elsewhere the row was written when the wait began.
+ */
 static void
 restore_user_tasks(Interp *in)
 {
@@ -1037,12 +1063,6 @@ apply_event(Interp *in, Dex__V1__WorkflowEvent *ev)
  * ----------------------------------------------------------------
  */
 
-static Dex__V1__WorkflowEvent *
-event_at(const Dex__V1__WorkflowTask *task, size_t i)
-{
-	return i < task->n_history ? task->history[i] : task->new_events[i - task->n_history];
-}
-
 /*
  * The commands of a workflow task of a run of def (see the header).  The
  * task must show the whole history (a poll without worker_cache).
@@ -1110,7 +1130,7 @@ dex_interpret(const DexDefinition *def, const Dex__V1__WorkflowTask *task)
 
 	for (size_t i = from; i < n && !in.ended; i++)
 		apply_event(&in, event_at(task, i));
-	if (!in.ended)
+	if (!in.ended && found && was_reset(task))
 		restore_user_tasks(&in);
 
 	/* every token that does not wait takes steps until it waits */
