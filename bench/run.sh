@@ -20,9 +20,11 @@
 #   pg_stat_statements.max = 10000
 #
 # Environment:
-#   BENCH_ONLY=W1,W3   run only these workloads (W1..W10, S1, SDK; default all). SDK: W1 through
+#   BENCH_ONLY=W1,W3   run only these workloads (W1..W10, S1, SDK, DEF; default all). SDK: W1 through
 #                      the Python and the TypeScript SDKs' workers (bench/sdk_w1.py,
-#                      clients/typescript/bench/w1.ts), on the same cluster, after the others
+#                      clients/typescript/bench/w1.ts), on the same cluster, after the others;
+#                      DEF: a 3-step definition of SQL steps against the same flow as a Python
+#                      SDK workflow with three activities (bench/definitions.py)
 #   BENCH_SCALE=0.1    multiply every N and duration (quick check; default 1)
 #   BENCH_K=2          workers per kind of queue (default 2)
 #   BENCH_BATCH=100    tasks per poll and per complete_tasks_pb call (default 100)
@@ -53,7 +55,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 
 export DEX_TEST_PORT=${DEX_TEST_PORT:-54450}
-BENCH_ONLY=${BENCH_ONLY:-W1,W2,W3,W4,W5,W6,W7,W8,W9,W10,S1,SDK}
+BENCH_ONLY=${BENCH_ONLY:-W1,W2,W3,W4,W5,W6,W7,W8,W9,W10,S1,SDK,DEF}
 export BENCH_SCALE=${BENCH_SCALE:-1} BENCH_K=${BENCH_K:-2} BENCH_BATCH=${BENCH_BATCH:-100}
 export BENCH_W5_MAX=${BENCH_W5_MAX:-1000000}
 
@@ -105,7 +107,8 @@ order=()
 for w in W6 W1 W2 W3 W4 W7 W8 W9 W10 S1 W5; do
   [[ ,$BENCH_ONLY, == *,$w,* ]] && order+=("$w")
 done
-((${#order[@]} > 0)) || [[ ,$BENCH_ONLY, == *,SDK,* ]] || dex_die "BENCH_ONLY=$BENCH_ONLY names no workload (W1..W10, S1, SDK)"
+((${#order[@]} > 0)) || [[ ,$BENCH_ONLY, == *,SDK,* || ,$BENCH_ONLY, == *,DEF,* ]] ||
+  dex_die "BENCH_ONLY=$BENCH_ONLY names no workload (W1..W10, S1, SDK, DEF)"
 echo "run.sh: workloads ${order[*]}; BENCH_SCALE=$BENCH_SCALE BENCH_K=$BENCH_K BENCH_BATCH=$BENCH_BATCH"
 
 rows=$(mktemp)
@@ -121,6 +124,15 @@ if [[ ,$BENCH_ONLY, == *,SDK,* ]]; then
   "${DEX_PYTHON:-/usr/bin/python3}" "$here/sdk_w1.py" "$n" "$BENCH_K" | tee -a "$sdk_rows"
   "$root/clients/typescript/node_modules/.bin/tsc" -p "$root/clients/typescript"
   node "$root/clients/typescript/dist/bench/w1.js" "$n" "$BENCH_K" | tee -a "$sdk_rows"
+fi
+
+# A definition of three SQL steps against the same flow as a Python SDK workflow calling three
+# activities: rows "ROW|definition or sdk|runs|s|runs/s|xact/run|check".
+def_rows=$(mktemp)
+if [[ ,$BENCH_ONLY, == *,DEF,* ]]; then
+  n=$(awk -v s="$BENCH_SCALE" 'BEGIN { printf "%d", 10000 * s }')
+  echo "run.sh: DEF: $n runs of a 3-step SQL definition, then of the same flow as an SDK workflow"
+  "${DEX_PYTHON:-/usr/bin/python3}" "$here/definitions.py" "$n" "$BENCH_K" | tee -a "$def_rows"
 fi
 
 {
@@ -142,6 +154,12 @@ fi
     echo "|---|--:|--:|--:|--:|--:|--:|--:|---|"
     awk -F'|' '$1 == "ROW" { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$sdk_rows"
   fi
+  if [[ -s $def_rows ]]; then
+    echo
+    echo "| 3 steps adding 1 | runs | s | runs/s | xact/run | check |"
+    echo "|---|--:|--:|--:|--:|---|"
+    awk -F'|' '$1 == "ROW" { printf "| %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7 }' "$def_rows"
+  fi
 } | tee "$here/results/last.md"
-rm -f "$rows" "$sdk_rows"
+rm -f "$rows" "$sdk_rows" "$def_rows"
 echo "run.sh: done in $(($(date +%s) - started)) s"

@@ -496,6 +496,30 @@ SELECT pg_catalog.count(run_id) AS backfilled FROM dex.backfill_schedule('sec-sc
 SELECT name, runs_started, last_run_status FROM dex.schedules WHERE name OPERATOR(pg_catalog.=) 'sec-sched';
 SELECT dex.terminate_run(last_run_id) FROM dex.schedules WHERE name OPERATOR(pg_catalog.=) 'sec-sched';
 SELECT dex.delete_schedule('sec-sched');
+-- workflows defined in JSON (1.7): made, read, listed, deleted; a user task nobody waits at
+SELECT dex.create_definition('sec-def', 1, '{"steps": [
+    {"id": "calc", "type": "sql", "sql": "SELECT 1 + 1 AS two", "next": "ask"},
+    {"id": "ask", "type": "user", "next": "e"}, {"id": "e", "type": "end"}]}');
+SELECT dex.get_definition('sec-def') OPERATOR(pg_catalog.->) 'steps' OPERATOR(pg_catalog.->) 0
+       OPERATOR(pg_catalog.->>) 'id' AS first_step;
+SELECT name, version, steps FROM dex.list_definitions('sec-def');
+SELECT pg_catalog.count(*) FROM dex.user_tasks(:'r5');
+\set VERBOSITY sqlstate
+SELECT dex.complete_user_task(:'r5', 'ask', '{}');
+\set VERBOSITY default
+-- a run of it: the interpreter runs the SQL step with the owner's rights and its own path,
+-- then the user task waits, and is completed
+SELECT dex.create_run('sec-def', 'sec-wf') AS r6 \gset
+DO $$
+BEGIN
+  FOR i IN 1..1500 LOOP
+    EXIT WHEN EXISTS (SELECT FROM dex.user_tasks());
+    PERFORM pg_catalog.pg_sleep(0.02);
+  END LOOP;
+END $$;
+SELECT step, dex.complete_user_task(run_id, step, '{"ok": true}') FROM dex.user_tasks();
+CALL dex.wait_for_run(:'r6', '30 s');
+SELECT dex.delete_definition('sec-def', 1);
 RESET search_path;
 RESET ROLE;
 

@@ -28,6 +28,9 @@ extern void dex_api_enter(Oid proc_oid, DexApiCall *call);
 extern void dex_api_leave(const DexApiCall *call, bool error);
 extern Datum dex_api_call(FunctionCallInfo fcinfo, PGFunction body);
 
+/* api_runs.c: an external event to a run, as dex.send_external_event */
+extern bool dex_send_event(pg_uuid_t *run_id, const char *event_id, Jsonb *payload);
+
 /*
  * The SQL entry point "sql_fn" runs body(fcinfo) with the owner's rights
  * (api_call.c).  Used at file level, after body, with a semicolon.

@@ -861,6 +861,13 @@ send_external_event(pg_uuid_t *run_id, const char *event_id, Jsonb *payload)
 	return false;
 }
 
+/* For other entry points (api_definitions.c): the same, in their SPI connection */
+bool
+dex_send_event(pg_uuid_t *run_id, const char *event_id, Jsonb *payload)
+{
+	return send_external_event(run_id, event_id, payload);
+}
+
 static Datum
 send_external_event_to_run(PG_FUNCTION_ARGS)
 {

@@ -318,4 +318,83 @@ extern void dex_wait_for_rebuild(void);
 extern void dex_lock_for_rebuild(void);
 extern void dex_lock_queue_polls(int32 queue_id);
 
+
+/* definitions.c: workflows defined in JSON (1.7) */
+typedef enum DexStepType
+{
+	DEX_STEP_SQL,
+	DEX_STEP_SERVICE,
+	DEX_STEP_GATEWAY,
+	DEX_STEP_END,
+	DEX_STEP_TIMER,
+	DEX_STEP_PARALLEL,
+	DEX_STEP_JOIN,
+	DEX_STEP_SIGNAL,
+	DEX_STEP_USER,
+	DEX_STEP_CALL
+} DexStepType;
+
+/* One step; the steps it leads to are indexes into its definition's steps, -1 none */
+typedef struct DexStep
+{
+	char	   *id;
+	DexStepType type;
+	int			next;
+	char	   *result_variable;	/* where a result goes; NULL: merged */
+	char	   *input;			/* SQL/JSON path: an activity's or child's argument */
+	char	   *sql;			/* sql */
+	void	   *sql_plan;		/* its SPIPlanPtr, prepared by its first run, while the SPI
+								 * connection lasts */
+	char	   *activity;		/* service */
+	char	   *queue;
+	int32		retry_count;	/* -1: not given */
+	Jsonb	   *retry_policy;
+	char	   *start_to_close;
+	char	   *schedule_to_close;
+	char	   *heartbeat;
+	int32		priority;
+	int			n_conditions;	/* gateway */
+	char	  **when;
+	int		   *when_next;
+	int			default_next;
+	char	   *output;			/* end */
+	bool		fails;
+	char	   *fail_message;
+	char	   *fail_type;
+	char	   *duration;		/* timer */
+	char	   *date;
+	char	   *signal;			/* signal */
+	char	   *timeout;		/* signal, user */
+	int			timeout_next;
+	char	   *assignee;		/* user */
+	Jsonb	   *candidate_groups;
+	Jsonb	   *form;
+	int			n_branches;		/* parallel */
+	int		   *branches;
+	char	   *definition;		/* call */
+	int32		version;
+	int			incoming;		/* the ways into it (a join waits for them all) */
+} DexStep;
+
+typedef struct DexDefinition
+{
+	char	   *name;
+	int32		version;
+	Oid			owner;			/* whose privileges SQL steps have */
+	char	   *search_path;	/* of SQL steps; NULL: public */
+	int			start;
+	int			n_steps;
+	DexStep    *steps;
+} DexDefinition;
+
+extern bool dex_subtransaction(bool (*fn) (void *arg), void *arg, ErrorData **error);
+extern DexDefinition *dex_parse_definition(Jsonb *doc, bool check);
+extern DexDefinition *dex_load_definition(const char *name, int32 version);
+extern const char *dex_step_type_name(DexStepType type);
+
+/* interpret.c: the next commands of a run of a definition */
+extern Dex__V1__WorkflowTaskCompletion *dex_interpret(const DexDefinition *def,
+													  const Dex__V1__WorkflowTask *task);
+extern const char *dex_interpret_current_step(void);
+
 #endif							/* DEX_ENGINE_ENGINE_H */

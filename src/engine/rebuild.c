@@ -437,5 +437,6 @@ dex_rebuild_tasks_if_needed(void)
 	while (rebuild_activities(&after, &last) == REBUILD_BATCH)
 		after = last;
 	dex_spi_exec(&mark_valid_plan, NULL, NULL, 0);
+	dex_wake_interpreter_at_commit();	/* runs of definitions have tasks again (1.7) */
 	return true;
 }

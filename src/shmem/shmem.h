@@ -24,6 +24,9 @@ extern void dex_shmem_startup(void);
 extern void dex_wakeup_init(void);
 #define DEX_MAX_DATABASES 64
 extern bool dex_worker_register(bool scheduler);
+extern bool dex_interpreter_register(void);
+extern void dex_wake_interpreter_at_commit(void);
+extern void dex_interpreter_needed(bool needed);
 extern void dex_worker_no_extension(void);
 extern void dex_database_status(Oid dbid, bool *dropping, bool *no_extension);
 extern void dex_database_drop_begin(Oid dbid);

@@ -11,7 +11,9 @@
  * sooner) asks for a wake-up of its database's scheduler; the latch is set
  * when its transaction commits, never before, so the scheduler never looks
  * for rows it cannot see yet.  Aborted transactions wake nobody.  The
- * launcher's latch is set likewise when CREATE EXTENSION dex commits.
+ * launcher's latch is set likewise when CREATE EXTENSION dex commits, and the
+ * interpreter's (1.7) when a commit made tasks pollable on any queue (it
+ * serves the runs of definitions, on queues of their owners' choosing).
  *
  * Workers waiting for tasks (dex.wait_for_tasks) are listed in the queue
  * waiters' table, an entry per backend: its database, queue and latch, and
@@ -102,6 +104,9 @@ typedef struct DexDatabaseState
 	Latch	   *scheduler_latch;	/* NULL while no scheduler runs */
 	pid_t		scheduler_pid;
 	pid_t		maintenance_pid;
+	Latch	   *interpreter_latch;	/* NULL while no interpreter runs (1.7) */
+	pid_t		interpreter_pid;
+	bool		interpreter_needed; /* it found definitions when it last looked */
 	bool		no_extension;	/* a worker found dex not installed, and left */
 	bool		dropping;		/* DROP DATABASE is under way: do not start workers */
 	pg_atomic_uint64 scheduler_next_wake;	/* TimestampTz */
@@ -234,6 +239,9 @@ dex_shmem_startup(void)
 			db->scheduler_latch = NULL;
 			db->scheduler_pid = 0;
 			db->maintenance_pid = 0;
+			db->interpreter_latch = NULL;
+			db->interpreter_pid = 0;
+			db->interpreter_needed = true;
 			db->no_extension = false;
 			db->dropping = false;
 			pg_atomic_init_u64(&db->scheduler_next_wake, (uint64) DT_NOEND);
@@ -279,6 +287,9 @@ database_entry(Oid dbid, bool create)
 	free_entry->scheduler_latch = NULL;
 	free_entry->scheduler_pid = 0;
 	free_entry->maintenance_pid = 0;
+	free_entry->interpreter_latch = NULL;
+	free_entry->interpreter_pid = 0;
+	free_entry->interpreter_needed = true;
 	free_entry->no_extension = false;
 	free_entry->dropping = false;
 	pg_atomic_write_u64(&free_entry->scheduler_next_wake, (uint64) DT_NOEND);
@@ -292,7 +303,8 @@ database_entry(Oid dbid, bool create)
 static void
 release_if_unused(DexDatabaseState *db)
 {
-	if (db->scheduler_pid == 0 && db->maintenance_pid == 0 && !db->dropping &&
+	if (db->scheduler_pid == 0 && db->maintenance_pid == 0 && db->interpreter_pid == 0 &&
+		!db->dropping &&
 		!db->no_extension)
 		db->dbid = InvalidOid;
 }
@@ -348,6 +360,87 @@ dex_worker_register(bool scheduler)
 	return ok;
 }
 
+static void
+clear_interpreter(int code, Datum arg)
+{
+	DexDatabaseState *db;
+
+	SpinLockAcquire(&dex_shared->mutex);
+	db = database_entry(MyDatabaseId, false);
+	if (db != NULL && db->interpreter_pid == MyProcPid)
+	{
+		db->interpreter_latch = NULL;
+		db->interpreter_pid = 0;
+		release_if_unused(db);
+	}
+	SpinLockRelease(&dex_shared->mutex);
+}
+
+/*
+ * dex_worker_register for the interpreter (1.7), with its latch: commits
+ * that make tasks pollable set it (see dex_xact_callback).
+ */
+bool
+dex_interpreter_register(void)
+{
+	DexDatabaseState *db;
+	bool		ok = true;
+
+	Assert(dex_shared != NULL);
+	before_shmem_exit(clear_interpreter, (Datum) 0);
+	SpinLockAcquire(&dex_shared->mutex);
+	db = database_entry(MyDatabaseId, true);
+	if (db == NULL || db->dropping)
+		ok = false;
+	else
+	{
+		db->interpreter_latch = MyLatch;
+		db->interpreter_pid = MyProcPid;
+	}
+	SpinLockRelease(&dex_shared->mutex);
+	return ok;
+}
+
+/*
+ * The interpreter says whether it found definitions: while it finds none, the
+ * commits that make tasks do not wake it (a definition's creation does).
+ */
+void
+dex_interpreter_needed(bool needed)
+{
+	for (int i = 0; i < DEX_MAX_DATABASES; i++)
+		if (dex_shared->databases[i].dbid == MyDatabaseId)
+			dex_shared->databases[i].interpreter_needed = needed;
+}
+
+/*
+ * Wake this database's interpreter: a commit made tasks pollable, some of
+ * which may be of runs of definitions (with "always", whether or not it
+ * found definitions).  Not itself: its passes go on while they find work.
+ * The entry is found and the flag read without the lock (a stale read costs
+ * a spurious wake-up, or none where the interpreter has no definition to
+ * serve, and it sets the flag before it polls).
+ */
+static void
+wake_interpreter(bool always)
+{
+	for (int i = 0; i < DEX_MAX_DATABASES; i++)
+	{
+		DexDatabaseState *db = &dex_shared->databases[i];
+
+		if (db->dbid != MyDatabaseId)
+			continue;
+		if (!always && !db->interpreter_needed)
+			return;
+		SpinLockAcquire(&dex_shared->mutex);
+		if (db->dbid == MyDatabaseId && db->interpreter_latch != NULL &&
+			db->interpreter_pid != MyProcPid)
+			SetLatch(db->interpreter_latch);
+		SpinLockRelease(&dex_shared->mutex);
+		return;
+	}
+}
+
 /* A worker found dex not installed in its database and leaves: say so. */
 void
 dex_worker_no_extension(void)
@@ -400,7 +493,7 @@ dex_database_drop_begin(Oid dbid)
 		return;
 	for (int waited_ms = 0; waited_ms <= 10000; waited_ms += 10)
 	{
-		pid_t		pids[2] = {0, 0};
+		pid_t		pids[3] = {0, 0, 0};
 
 		SpinLockAcquire(&dex_shared->mutex);
 		db = database_entry(dbid, true);
@@ -409,11 +502,12 @@ dex_database_drop_begin(Oid dbid)
 			db->dropping = true;
 			pids[0] = db->scheduler_pid;
 			pids[1] = db->maintenance_pid;
+			pids[2] = db->interpreter_pid;
 		}
 		SpinLockRelease(&dex_shared->mutex);
-		if (pids[0] == 0 && pids[1] == 0)
+		if (pids[0] == 0 && pids[1] == 0 && pids[2] == 0)
 			return;
-		for (int i = 0; i < 2; i++)
+		for (int i = 0; i < 3; i++)
 			if (pids[i] != 0)
 				(void) kill(pids[i], SIGTERM);
 		CHECK_FOR_INTERRUPTS();
@@ -504,6 +598,15 @@ wake_scheduler(TimestampTz due)
 
 /* CREATE EXTENSION dex or CREATE DATABASE: the launcher may serve a new database. */
 static bool pending_launcher_wake = false;
+
+/* tasks made that no queue's count tells of (the rebuild), a definition made: wake the interpreter */
+static bool pending_interpreter_wake = false;
+
+void
+dex_wake_interpreter_at_commit(void)
+{
+	pending_interpreter_wake = true;
+}
 
 void
 dex_wake_launcher_at_commit(void)
@@ -771,6 +874,10 @@ dex_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			if ((n_pending_queues > 0 || pending_all_queues || pending_interpreter_wake) &&
+				dex_shared != NULL)
+				wake_interpreter(pending_interpreter_wake);
+			pending_interpreter_wake = false;
 			if (n_pending_queues > 0 || pending_all_queues)
 				wake_pending_queues();
 			if ((n_pending_run_slots > 0 || pending_all_run_slots) && dex_shared != NULL)
@@ -794,6 +901,7 @@ dex_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 			pending_wake = DT_NOEND;
 			pending_launcher_wake = false;
+			pending_interpreter_wake = false;
 			n_pending_queues = 0;
 			pending_all_queues = false;
 			n_pending_holders = 0;

@@ -33,6 +33,7 @@ int			dex_max_payload_size = 1024 * 1024;
 int			dex_retention_period_s = 7 * 24 * 3600;
 int			dex_retention_batch_size = 1000;
 int			dex_maintenance_naptime_ms = 60000;
+int			dex_interpreter_naptime_ms = 10000;
 int			dex_worker_cache_runs = 65536;
 
 bool		dex_allow_drop_with_runs = false;
@@ -148,6 +149,14 @@ dex_define_settings(void)
 							NULL,
 							&dex_maintenance_naptime_ms,
 							60000, 100, INT_MAX / 2,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dex.interpreter_naptime",
+							"Longest sleep of the idle interpreter worker (commits that make tasks wake it).",
+							NULL,
+							&dex_interpreter_naptime_ms,
+							10000, 10, INT_MAX / 2,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

@@ -90,7 +90,7 @@ worker_start(Datum main_arg, const DexWorkerLoop *loop)
 	strlcpy(dex_worker_database, MyBgworkerEntry->bgw_extra, NAMEDATALEN);
 	BackgroundWorkerInitializeConnection(dex_worker_database, NULL, 0);
 	pgstat_report_appname(loop->type);
-	if (!dex_worker_register(loop->scheduler))
+	if (!(loop->interpreter ? dex_interpreter_register() : dex_worker_register(loop->scheduler)))
 		proc_exit(0);			/* DROP DATABASE is under way */
 	SetConfigOption("search_path", DEX_SEARCH_PATH, PGC_SUSET, PGC_S_OVERRIDE);
 	dex_set_planner_settings(PGC_SUSET, PGC_S_OVERRIDE, GUC_ACTION_SET);

@@ -76,12 +76,14 @@ typedef struct WorkerSlot
 	int			backoff_ms;
 } WorkerSlot;
 
-static const char *const worker_types[] = {"dex scheduler", "dex maintenance"};
-static const char *const worker_functions[] = {"dex_scheduler_main", "dex_maintenance_main"};
+static const char *const worker_types[] = {"dex scheduler", "dex maintenance", "dex interpreter"};
+static const char *const worker_functions[] = {"dex_scheduler_main", "dex_maintenance_main",
+"dex_interpreter_main"};
 
 #define SCHEDULER 0
 #define MAINTENANCE 1
-#define N_WORKERS 2
+#define INTERPRETER 2
+#define N_WORKERS 3
 
 /* A database the launcher serves */
 typedef struct ServedDatabase

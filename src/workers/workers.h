@@ -26,6 +26,7 @@ typedef struct DexWorkerLoop
 {
 	const char *type;			/* "dex scheduler": its bgw_type, for the log */
 	bool		scheduler;		/* registers as its database's scheduler */
+	bool		interpreter;	/* ... as its interpreter (1.7) */
 	const char *running;		/* pg_stat_activity's query while a pass runs */
 	const char *sleeping;		/* ... while it sleeps between passes */
 	const int  *naptime_ms;		/* the longest sleep (a setting) */

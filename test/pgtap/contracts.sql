@@ -18,7 +18,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(377);
+SELECT plan(419);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -73,7 +73,13 @@ INSERT INTO api VALUES
     ('delete_schedule',  '{text}',                                                  'void'),
     ('trigger_schedule', '{text,text}',                                             'uuid'),
     ('backfill_schedule', '{text,"timestamp with time zone","timestamp with time zone",text}', 'setof record'),
-    ('schedule_next_times', '{text,integer}',                                       'setof timestamp with time zone');
+    ('schedule_next_times', '{text,integer}',                                       'setof timestamp with time zone'),
+    ('create_definition', '{text,integer,jsonb}',                                   'void'),
+    ('get_definition',   '{text,integer}',                                          'jsonb'),
+    ('list_definitions', '{text}',                                                  'setof record'),
+    ('delete_definition', '{text,integer}',                                         'void'),
+    ('user_tasks',       '{uuid,text,text}',                                        'setof record'),
+    ('complete_user_task', '{uuid,text,jsonb}',                                     'void');
 
 -- every function exists with exactly these argument types
 SELECT has_function('dex', fname, args,
@@ -214,7 +220,7 @@ SELECT volatility_is('dex', 'poll_tasks', '{text,text,integer,interval,boolean,t
 -- tables
 --
 SELECT has_table('dex', t, format('table dex.%s exists', t))
-  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait,run_debounce}'::name[]) t;
+  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait,run_debounce,definition,user_task}'::name[]) t;
 SELECT has_view('dex', 'runs', 'view dex.runs exists');
 SELECT has_sequence('dex', 'lease_version', 'sequence dex.lease_version (the fencing tokens) exists');
 SELECT is_partitioned('dex', 'workflow_task', 'dex.workflow_task is partitioned');
@@ -259,12 +265,12 @@ SELECT is((SELECT row(kind, status, capacity)::text FROM dex.queue WHERE name = 
 -- PUBLIC may not INSERT, UPDATE, DELETE nor TRUNCATE any dex table
 SELECT ok(NOT has_table_privilege('public', format('dex.%I', t), p),
           format('PUBLIC cannot %s dex.%s', p, t))
-  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait,run_debounce}'::text[]) t,
+  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait,run_debounce,definition,user_task}'::text[]) t,
        unnest('{INSERT,UPDATE,DELETE,TRUNCATE}'::text[]) p
  ORDER BY t, p;
 -- nor anything else on them
 SELECT table_privs_are('dex', t, 'public', '{}'::name[], format('PUBLIC has no privileges on dex.%s', t))
-  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait,run_debounce}'::name[]) t;
+  FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait,run_debounce,definition,user_task}'::name[]) t;
 -- the partitions a queue creates are not writable either
 SELECT ok(NOT has_table_privilege('public', format('dex.%I', :'wf_part'), 'INSERT')
           AND NOT has_table_privilege('public', format('dex.%I', :'wf_part'), 'UPDATE')

@@ -1,4 +1,5 @@
-"""The REST API (``/v1``): runs, queues and the worker calls, each a call of dex's SQL API
+"""The REST API (``/v1``): runs, queues, the worker calls, workflows defined in JSON and their
+user tasks, each a call of dex's SQL API
 made with the caller's role (see ``db.py``).  The OpenAPI document FastAPI makes from these
 routes is checked in as ``clients/python/openapi.json`` (``python3 -m dex serve
 --openapi``); ``tests/test_rest_openapi.py`` fails when the two differ."""
@@ -136,6 +137,49 @@ class Attempt(BaseModel):
 
 class Attempts(BaseModel):
     attempts: List[Attempt]
+
+
+class DefinitionCreate(BaseModel):
+    name: str
+    version: int = 1
+    definition: Dict[str, Any] = Field(..., description="the JSON document (README.md, \"Workflows "
+                                                        "defined in JSON\")")
+
+
+class Definition(BaseModel):
+    name: str
+    version: int
+    owner: str = Field(..., description="the role whose privileges its SQL steps have")
+    created_at: dt.datetime
+    steps: int
+    definition: Optional[Dict[str, Any]] = Field(None, description="the document (not in listings)")
+
+
+class Definitions(BaseModel):
+    definitions: List[Definition]
+
+
+class UserTask(BaseModel):
+    run_id: uuid.UUID
+    step: str
+    assignee: Optional[str]
+    candidate_groups: Optional[List[str]]
+    form: Any
+    workflow_name: str
+    workflow_version: int
+    created_at: dt.datetime
+
+
+class UserTasks(BaseModel):
+    user_tasks: List[UserTask]
+
+
+class UserTaskCompletion(BaseModel):
+    variables: Optional[Dict[str, Any]] = Field(None, description="merged into the run's variables")
+
+
+class Signal(BaseModel):
+    payload: Any = None
 
 
 class Queue(BaseModel):
@@ -404,10 +448,13 @@ def reset_run(run_id: uuid.UUID, body: Reset, request: Request, response: Respon
 @router.post("/runs/{run_id}/events", response_model=Delivered, responses=ERRORS, tags=["runs"],
              summary="Send an external event to a run (dex.send_external_event)")
 def send_event(run_id: uuid.UUID, body: ExternalEvent, request: Request, token: str = Depends(caller)):
+    return _send(request, token, run_id, body.event_id, body.payload)
+
+
+def _send(request: Request, token: str, run_id: uuid.UUID, event_id: str, payload: Any):
     with db(request).as_caller(token) as conn:
-        row = conn.execute("SELECT dex.send_external_event(%s, %s, %s) AS delivered",
-                           (run_id, body.event_id, _jsonb(body.payload))).fetchone()
-    return row
+        return conn.execute("SELECT dex.send_external_event(%s, %s, %s) AS delivered",
+                            (run_id, event_id, _jsonb(payload))).fetchone()
 
 
 @router.get("/queues", response_model=Queues, responses=ERRORS, tags=["queues"],
@@ -492,3 +539,88 @@ def heartbeat(body: Heartbeat, request: Request, token: str = Depends(caller)):
                             (body.run_id, body.task_id, body.lock_version,
                              _interval(body.lease_seconds, "lease_seconds"),
                              _jsonb(body.details))).fetchone()
+
+
+# ---- workflows defined in JSON (1.7) and their user tasks
+
+_DEFINITION_COLUMNS = "name, version, owner::text AS owner, created_at, steps"
+
+
+def _definition(conn, name: str, version: Optional[int]) -> Dict[str, Any]:
+    doc = conn.execute("SELECT dex.get_definition(%s, %s) AS d", (name, version)).fetchone()["d"]
+    if doc is None:
+        raise Problem(404, "Not Found", f"definition {name!r} has no version {version}" if version
+                      else f"definition {name!r} does not exist", "42704")
+    row = next(r for r in reversed(conn.execute(
+        f"SELECT {_DEFINITION_COLUMNS} FROM dex.list_definitions(%s)", (name,)).fetchall())
+        if version is None or r["version"] == version)
+    return {**row, "definition": doc}
+
+
+@router.get("/definitions", response_model=Definitions, responses=ERRORS, tags=["definitions"],
+            summary="Workflows defined in JSON, by name and version (dex.list_definitions)")
+def list_definitions(request: Request, token: str = Depends(caller), name: Optional[str] = None):
+    with db(request).as_caller(token) as conn:
+        rows = conn.execute(f"SELECT {_DEFINITION_COLUMNS} FROM dex.list_definitions(%s)", (name,)).fetchall()
+    return {"definitions": rows}
+
+
+@router.post("/definitions", response_model=Definition, status_code=201, responses=ERRORS,
+             tags=["definitions"], summary="Store a workflow defined in JSON (dex.create_definition)")
+def create_definition(body: DefinitionCreate, request: Request, response: Response,
+                      token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        conn.execute("SELECT dex.create_definition(%s, %s, %s)", (body.name, body.version, Jsonb(body.definition)))
+        d = _definition(conn, body.name, body.version)
+    response.headers["Location"] = f"/v1/definitions/{body.name}/{body.version}"
+    return d
+
+
+@router.get("/definitions/{name}", response_model=Definition, responses=ERRORS, tags=["definitions"],
+            summary="The latest version of a definition, with its document")
+def get_latest_definition(name: str, request: Request, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        return _definition(conn, name, None)
+
+
+@router.get("/definitions/{name}/{version}", response_model=Definition, responses=ERRORS,
+            tags=["definitions"], summary="A version of a definition, with its document")
+def get_definition(name: str, version: int, request: Request, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        return _definition(conn, name, version)
+
+
+@router.delete("/definitions/{name}/{version}", status_code=204, responses=ERRORS, tags=["definitions"],
+               summary="Delete a definition no run that has not ended uses (dex.delete_definition)")
+def delete_definition(name: str, version: int, request: Request, token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        conn.execute("SELECT dex.delete_definition(%s, %s)", (name, version))
+    return Response(status_code=204)
+
+
+@router.get("/user-tasks", response_model=UserTasks, responses=ERRORS, tags=["definitions"],
+            summary="User tasks waiting for a person (dex.user_tasks)")
+def list_user_tasks(request: Request, token: str = Depends(caller), run_id: Optional[uuid.UUID] = None,
+                    assignee: Optional[str] = None, candidate_group: Optional[str] = None):
+    with db(request).as_caller(token) as conn:
+        rows = conn.execute("SELECT * FROM dex.user_tasks(%s, %s, %s)",
+                            (run_id, assignee, candidate_group)).fetchall()
+    return {"user_tasks": rows}
+
+
+@router.post("/runs/{run_id}/user-tasks/{step}/complete", status_code=204, responses=ERRORS,
+             tags=["definitions"], summary="Complete the user task a run waits for at a step, once "
+                                           "(dex.complete_user_task)")
+def complete_user_task(run_id: uuid.UUID, step: str, request: Request,
+                       body: UserTaskCompletion = UserTaskCompletion(), token: str = Depends(caller)):
+    with db(request).as_caller(token) as conn:
+        conn.execute("SELECT dex.complete_user_task(%s, %s, %s)", (run_id, step, _jsonb(body.variables)))
+    return Response(status_code=204)
+
+
+@router.post("/runs/{run_id}/signals/{signal}", response_model=Delivered, responses=ERRORS,
+             tags=["definitions"], summary="Send a signal to a run (dex.send_external_event with the "
+                                           "signal's name as the event id)")
+def send_signal(run_id: uuid.UUID, signal: str, request: Request, body: Signal = Signal(),
+                token: str = Depends(caller)):
+    return _send(request, token, run_id, signal, body.payload)

@@ -62,6 +62,7 @@ _STATUS_BY_CODE = {
     "WD001": 409,   # dex: the lease was lost (stale lock version)
     "WD002": 409,   # dex: the task's run was cancelled or has ended
     "55000": 409,   # object_not_in_prerequisite_state: the run has ended, is not running, ...
+    "55006": 409,   # object_in_use: a definition runs that have not ended use
     "23505": 409,   # unique_violation: the instance id has an active run
     "42710": 409,   # duplicate_object: a queue or token of that name exists
     "21000": 400,   # cardinality_violation: the instance id is active on several queues

@@ -1,0 +1,129 @@
+# Workflows defined in JSON survive crashes: a five-step definition (a SQL
+# task, a service task, a gateway, parallel branches, a user task) is taken
+# through every step with an immediate shutdown (a crash) after each, and
+# finishes with the right variables; its SQL step's effect is there exactly
+# once (it commits with the step's record).  A crash in the middle of a SQL step loses
+# that step's transaction, and the step runs again once.  Also: the interpreter worker
+# runs per database, and a crash in the middle of its passes loses nothing.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use DexCluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = dex_cluster('dex', conf => "restart_after_crash = on\n");
+
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'dex interpreter'"),
+	'the interpreter worker runs');
+
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION dex;
+	SELECT dex.create_queue('loans', 'workflow');
+	SELECT dex.create_queue('checks', 'activity');
+	CREATE TABLE audit (id serial, amount integer);
+	SELECT dex.create_definition('loan', 1, '{"steps": [
+	  {"id": "score", "type": "sql",
+	   "sql": "INSERT INTO audit (amount) VALUES (($1->>''amount'')::int) RETURNING ($1->>''amount'')::int / 100 AS score",
+	   "next": "check"},
+	  {"id": "check", "type": "service", "activity": "credit_check", "queue": "checks", "retryCount": 2,
+	   "next": "route"},
+	  {"id": "route", "type": "gateway",
+	   "conditions": [{"when": "$.amount > 1000", "next": "split"}], "default": "done"},
+	  {"id": "split", "type": "parallel", "branches": ["fees", "approve"]},
+	  {"id": "fees", "type": "sql", "sql": "SELECT ($1->>''amount'')::int / 50 AS fee", "next": "join"},
+	  {"id": "approve", "type": "user", "candidateGroups": ["officers"], "next": "join"},
+	  {"id": "join", "type": "join", "next": "done"},
+	  {"id": "done", "type": "end"}]}');
+});
+
+sub crash
+{
+	my ($what) = @_;
+	$node->stop('immediate');
+	$node->start;
+	ok($node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'dex interpreter'"),
+		"the interpreter runs again after a crash $what");
+}
+
+my $run = $node->safe_psql('postgres', q{SELECT dex.create_run('loan', 'loans', '{"amount": 5000}')});
+crash('after the run was created');
+
+# the SQL step ran, the service task waits for a worker
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM dex.activity_task WHERE run_id = '$run' AND status = 'QUEUED'"),
+	'the service task is queued');
+crash('after the SQL step');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM audit'), '1', 'the SQL step ran once');
+
+# a worker completes the activity
+is($node->safe_psql('postgres', q{
+	SELECT count(dex.complete_task(run_id, task_id, lock_version, '{"rating": "A"}'))
+	  FROM dex.poll_tasks('checks', 'tap-worker');
+}), '1', 'the activity is completed');
+crash('after the service task');
+
+# the gateway took the large-amount path: the SQL branch ran, the user task waits
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM dex.user_tasks('$run')"),
+	'the user task waits');
+crash('while the user task waits');
+is($node->safe_psql('postgres', "SELECT step || ' ' || candidate_groups::text FROM dex.user_tasks('$run')"),
+	'approve {officers}', 'the user task is still listed');
+
+$node->safe_psql('postgres', "SELECT dex.complete_user_task('$run', 'approve', '{\"approved\": true}')");
+crash('after the user task was completed');
+
+ok($node->poll_query_until('postgres',
+	"SELECT status = 'COMPLETED' FROM dex.workflow_run WHERE id = '$run'"),
+	'the run completed');
+is($node->safe_psql('postgres', "SELECT dex.payload_value(result) FROM dex.workflow_run WHERE id = '$run'"),
+	'{"fee": 100, "score": 50, "amount": 5000, "rating": "A", "approved": true}',
+	'with the right variables');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM audit'), '1', 'the SQL step ran once in all');
+is($node->safe_psql('postgres', "SELECT count(*) FROM dex.user_tasks('$run')"), '0', 'no user task is left');
+
+# a crash while a SQL step runs: its transaction is lost with what it did, and the step runs
+# again once, after the restart
+$node->safe_psql('postgres', q{
+	SELECT dex.create_definition('slow', 1, '{"steps": [
+	  {"id": "work", "type": "sql",
+	   "sql": "INSERT INTO audit (amount) SELECT 7 FROM pg_sleep(2) RETURNING 7 AS seven", "next": "e"},
+	  {"id": "e", "type": "end"}]}');
+});
+my $slow = $node->safe_psql('postgres', q{SELECT dex.create_run('slow', 'loans')});
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity
+	 WHERE backend_type = 'dex interpreter' AND wait_event = 'PgSleep'}),
+	'the interpreter is in the middle of the SQL step');
+$node->stop('immediate');
+$node->start;
+ok($node->poll_query_until('postgres',
+	"SELECT status = 'COMPLETED' FROM dex.workflow_run WHERE id = '$slow'"),
+	'the run completed after the crash');
+is($node->safe_psql('postgres', "SELECT dex.payload_value(result) FROM dex.workflow_run WHERE id = '$slow'"),
+	'{"seven": 7}', 'with the step\'s result');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM audit WHERE amount = 7'), '1',
+	'the interrupted step\'s effect is there once');
+
+# many runs of SQL steps only, with a crash while the interpreter works through them:
+# each finishes, and each SQL step's effect is there exactly once
+$node->safe_psql('postgres', q{
+	SELECT dex.create_definition('small', 1, '{"steps": [
+	  {"id": "a", "type": "sql", "sql": "INSERT INTO audit (amount) VALUES (1) RETURNING 1 AS a", "next": "b"},
+	  {"id": "b", "type": "sql", "sql": "SELECT 2 AS b", "next": "e"},
+	  {"id": "e", "type": "end"}]}');
+	SELECT count(*) FROM dex.create_runs('small', 'loans', array_fill('{}'::jsonb, ARRAY[300]));
+});
+$node->stop('immediate');
+$node->start;
+ok($node->poll_query_until('postgres',
+	"SELECT count(*) = 300 FROM dex.workflow_run WHERE workflow_name = 'small' AND status = 'COMPLETED'"),
+	'300 runs completed across a crash');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM audit WHERE amount = 1'), '300',
+	'each SQL step committed exactly once');
+
+done_testing();
