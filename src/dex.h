@@ -52,6 +52,7 @@ extern int	dex_retention_period_s;
 extern int	dex_retention_batch_size;
 extern int	dex_maintenance_naptime_ms;
 extern int	dex_interpreter_naptime_ms;
+extern int	dex_sql_step_timeout_ms;
 extern int	dex_worker_cache_runs;
 extern bool dex_allow_drop_with_runs;
 

@@ -69,6 +69,7 @@
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
+#include "utils/timeout.h"
 #include "utils/timestamp.h"
 
 #include "engine/engine.h"
@@ -480,6 +481,31 @@ row_result(void)
 																   heap_copy_tuple_as_datum(row, desc))));
 }
 
+/*
+ * A step holds up every run of the database while it runs (one
+ * interpreter per database): dex.sql_step_timeout bounds its statement,
+ * with PostgreSQL's own statement timeout, which ends it with an ERROR.
+ */
+static int
+execute_step_statement(SPIPlanPtr plan, Datum *values)
+{
+	volatile int rc = 0;
+
+	if (dex_sql_step_timeout_ms > 0)
+		enable_timeout_after(STATEMENT_TIMEOUT, dex_sql_step_timeout_ms);
+	PG_TRY();
+	{
+		rc = SPI_execute_plan(plan, values, NULL, false, 1);
+	}
+	PG_FINALLY();
+	{
+		if (dex_sql_step_timeout_ms > 0)
+			disable_timeout(STATEMENT_TIMEOUT, false);
+	}
+	PG_END_TRY();
+	return rc;
+}
+
 static Jsonb *
 run_sql(Interp *in, const DexStep *step)
 {
@@ -516,7 +542,7 @@ run_sql(Interp *in, const DexStep *step)
 					 errmsg("the statement of SQL step \"%s\" failed: %s", step->id,
 							SPI_result_code_string(SPI_result))));
 	}
-	rc = SPI_execute_plan(prepared->sql_plan, values, NULL, false, 1);
+	rc = execute_step_statement(prepared->sql_plan, values);
 	if (rc < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -34,6 +34,7 @@ int			dex_retention_period_s = 7 * 24 * 3600;
 int			dex_retention_batch_size = 1000;
 int			dex_maintenance_naptime_ms = 60000;
 int			dex_interpreter_naptime_ms = 10000;
+int			dex_sql_step_timeout_ms = 60000;
 int			dex_worker_cache_runs = 65536;
 
 bool		dex_allow_drop_with_runs = false;
@@ -157,6 +158,14 @@ dex_define_settings(void)
 							NULL,
 							&dex_interpreter_naptime_ms,
 							10000, 10, INT_MAX / 2,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	DefineCustomIntVariable("dex.sql_step_timeout",
+							"Longest a SQL step of a workflow defined in JSON may run; 0: no limit.",
+							"A step that runs longer is cancelled and fails as its statement's error would (its retryCount applies).",
+							&dex_sql_step_timeout_ms,
+							60000, 0, INT_MAX,
 							PGC_SIGHUP, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

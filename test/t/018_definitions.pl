@@ -4,7 +4,8 @@
 # finishes with the right variables; its SQL step's effect is there exactly
 # once (it commits with the step's record).  A crash in the middle of a SQL step loses
 # that step's transaction, and the step runs again once.  Also: the interpreter worker
-# runs per database, and a crash in the middle of its passes loses nothing.
+# runs per database, and a crash in the middle of its passes loses nothing.  A SQL step
+# longer than dex.sql_step_timeout fails its run.
 use strict;
 use warnings;
 use FindBin;
@@ -125,5 +126,31 @@ ok($node->poll_query_until('postgres',
 	'300 runs completed across a crash');
 is($node->safe_psql('postgres', 'SELECT count(*) FROM audit WHERE amount = 1'), '300',
 	'each SQL step committed exactly once');
+
+# dex.sql_step_timeout: a SQL step that runs longer is cancelled (PostgreSQL's statement
+# timeout), and its run fails with that error, instead of holding up the interpreter, which
+# goes on with the database's other runs
+$node->append_conf('postgresql.conf', "dex.sql_step_timeout = '500ms'");
+$node->reload;
+$node->safe_psql('postgres', q{
+	SELECT dex.create_definition('stuck', 1, '{"steps": [
+	  {"id": "wait", "type": "sql", "sql": "SELECT pg_sleep(60)", "next": "e"},
+	  {"id": "e", "type": "end"}]}');
+});
+# the interpreter reads the reloaded configuration when it next wakes
+ok($node->poll_query_until('postgres', q{
+	SELECT count(*) = 1 FROM pg_stat_activity WHERE backend_type = 'dex interpreter'}),
+	'the interpreter runs');
+sleep 1;
+my $t0 = time;
+my $stuck = $node->safe_psql('postgres', q{SELECT dex.create_run('stuck', 'loans')});
+ok($node->poll_query_until('postgres', "SELECT status = 'FAILED' FROM dex.runs WHERE id = '$stuck'"),
+	'a SQL step longer than dex.sql_step_timeout fails its run');
+cmp_ok(time - $t0, '<', 20, 'after the timeout, not after the step\'s 60 s');
+like($node->safe_psql('postgres', "SELECT failure::text FROM dex.runs WHERE id = '$stuck'"),
+	qr/statement timeout/, 'with the statement timeout\'s error');
+my $after = $node->safe_psql('postgres', q{SELECT dex.create_run('small', 'loans')});
+ok($node->poll_query_until('postgres', "SELECT status = 'COMPLETED' FROM dex.runs WHERE id = '$after'"),
+	'and the interpreter goes on with other runs');
 
 done_testing();
