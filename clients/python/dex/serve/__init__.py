@@ -20,6 +20,7 @@ from .. import __version__
 from .api import ProblemModel, router as api_router
 from .db import Database, Problem
 from .sampler import Sampler
+from .schedules import router as schedules_router
 from . import ui
 
 log = logging.getLogger("dex.serve")
@@ -89,6 +90,7 @@ def create_app(conninfo: str = "", *, pool_size: int = 10, sample_interval: floa
         return RedirectResponse("/ui/runs")
 
     app.include_router(api_router)
+    app.include_router(schedules_router)
     app.include_router(ui.router)
     _add_problem_schema(app)
     return app
