@@ -21,7 +21,7 @@ from .api import ProblemModel, router as api_router
 from .db import Database, Problem
 from .sampler import Sampler
 from .schedules import router as schedules_router
-from . import ui
+from . import ui, ui_schedules
 
 log = logging.getLogger("dex.serve")
 
@@ -92,6 +92,7 @@ def create_app(conninfo: str = "", *, pool_size: int = 10, sample_interval: floa
     app.include_router(api_router)
     app.include_router(schedules_router)
     app.include_router(ui.router)
+    app.include_router(ui_schedules.router)
     _add_problem_schema(app)
     return app
 
