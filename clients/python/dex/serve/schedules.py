@@ -156,7 +156,7 @@ def list_schedules(conn, workflow: Optional[str] = None, queue: Optional[str] = 
             conds.append(f"{col} = %s")
             params.append(value)
     if cursor:
-        conds.append("name > %s")
+        conds.append("name COLLATE \"C\" > %s")
         params.append(_after(cursor))
     where = " WHERE " + " AND ".join(conds) if conds else ""
     rows = conn.execute(SCHEDULE_SQL + where + " ORDER BY name COLLATE \"C\" LIMIT %s",
