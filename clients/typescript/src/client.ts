@@ -3,7 +3,7 @@ import pg from "pg";
 import { type Duration, type Message, eventKind, seconds, toJsonText } from "./convert.js";
 import type { WorkflowDefinition } from "./definitions.js";
 import {
-  AlreadyExistsError, RunCancelledError, RunFailedError, RunTerminatedError, RunTimedOutError, WaitTimeoutError,
+  AlreadyExistsError, NotFoundError, RunCancelledError, RunFailedError, RunTerminatedError, RunTimedOutError, WaitTimeoutError,
 } from "./errors.js";
 import { type ConnectionOptions, isConnectionError, translate } from "./pg.js";
 
@@ -84,6 +84,132 @@ export interface ListOptions {
   /** The last run of the previous page (runs are listed newest first). */
   before?: string;
   pageSize?: number;
+}
+
+/** Per-run options of Client.startMany (dex 1.7): arrays as long as the arguments, null or undefined for the default. */
+export interface StartManyOptions extends Pick<StartOptions, "queue" | "version" | "priority" | "labels" | "startAt" | "executionTimeout"> {
+  instanceIds?: Array<string | null | undefined>;
+  concurrencyKeys?: Array<string | null | undefined>;
+  /** Each run's priority, else `priority`. */
+  priorities?: Array<number | null | undefined>;
+  /** Each run's labels, else `labels`. */
+  runLabels?: Array<Record<string, string> | null | undefined>;
+  /** Each run's start time, else `startAt`. */
+  startTimes?: Array<Date | null | undefined>;
+}
+
+/** What a tick does while a run its schedule started is active. */
+export type OverlapPolicy = "skip" | "buffer_one" | "allow_all" | "cancel_other" | "terminate_other";
+
+/** The settings of a schedule that Client.alterSchedule may change (undefined: unchanged). */
+export interface ScheduleChange {
+  /** A five-field cron expression or @daily-style shorthand (replaces an `every`). */
+  cron?: string;
+  /** A fixed interval of at least a second (replaces a `cron`). */
+  every?: Duration;
+  argument?: unknown;
+  version?: number;
+  /** A name of pg_timezone_names; the cron fields are matched against its wall clock. */
+  timezone?: string;
+  overlap?: OverlapPolicy;
+  /** Ticks missed by more than this are skipped, not caught up. */
+  catchupWindow?: Duration;
+  /** Each tick fires up to this much later (a deterministic amount). */
+  jitter?: Duration;
+  /** No tick before it; in alterSchedule, null removes it. */
+  startAt?: Date | null;
+  /** No tick after it; in alterSchedule, null removes it. */
+  endAt?: Date | null;
+  /** Added to the labels of every run it starts. */
+  labels?: Record<string, string>;
+}
+
+/** The settings of Client.createSchedule. */
+export interface ScheduleOptions extends ScheduleChange {
+  queue: string;
+  paused?: boolean;
+}
+
+/** A schedule as the view dex.schedules shows it (dex 1.7); durations in seconds. */
+export interface Schedule {
+  name: string;
+  workflowName: string;
+  workflowVersion: number;
+  queue: string;
+  cron: string | null;
+  everySeconds: number | null;
+  timezone: string;
+  overlap: OverlapPolicy;
+  catchupWindowSeconds: number;
+  jitterSeconds: number;
+  startAt: Date | null;
+  endAt: Date | null;
+  paused: boolean;
+  /** Why it was paused. */
+  note: string | null;
+  argument: unknown;
+  labels: Record<string, string>;
+  nextTick: Date | null;
+  /** The next tick plus its jitter; null while paused or after the end. */
+  nextFireAt: Date | null;
+  bufferedTick: Date | null;
+  /** The last tick that started a run, and that run. */
+  lastTick: Date | null;
+  lastRunId: string | null;
+  lastRunStatus: string | null;
+  runsStarted: number;
+  /** Ticks skipped because a run was active, and because they were missed by more than the catch-up window. */
+  skippedOverlap: number;
+  skippedMissed: number;
+  createdAt: Date;
+  updatedAt: Date | null;
+}
+
+const SCHEDULE_SQL =
+  "SELECT name, workflow_name, workflow_version, queue, cron, extract(epoch FROM every)::float8 AS every_s, " +
+  "timezone, overlap, extract(epoch FROM catchup_window)::float8 AS catchup_s, extract(epoch FROM jitter)::float8 AS jitter_s, " +
+  "start_at, end_at, paused, note, argument, labels, next_tick, next_fire_at, buffered_tick, last_tick, last_run_id, " +
+  "last_run_status, runs_started::float8 AS runs_started, skipped_overlap::float8 AS skipped_overlap, " +
+  "skipped_missed::float8 AS skipped_missed, created_at, updated_at FROM dex.schedules";
+
+function toSchedule(r: Record<string, any>): Schedule {
+  return {
+    name: r.name, workflowName: r.workflow_name, workflowVersion: r.workflow_version, queue: r.queue, cron: r.cron,
+    everySeconds: r.every_s, timezone: r.timezone, overlap: r.overlap, catchupWindowSeconds: r.catchup_s,
+    jitterSeconds: r.jitter_s, startAt: r.start_at, endAt: r.end_at, paused: r.paused, note: r.note,
+    argument: r.argument, labels: r.labels ?? {}, nextTick: r.next_tick, nextFireAt: r.next_fire_at,
+    bufferedTick: r.buffered_tick, lastTick: r.last_tick, lastRunId: r.last_run_id, lastRunStatus: r.last_run_status,
+    runsStarted: r.runs_started, skippedOverlap: r.skipped_overlap, skippedMissed: r.skipped_missed,
+    createdAt: r.created_at, updatedAt: r.updated_at,
+  };
+}
+
+/** Named arguments of dex.create_schedule / dex.alter_schedule for what `o` gives, numbered from `first`. */
+function scheduleArgs(o: ScheduleChange & { paused?: boolean; workflow?: string; queue?: string }, first: number,
+                      alter: boolean): [string, unknown[]] {
+  const parts: string[] = [];
+  const values: unknown[] = [];
+  const add = (name: string, value: unknown, cast = "") => {
+    if (value === undefined) return;
+    values.push(value);
+    parts.push(`, ${name} => $${first + values.length - 1}${cast}`);
+  };
+  add("cron", o.cron);
+  add("every", o.every === undefined ? undefined : seconds(o.every), "::float8 * interval '1 second'");
+  add("argument", o.argument === undefined ? undefined : jsonParam(o.argument, "the schedule's argument"), "::jsonb");
+  add("version", o.version, "::integer");
+  add("timezone", o.timezone);
+  add("overlap", o.overlap);
+  add("catchup_window", o.catchupWindow === undefined ? undefined : seconds(o.catchupWindow), "::float8 * interval '1 second'");
+  add("jitter", o.jitter === undefined ? undefined : seconds(o.jitter), "::float8 * interval '1 second'");
+  // in an alteration null removes start_at and end_at
+  add("start_at", o.startAt === null ? (alter ? "-infinity" : undefined) : o.startAt, "::timestamptz");
+  add("end_at", o.endAt === null ? (alter ? "infinity" : undefined) : o.endAt, "::timestamptz");
+  add("labels", o.labels === undefined ? undefined : jsonParam(o.labels, "labels"), "::jsonb");
+  add("paused", o.paused, "::boolean");
+  add("workflow", o.workflow);
+  if (alter) add("queue", o.queue);
+  return [parts.join(""), values];
 }
 
 /** JSON text for a jsonb parameter (undefined and null are SQL NULL). */
@@ -171,15 +297,124 @@ export class Client {
     return res.rows[0].id;
   }
 
-  /** Start one run per argument in one call (dex.create_runs); their ids, in order. */
-  async startMany<A>(workflow: WorkflowDefinition<A> | string, args: A[],
-                     options: Pick<StartOptions, "queue" | "version" | "priority" | "labels" | "startAt" | "executionTimeout">): Promise<string[]> {
+  /**
+   * Start one run per argument in one call (dex.create_runs); their ids, in order.  With the
+   * per-run options of dex 1.7 (instanceIds, concurrencyKeys, priorities, runLabels,
+   * startTimes), a run whose instance id has an active run is not started: its place holds that
+   * run's id (startManyRows tells which).
+   */
+  async startMany<A>(workflow: WorkflowDefinition<A> | string, args: A[], options: StartManyOptions): Promise<string[]> {
+    return (await this.startManyRows(workflow, args, options)).map((r) => r.id);
+  }
+
+  /** startMany with, per run, whether it was started (false: its instance id had an active run, whose id is given). */
+  async startManyRows<A>(workflow: WorkflowDefinition<A> | string, args: A[],
+                         options: StartManyOptions): Promise<Array<{ id: string; created: boolean }>> {
     const [name, version] = Client.#workflow(workflow, options.version);
+    const values: unknown[] = [
+      name, options.queue, args.map((a, i) => jsonParam(a, `argument ${i} of workflow '${name}'`)), version,
+      options.priority ?? 0, jsonParam(options.labels, "labels"), options.startAt ?? null, interval(options.executionTimeout)];
+    let extra = "";
+    // the per-run arguments only when given: dex 1.6 has none
+    const perRun = (arg: string, list: unknown[] | undefined, cast: string, map: (x: any, i: number) => unknown = (x) => x ?? null) => {
+      if (list === undefined) return;
+      if (list.length !== args.length) throw new TypeError(`${arg} has ${list.length} elements for ${args.length} arguments`);
+      values.push(list.map(map));
+      extra += `, ${arg} => $${values.length}::${cast}`;
+    };
+    perRun("instance_ids", options.instanceIds, "text[]");
+    perRun("concurrency_keys", options.concurrencyKeys, "text[]");
+    perRun("priorities", options.priorities, "integer[]");
+    perRun("run_labels", options.runLabels, "jsonb[]", (x, i) => jsonParam(x, `runLabels[${i}]`));
+    perRun("start_times", options.startTimes, "timestamptz[]");
     const res = await this.#query(
-      "SELECT id FROM dex.create_runs($1, $2, $3::jsonb[], $4, $5, $6::jsonb, $7, make_interval(secs => $8)) AS id",
-      [name, options.queue, args.map((a, i) => jsonParam(a, `argument ${i} of workflow '${name}'`)), version,
-       options.priority ?? 0, jsonParam(options.labels, "labels"), options.startAt ?? null, interval(options.executionTimeout)], false);
-    return res.rows.map((r) => r.id);
+      "SELECT * FROM dex.create_runs($1, $2, $3::jsonb[], $4, $5, $6::jsonb, $7, make_interval(secs => $8)" + extra + ")",
+      values, false);
+    // dex 1.6 returns the ids alone
+    return res.rows.map((r) => ({ id: r.id, created: r.created ?? true }));
+  }
+
+  // -- schedules (dex 1.7; dex_admin's, as queues are) ----------------------------------------
+
+  /**
+   * Create a schedule that starts runs of `workflow` on `options.queue` at the ticks of a cron
+   * expression (`cron`) in a time zone, or every fixed interval (`every`): exactly one of them.
+   * Its next fire time (null if paused or none).  InvalidArgumentError for a malformed
+   * expression, AlreadyExistsError for a taken name, NotSupported before dex 1.7.
+   */
+  async createSchedule(name: string, workflow: WorkflowDefinition | string, options: ScheduleOptions): Promise<Date | null> {
+    const [wf, version] = Client.#workflow(workflow, options.version);
+    const [extra, values] = scheduleArgs({ ...options, version }, 4, false);
+    const res = await this.#query(`SELECT dex.create_schedule($1, $2, $3${extra}) AS next`, [name, wf, options.queue, ...values], false);
+    return res.rows[0].next;
+  }
+
+  /**
+   * Change a schedule: what is given (undefined stays as it is; a cron replaces an every and
+   * the reverse; startAt or endAt null removes it).  The timing counts afresh from now.  Its
+   * next fire time.
+   */
+  async alterSchedule(name: string, change: ScheduleChange & { workflow?: WorkflowDefinition | string; queue?: string }): Promise<Date | null> {
+    const { workflow, ...rest } = change;
+    // a definition gives its name and, unless `version` is given, its version
+    const version = change.version ?? (typeof workflow === "object" ? workflow.version : undefined);
+    const wfName = typeof workflow === "object" ? workflow.name : workflow;
+    const [extra, values] = scheduleArgs({ ...rest, workflow: wfName, version }, 2, true);
+    const res = await this.#query(`SELECT dex.alter_schedule($1${extra}) AS next`, [name, ...values], false);
+    return res.rows[0].next;
+  }
+
+  /** Pause a schedule, with a note saying why: its ticks start nothing until it is unpaused (they are not caught up). */
+  async pauseSchedule(name: string, note?: string): Promise<void> {
+    await this.#query("SELECT dex.pause_schedule($1, $2)", [name, note ?? null]);
+  }
+
+  /** Unpause a schedule: it fires from its next tick after now; that fire time. */
+  async unpauseSchedule(name: string): Promise<Date | null> {
+    return (await this.#query("SELECT dex.unpause_schedule($1) AS next", [name])).rows[0].next;
+  }
+
+  /** Delete a schedule; the runs it started go on. */
+  async deleteSchedule(name: string): Promise<void> {
+    await this.#query("SELECT dex.delete_schedule($1)", [name], false);
+  }
+
+  /** Fire a schedule now, under its overlap policy or the one given: the run started, or null if the policy started none. */
+  async triggerSchedule(name: string, overlap?: OverlapPolicy): Promise<string | null> {
+    return (await this.#query("SELECT dex.trigger_schedule($1, $2) AS id", [name, overlap ?? null], false)).rows[0].id;
+  }
+
+  /**
+   * Fire the ticks of the schedule from `from` (included) to `to` (excluded), at most 1000,
+   * now, under its overlap policy or the one given: each tick with the run it started (null:
+   * none).
+   */
+  async backfillSchedule(name: string, from: Date, to: Date, overlap?: OverlapPolicy): Promise<Array<{ tick: Date; runId: string | null }>> {
+    const res = await this.#query("SELECT tick, run_id FROM dex.backfill_schedule($1, $2, $3, $4)",
+                                  [name, from, to, overlap ?? null], false);
+    return res.rows.map((r) => ({ tick: r.tick, runId: r.run_id }));
+  }
+
+  /** The next `n` (1 to 1000) ticks of the schedule after now, within its start and end, without jitter. */
+  async scheduleNextTimes(name: string, n = 10): Promise<Date[]> {
+    const res = await this.#query("SELECT t FROM dex.schedule_next_times($1, $2) AS t", [name, n]);
+    return res.rows.map((r) => r.t);
+  }
+
+  /** The schedule (NotFoundError if there is none). */
+  async getSchedule(name: string): Promise<Schedule> {
+    const res = await this.#query(SCHEDULE_SQL + " WHERE name = $1", [name]);
+    if (res.rows.length === 0) throw new NotFoundError(`schedule "${name}" does not exist`, { sqlstate: "42704" });
+    return toSchedule(res.rows[0]);
+  }
+
+  /** Schedules by name, filtered by workflow, queue or paused. */
+  async listSchedules(options: { workflowName?: string; queue?: string; paused?: boolean } = {}): Promise<Schedule[]> {
+    const res = await this.#query(
+      SCHEDULE_SQL + " WHERE ($1::text IS NULL OR workflow_name = $1) AND ($2::text IS NULL OR queue = $2) " +
+      "AND ($3::boolean IS NULL OR paused = $3) ORDER BY name",
+      [options.workflowName ?? null, options.queue ?? null, options.paused ?? null]);
+    return res.rows.map(toSchedule);
   }
 
   /** The run (NotFoundError if there is none). */

@@ -13,7 +13,9 @@ export type { ActivityCallOptions, ChildOptions, ParentClosePolicy, SignalOutcom
 export { Worker, ActivityContext } from "./worker.js";
 export type { ActivityInfo, WorkerOptions, WorkerStats } from "./worker.js";
 export { Client, TERMINAL, formatHistory } from "./client.js";
-export type { EventOutcome, ListOptions, Run, StartOptions } from "./client.js";
+export type {
+  EventOutcome, ListOptions, OverlapPolicy, Run, Schedule, ScheduleChange, ScheduleOptions, StartManyOptions, StartOptions,
+} from "./client.js";
 export { checkJson } from "./convert.js";
 export type { Duration, Json, Message, RetryPolicy } from "./convert.js";
 export * from "./errors.js";

@@ -20,7 +20,8 @@ from .. import __version__
 from .api import ProblemModel, router as api_router
 from .db import Database, Problem
 from .sampler import Sampler
-from . import ui
+from .schedules import router as schedules_router
+from . import ui, ui_schedules
 
 log = logging.getLogger("dex.serve")
 
@@ -89,7 +90,9 @@ def create_app(conninfo: str = "", *, pool_size: int = 10, sample_interval: floa
         return RedirectResponse("/ui/runs")
 
     app.include_router(api_router)
+    app.include_router(schedules_router)
     app.include_router(ui.router)
+    app.include_router(ui_schedules.router)
     _add_problem_schema(app)
     return app
 

@@ -215,6 +215,24 @@ class QueueCreate(BaseModel):
 class QueueChange(BaseModel):
     paused: Optional[bool] = None
     capacity: Optional[int] = Field(None, description="most tasks leased at once; 0 removes the limit")
+    rate_limit: Optional[int] = Field(None, description="most tasks handed out per rate_period_seconds; "
+                                                        "0 removes the limit (dex 1.7)")
+    rate_period_seconds: Optional[float] = Field(None, description="the rate limit's period (1 second "
+                                                                   "unless given)")
+    concurrency_limit: Optional[int] = Field(None, description="runs of a concurrency key active at once "
+                                                               "(dex 1.7)")
+
+
+class QueueLimits(BaseModel):
+    capacity: Optional[int]
+    rate_limit: Optional[int]
+    rate_period_seconds: Optional[float]
+    tokens: Optional[float] = Field(..., description="the rate limit's bucket now (null: full, no poll yet)")
+    next_token_at: Optional[dt.datetime]
+    tasks_granted: int
+    polls_throttled: int
+    concurrency_limit: Optional[int]
+    keys_with_limits: int
 
 
 class Sample(BaseModel):
@@ -239,6 +257,8 @@ class QueueStats(BaseModel):
                                                    "has sampled; needs pg_monitor for the server's login role)")
     latency_seconds: Optional[Latency] = Field(None, description="creation to end of the runs of a workflow "
                                                                  "queue created and ended in the last hour")
+    limits: Optional[QueueLimits] = Field(None, description="its flow control (dex.queue_limits, dex 1.7); "
+                                                            "null for a role that may not read it")
 
 
 class Poll(BaseModel):
@@ -320,7 +340,8 @@ def _interval(seconds: Optional[float], name: str) -> Optional[dt.timedelta]:
 
 # the calls whose privilege the dashboard and /v1/whoami show, by name (whatever their signature)
 PRIVILEGES = ("create_run", "cancel_run", "suspend_run", "resume_run", "terminate_run", "restart_run",
-              "reset_run", "send_external_event", "alter_queue", "create_queue", "poll_tasks", "queue_depth")
+              "reset_run", "send_external_event", "alter_queue", "create_queue", "poll_tasks", "queue_depth",
+              "create_schedule", "pause_schedule", "unpause_schedule", "trigger_schedule")
 
 
 def privileges(conn) -> Dict[str, Any]:
@@ -481,14 +502,22 @@ def get_queue(name: str, request: Request, token: str = Depends(caller)):
         q = R.queues(conn, name)[0]
         lat = (R.latency(conn, name, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1))
                if q["kind"] == "workflow" else None)
-    return {"queue": q, "samples": request.app.state.sampler.series(name), "latency_seconds": lat}
+        limits = R.queue_limits(conn, name)
+    return {"queue": q, "samples": request.app.state.sampler.series(name), "latency_seconds": lat,
+            "limits": limits}
 
 
 @router.patch("/queues/{name}", response_model=Queue, responses=ERRORS, tags=["queues"],
-              summary="Pause or resume a queue, or change its capacity (dex.alter_queue)")
+              summary="Pause or resume a queue, or change its capacity, rate limit or concurrency "
+                      "limit (dex.alter_queue)")
 def alter_queue(name: str, body: QueueChange, request: Request, token: str = Depends(caller)):
+    limits = {"rate_limit": body.rate_limit,
+              "rate_period": _interval(body.rate_period_seconds, "rate_period_seconds"),
+              "concurrency_limit": body.concurrency_limit}
+    extra = "".join(f", {k} => %s" for k, v in limits.items() if v is not None)
     with db(request).as_caller(token) as conn:
-        conn.execute("SELECT dex.alter_queue(%s, %s, %s)", (name, body.capacity, body.paused))
+        conn.execute(f"SELECT dex.alter_queue(%s, %s, %s{extra})",
+                     [name, body.capacity, body.paused] + [v for v in limits.values() if v is not None])
         return R.queues(conn, name)[0]
 
 

@@ -278,6 +278,19 @@ def queues(conn: psycopg.Connection, name: Optional[str] = None) -> List[Dict[st
     return rows
 
 
+def queue_limits(conn: psycopg.Connection, queue: str) -> Optional[Dict[str, Any]]:
+    """The queue's row of ``dex.queue_limits`` (dex 1.7), or None on an older schema or for a
+    role that may not read it (a savepoint keeps the request's transaction usable)."""
+    try:
+        with conn.transaction():
+            return conn.execute(
+                "SELECT capacity, rate_limit, extract(epoch FROM rate_period)::float8 AS rate_period_seconds, "
+                "tokens, next_token_at, tasks_granted, polls_throttled, concurrency_limit, keys_with_limits "
+                "FROM dex.queue_limits WHERE queue = %s", (queue,)).fetchone()
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedTable):
+        return None
+
+
 def latency(conn: psycopg.Connection, queue: str, since: dt.datetime) -> Dict[str, Any]:
     """Percentiles of the time from creation to end of the runs of a workflow queue that
     were created and ended since ``since`` (an id range: cheap at any table size)."""
