@@ -319,6 +319,16 @@ SELECT dex.delete_definition(NULL, 1);
 SELECT dex.get_definition(NULL);
 \set VERBOSITY terse
 
+-- nothing is left behind: a definition's name and version are the database's, so a run of a
+-- workflow written in code under that name (another suite's, later) would be one of them
+SELECT count(*) AS terminated FROM (
+  SELECT dex.terminate_run(r.id) FROM dex.workflow_run r JOIN dex.queue q ON q.id = r.queue_id
+   WHERE q.name IN ('defs-wf', 'defs-act')
+     AND r.status IN ('CREATED', 'RUNNING', 'DELAYED', 'SUSPENDED', 'BLOCKED')) t;
+SELECT count(*) AS deleted FROM (
+  SELECT dex.delete_definition(name, version) FROM dex.list_definitions()) t;
+SELECT count(*) AS left_over FROM dex.list_definitions();
+
 DROP TABLE defs_secret;
 REVOKE dex_admin FROM defs_owner;
 DROP ROLE defs_owner;

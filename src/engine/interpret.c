@@ -500,7 +500,12 @@ execute_step_statement(SPIPlanPtr plan, Datum *values)
 	PG_FINALLY();
 	{
 		if (dex_sql_step_timeout_ms > 0)
+		{
 			disable_timeout(STATEMENT_TIMEOUT, false);
+			/* it fired as the statement finished: the step is done, nothing to cancel */
+			if (get_timeout_indicator(STATEMENT_TIMEOUT, true))
+				QueryCancelPending = false;
+		}
 	}
 	PG_END_TRY();
 	return rc;
