@@ -289,11 +289,11 @@ SELECT dex.complete_user_task(:'ut2', 'review', '{"approved": false}');
 CALL dex.wait_for_run(:'ut2', '30 s');
 
 -- ---------------------------------------------------------------- call a definition
-SELECT dex.create_definition('parent', 1, '{"steps": [
+SELECT dex.create_definition('defs-parent', 1, '{"steps": [
     {"id": "child", "type": "call", "definition": "score", "version": 1, "input": "$.order",
      "resultVariable": "doubled", "next": "e"},
     {"id": "e", "type": "end"}]}');
-SELECT dex.create_run('parent', 'defs-wf', '{"order": {"amount": 60}}') AS parent \gset
+SELECT dex.create_run('defs-parent', 'defs-wf', '{"order": {"amount": 60}}') AS parent \gset
 CALL dex.wait_for_run(:'parent', '30 s');
 SELECT workflow_name, status FROM dex.workflow_run WHERE parent_id = :'parent';
 -- calling a definition that does not exist fails the run
