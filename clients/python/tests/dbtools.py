@@ -3,6 +3,7 @@
 import time
 
 import psycopg
+import pytest
 
 
 def sql(query, params=()):
@@ -18,3 +19,13 @@ def wait_until(what, predicate, timeout=30):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+def require_dex(client, at_least, what):
+    """``client``, if the database's dex is version ``at_least`` (a tuple) or later; the test
+    is skipped otherwise, saying it has no ``what``."""
+    (version,) = client.conn.execute(
+        "SELECT extversion FROM pg_extension WHERE extname = 'dex'").fetchone()
+    if tuple(int(p) for p in version.split(".")) < at_least:
+        pytest.skip(f"dex {version} has no {what} ({'.'.join(map(str, at_least))})")
+    return client

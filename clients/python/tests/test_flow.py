@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 import dex
+from dbtools import require_dex, wait_until
 from conftest import event_kinds
 
 
@@ -27,19 +28,8 @@ def queues(conninfo):
 
 @pytest.fixture
 def client17(client):
-    """The client, on a database whose dex is 1.7 or later."""
-    (version,) = client.conn.execute(
-        "SELECT extversion FROM pg_extension WHERE extname = 'dex'").fetchone()
-    if tuple(int(p) for p in version.split(".")) < (1, 7):
-        pytest.skip(f"dex {version} has no flow control (1.7)")
-    return client
-
-
-def wait_until(what, predicate, timeout=10):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    """The client, on a database whose dex has flow control (1.7) or later."""
+    return require_dex(client, (1, 7), "flow control")
 
 
 @dex.workflow("fl-waiter")
@@ -76,7 +66,7 @@ def test_a_workflow_signals_another_that_waits(client17, queues, start_worker):
     start_worker()
     target = client.start(waiter, queue=queues[0])
     wait_until("the target waits",
-               lambda: "externalEventWaitStarted" in event_kinds(client.history(target)))
+               lambda: "externalEventWaitStarted" in event_kinds(client.history(target)), timeout=10)
     sender = client.start(signaller, {"to": target}, queue=queues[0])
     assert client.result(sender, timeout=15) == {"outcome": "DELIVERED", "target": target}
     assert client.result(target, timeout=15) == {"from": sender}

@@ -7,16 +7,13 @@ import datetime as dt
 import pytest
 
 import dex
+from dbtools import require_dex
 
 
 @pytest.fixture
 def client17(client):
-    """The client, on a database whose dex is 1.7 or later."""
-    (version,) = client.conn.execute(
-        "SELECT extversion FROM pg_extension WHERE extname = 'dex'").fetchone()
-    if tuple(int(p) for p in version.split(".")) < (1, 7):
-        pytest.skip(f"dex {version} has no flow control (1.7)")
-    return client
+    """The client, on a database whose dex has flow control (1.7) or later."""
+    return require_dex(client, (1, 7), "flow control")
 
 
 def leased(client, queue, n=100):

@@ -11,6 +11,7 @@ import uuid
 import pytest
 
 import dex
+from dbtools import require_dex
 from conftest import event_kinds
 
 NO_SUCH_RUN = "01234567-89ab-7def-8123-456789abcdef"
@@ -31,12 +32,8 @@ def queues(conninfo):
 
 @pytest.fixture
 def client14(client):
-    """The client, on a database whose dex is 1.4 or later."""
-    (version,) = client.conn.execute(
-        "SELECT extversion FROM pg_extension WHERE extname = 'dex'").fetchone()
-    if tuple(int(p) for p in version.split(".")) < (1, 4):
-        pytest.skip(f"dex {version} has no run lifecycle controls (1.4)")
-    return client
+    """The client, on a database whose dex has run lifecycle controls (1.4) or later."""
+    return require_dex(client, (1, 4), "run lifecycle controls")
 
 
 calls = collections.Counter()

@@ -10,18 +10,15 @@ import uuid
 import pytest
 
 import dex
+from dbtools import require_dex
 
 UTC = dt.timezone.utc
 
 
 @pytest.fixture
 def client17(client):
-    """The client, on a database whose dex has schedules (1.7)."""
-    (version,) = client.conn.execute(
-        "SELECT extversion FROM pg_extension WHERE extname = 'dex'").fetchone()
-    if tuple(int(p) for p in version.split(".")) < (1, 7):
-        pytest.skip(f"dex {version} has no schedules (1.7)")
-    return client
+    """The client, on a database whose dex has schedules (1.7) or later."""
+    return require_dex(client, (1, 7), "schedules")
 
 
 @pytest.fixture
