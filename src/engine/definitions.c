@@ -111,19 +111,6 @@ get_key(JsonbContainer *obj, const char *key)
 	return getKeyJsonValueFromContainer(obj, key, strlen(key), NULL);
 }
 
-static bool
-is_object(const JsonbValue *v)
-{
-	return v->type == jbvBinary && JsonContainerIsObject(v->val.binary.data);
-}
-
-static bool
-is_array(const JsonbValue *v)
-{
-	return v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data) &&
-		!JsonContainerIsScalar(v->val.binary.data);
-}
-
 static char *
 key_path(const char *path, const char *key)
 {
@@ -394,7 +381,7 @@ parse_step_refs(DexDefinition *def, DexStep *step, JsonbContainer *obj, const ch
 
 				if (conds == NULL)
 					bad_definition(path, "\"conditions\" is required");
-				if (!is_array(conds) || JsonContainerSize(conds->val.binary.data) == 0)
+				if (!dex_jbv_is_array(conds) || JsonContainerSize(conds->val.binary.data) == 0)
 					bad_definition(cpath, "must be an array of one or more conditions");
 				step->n_conditions = JsonContainerSize(conds->val.binary.data);
 				step->when = palloc(sizeof(char *) * step->n_conditions);
@@ -405,7 +392,7 @@ parse_step_refs(DexDefinition *def, DexStep *step, JsonbContainer *obj, const ch
 					char	   *p = psprintf("%s[%d]", cpath, i);
 					static const char *const keys[] = {"when", "next", NULL};
 
-					if (!is_object(c))
+					if (!dex_jbv_is_object(c))
 						bad_definition(p, "must be an object, not %s", jbv_type_name(c));
 					check_keys(c->val.binary.data, keys, NULL, p);
 					step->when[i] = opt_path(c->val.binary.data, "when", p);
@@ -423,7 +410,7 @@ parse_step_refs(DexDefinition *def, DexStep *step, JsonbContainer *obj, const ch
 
 				if (br == NULL)
 					bad_definition(path, "\"branches\" is required");
-				if (!is_array(br) || JsonContainerSize(br->val.binary.data) < 2)
+				if (!dex_jbv_is_array(br) || JsonContainerSize(br->val.binary.data) < 2)
 					bad_definition(bpath, "must be an array of two or more step ids");
 				step->n_branches = JsonContainerSize(br->val.binary.data);
 				step->branches = palloc(sizeof(int) * step->n_branches);
@@ -471,7 +458,7 @@ parse_retry_policy(DexStep *step, JsonbContainer *obj, const char *path)
 
 	if (v == NULL)
 		return;
-	if (!is_object(v))
+	if (!dex_jbv_is_object(v))
 		bad_definition(key_path(path, "retryPolicy"), "must be an object, not %s", jbv_type_name(v));
 	step->retry_policy = JsonbValueToJsonb(v);
 	if ((error = parse_error(parse_retry_policy_json, step->retry_policy)) != NULL)
@@ -520,7 +507,7 @@ parse_step_body(DexStep *step, JsonbContainer *obj, const char *path)
 
 					if (step->output != NULL)
 						bad_definition(path, "\"output\" and \"fail\" exclude each other");
-					if (!is_object(fail))
+					if (!dex_jbv_is_object(fail))
 						bad_definition(fpath, "must be an object, not %s", jbv_type_name(fail));
 					check_keys(fail->val.binary.data, keys, NULL, fpath);
 					step->fails = true;
@@ -552,7 +539,7 @@ parse_step_body(DexStep *step, JsonbContainer *obj, const char *path)
 				{
 					char	   *gpath = key_path(path, "candidateGroups");
 
-					if (!is_array(groups))
+					if (!dex_jbv_is_array(groups))
 						bad_definition(gpath, "must be an array of strings, not %s", jbv_type_name(groups));
 					for (int i = 0; i < JsonContainerSize(groups->val.binary.data); i++)
 					{
@@ -600,7 +587,7 @@ dex_parse_definition(Jsonb *doc, bool check)
 	steps = get_key(root, "steps");
 	if (steps == NULL)
 		bad_definition("$", "\"steps\" is required");
-	if (!is_array(steps) || JsonContainerSize(steps->val.binary.data) == 0)
+	if (!dex_jbv_is_array(steps) || JsonContainerSize(steps->val.binary.data) == 0)
 		bad_definition("$.steps", "must be an array of one or more steps");
 	def->search_path = opt_string(root, "searchPath", "$");
 	def->n_steps = JsonContainerSize(steps->val.binary.data);
@@ -615,7 +602,7 @@ dex_parse_definition(Jsonb *doc, bool check)
 		char	   *type;
 		bool		known = false;
 
-		if (!is_object(s))
+		if (!dex_jbv_is_object(s))
 			bad_definition(path, "a step is a JSON object, not %s", jbv_type_name(s));
 		step->id = req_name(s->val.binary.data, "id", path);
 		if (step_index(def, step->id) < i)

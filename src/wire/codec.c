@@ -1604,14 +1604,15 @@ jbv_type_name(const JsonbValue *v)
 	}
 }
 
-static bool
-jbv_is_object(const JsonbValue *v)
+/* Whether v (a value got out of a container) is a JSON object, or an array */
+bool
+dex_jbv_is_object(const JsonbValue *v)
 {
 	return v->type == jbvBinary && JsonContainerIsObject(v->val.binary.data);
 }
 
-static bool
-jbv_is_array(const JsonbValue *v)
+bool
+dex_jbv_is_array(const JsonbValue *v)
 {
 	return v->type == jbvBinary && JsonContainerIsArray(v->val.binary.data) &&
 		!JsonContainerIsScalar(v->val.binary.data);
@@ -2077,7 +2078,7 @@ parse_map(JsonDecodeState *js, ProtobufCMessage *msg,
 	JsonbValue	key;
 	JsonbValue	value;
 
-	if (!jbv_is_object(v))
+	if (!dex_jbv_is_object(v))
 		json_type_error(js, "a JSON object", v);
 	container = v->val.binary.data;
 
@@ -2126,7 +2127,7 @@ parse_repeated(JsonDecodeState *js, ProtobufCMessage *msg,
 	size_t		size = pb_elt_size(field->type);
 	char	   *array = NULL;
 
-	if (!jbv_is_array(v))
+	if (!dex_jbv_is_array(v))
 		json_type_error(js, "a JSON array", v);
 	container = v->val.binary.data;
 	n = JsonContainerSize(container);
@@ -2236,7 +2237,7 @@ parse_message(JsonDecodeState *js, const ProtobufCMessageDescriptor *desc,
 	if (IS_TIMESTAMP(desc) || IS_DURATION(desc))
 		return parse_well_known(js, desc, v);
 
-	if (!jbv_is_object(v))
+	if (!dex_jbv_is_object(v))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid %s: expected a JSON object for message %s",

@@ -50,6 +50,9 @@ extern uint8 *dex_pb_pack(const ProtobufCMessage *msg, size_t *len);
 
 /* Canonical proto3 JSON of a message. */
 extern Jsonb *dex_pb_to_jsonb(const ProtobufCMessage *msg);
+/* Whether a value got out of a jsonb container is an object, or an array (not a scalar). */
+extern bool dex_jbv_is_object(const JsonbValue *v);
+extern bool dex_jbv_is_array(const JsonbValue *v);
 /* Same, as a JsonbValue pushed into an open parse state (for embedding). */
 extern JsonbValue *dex_pb_push_jsonb(JsonbParseState **state,
 									 const ProtobufCMessage *msg);
