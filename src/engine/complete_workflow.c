@@ -49,12 +49,23 @@ compare_workflow_items(const void *a, const void *b)
  * ----------------------------------------------------------------
  */
 
+/*
+ * A run's workflow task is on the run's queue, so the fence names it ($3):
+ * the plan then reads and locks the one partition of that queue when it
+ * starts (initial pruning), where without it every queue's partition is
+ * opened and probed, a cost that grows with the number of queues.  Tasks
+ * whose run was not found (none can be leased) take the unpruned form.
+ */
+#define FENCE_WORKFLOW_SQL(queue) \
+	"DELETE FROM dex.workflow_task t USING unnest($1::uuid[], $2::bigint[]) AS b(run_id, lock_version) " \
+	"WHERE t.run_id = b.run_id AND t.lock_version = b.lock_version AND t.locked_by IS NOT NULL " queue \
+	"RETURNING t.run_id, t.lock_version, t.started_at, t.inbox_ids, t.locked_by, t.queue_id, " \
+	DEX_QUEUE_LIMITED_SQL
 static DexPlan fence_workflow_plan = {
-	"DELETE FROM dex.workflow_task t USING unnest($1::uuid[], $2::bigint[]) AS b(run_id, lock_version) "
-	"WHERE t.run_id = b.run_id AND t.lock_version = b.lock_version AND t.locked_by IS NOT NULL "
-	"RETURNING t.run_id, t.lock_version, t.started_at, t.inbox_ids, t.locked_by, t.queue_id, "
-	DEX_QUEUE_LIMITED_SQL,
-	2, {UUIDARRAYOID, INT8ARRAYOID}
+	FENCE_WORKFLOW_SQL(""), 2, {UUIDARRAYOID, INT8ARRAYOID}
+};
+static DexPlan fence_queue_workflow_plan = {
+	FENCE_WORKFLOW_SQL("AND t.queue_id = $3 "), 3, {UUIDARRAYOID, INT8ARRAYOID, INT4OID}
 };
 
 /* The fenced task row "r" of the fence's result, noted in its item */
@@ -87,16 +98,45 @@ note_fenced_task(DexWorkflowCompletion *items, int n, uint64 r)
 }
 
 /*
+ * Delete the task rows of the items that are on queue queue_id (-1: of the
+ * items whose run was not found; see FENCE_WORKFLOW_SQL) with their lock
+ * versions, and note which were (item->done).
+ */
+static void
+fence_queue(DexWorkflowCompletion *items, int n, const int32 *queues, int32 queue_id)
+{
+	ArrayBuildState *run_ids = initArrayResult(UUIDOID, CurrentMemoryContext, false);
+	ArrayBuildState *versions = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	Datum		values[3];
+
+	for (int i = 0; i < n; i++)
+	{
+		if (queues[i] != queue_id)
+			continue;
+		dex_array_add(run_ids, UUIDPGetDatum(items[i].run_id), false);
+		dex_array_add(versions, Int64GetDatum(items[i].lock_version), false);
+	}
+	values[0] = dex_array_result(run_ids);
+	values[1] = dex_array_result(versions);
+	values[2] = Int32GetDatum(queue_id);
+	dex_spi_exec(queue_id < 0 ? &fence_workflow_plan : &fence_queue_workflow_plan, values, NULL, 0);
+	dex_check_queue_use_spi(6);
+	for (uint64 r = 0; r < SPI_processed; r++)
+		note_fenced_task(items, n, r);
+	dex_queue_room_freed_spi(6, 7);
+}
+
+/*
  * Fence: the items sorted by run id, their runs loaded and locked in that
- * order, their task rows deleted with their lock versions (item->done).
+ * order, their task rows deleted with their lock versions (item->done), a
+ * statement per queue of their runs (a worker's batch is of one queue).
  * Returns the runs.
  */
 static HTAB *
 fence_workflow_tasks(DexWorkflowCompletion *items, int n)
 {
 	ArrayBuildState *run_ids = initArrayResult(UUIDOID, CurrentMemoryContext, false);
-	ArrayBuildState *versions = initArrayResult(INT8OID, CurrentMemoryContext, false);
-	Datum		values[2];
+	int32	   *queues = palloc(sizeof(int32) * n);
 	HTAB	   *runs;
 
 	qsort(items, n, sizeof(DexWorkflowCompletion), compare_workflow_items);
@@ -106,20 +146,28 @@ fence_workflow_tasks(DexWorkflowCompletion *items, int n)
 		items[i].superseded = false;
 		items[i].has_inbox = false;
 		dex_array_add(run_ids, UUIDPGetDatum(items[i].run_id), false);
-		dex_array_add(versions, Int64GetDatum(items[i].lock_version), false);
 	}
 
 	/* the runs, locked */
-	values[0] = dex_array_result(run_ids);
-	runs = dex_load_runs(values[0], true);
+	runs = dex_load_runs(dex_array_result(run_ids), true);
 
 	/* the fence: each task row is deleted only with its current lock version */
-	values[1] = dex_array_result(versions);
-	dex_spi_exec(&fence_workflow_plan, values, NULL, 0);
-	dex_check_queue_use_spi(6);
-	for (uint64 r = 0; r < SPI_processed; r++)
-		note_fenced_task(items, n, r);
-	dex_queue_room_freed_spi(6, 7);
+	for (int i = 0; i < n; i++)
+	{
+		DexRun	   *run = dex_find_run(runs, items[i].run_id);
+
+		queues[i] = run ? run->queue_id : -1;
+	}
+	for (int i = 0; i < n; i++)
+	{
+		bool		seen = false;
+
+		for (int j = 0; j < i && !seen; j++)
+			seen = queues[j] == queues[i];
+		if (!seen)
+			fence_queue(items, n, queues, queues[i]);
+	}
+	pfree(queues);
 	return runs;
 }
 

@@ -157,13 +157,15 @@ dex_insert_first_task(pg_uuid_t *run_id, int32 queue_id, int32 priority)
 /*
  * A task row that is visible is never locked or waited for (the locking
  * protocol in src/README.md); ON CONFLICT only meets a task inserted by a transaction still
- * in progress, which holds the run lock too and does not wait for us.
+ * in progress, which holds the run lock too and does not wait for us.  A run's
+ * workflow task is on the run's queue: naming it lets each probe read that
+ * queue's partition only, not every queue's.
  */
 #define ENSURE_TASKS_SQL(cols, run_cols) \
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority" cols ") " \
 	"SELECT r.queue_id, r.id, r.priority" run_cols " FROM dex.workflow_run r " \
 	"WHERE r.id = ANY ($1) AND r.status = ANY ('{CREATED,RUNNING}'::text[]) " \
-	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id) " \
+	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.queue_id = r.queue_id AND t.run_id = r.id) " \
 	"AND (r.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM dex.concurrency_wait w " \
 	"     WHERE w.key = r.concurrency_key AND w.run_id = r.id)) " \
 	"ORDER BY r.id ON CONFLICT DO NOTHING RETURNING queue_id, run_id" cols
