@@ -10,9 +10,10 @@
  *   BENCH_BATCH      max tasks per poll (default 100)
  *   BENCH_W5_MAX     largest W5 backlog (default 1000000)
  *   BENCH_LOW_K      W3 and W4 again with these workers per queue (default "1,4")
- *   BENCH_POLL_WAIT  2 (default): idle workers CALL dex.poll_tasks_wait_pb, and idle
- *                    workflow workers pass it their completions (as the Python SDK's);
- *                    1: without completions; 0: poll, CALL dex.wait_for_tasks, poll again
+ *   BENCH_POLL_WAIT  2 (default): workers CALL dex.poll_tasks_wait_pb and pass it their
+ *                    completions (workflow workers always, activity workers when their
+ *                    batch took all their slots: as the SDKs'); 1: idle workers call it
+ *                    without completions; 0: poll, CALL dex.wait_for_tasks, poll again
  *                    (each as far as the installed dex has it)
  *
  * Workers are threads with a connection each.  They speak protobuf to dex
@@ -65,7 +66,7 @@ static int	bench_k;
 static int	bench_batch;
 static double bench_scale;
 static bool bench_poll_wait;	/* idle workers CALL dex.poll_tasks_wait_pb */
-static bool bench_defer;		/* ... and workflow workers pass it their completions */
+static bool bench_defer;		/* ... and pass it their completions */
 
 /* what the installed dex has (main looks in pg_proc) */
 static bool have_poll_wait;		/* dex.poll_tasks_wait_pb (dex 1.4) */
@@ -1153,11 +1154,13 @@ batch_redo(Worker *w)
 
 /*
  * A worker: poll up to poll_max tasks, run them and complete them all in one
- * call, pipelined with the next poll.  When a poll is not full, the worker
- * is idle: as the Python SDK, it then leases and waits in one call, CALL
- * dex.poll_tasks_wait_pb (bench_poll_wait); else (BENCH_POLL_WAIT=0, or a
- * dex without it) an empty poll is followed by CALL dex.wait_for_tasks and a
- * poll again.
+ * call.  As the SDKs, it leases and waits in one call, CALL
+ * dex.poll_tasks_wait_pb (bench_poll_wait), which also makes the completions
+ * (bench_defer: see the comment in the loop), or completes apart, pipelined
+ * with that call; without bench_defer, a full batch is followed by a plain
+ * poll (there may be more).  BENCH_POLL_WAIT=0, or a dex without the
+ * procedure: an empty poll is followed by CALL dex.wait_for_tasks and a poll
+ * again.
  */
 static void *
 worker_main(void *arg)
@@ -1282,11 +1285,17 @@ worker_main(void *arg)
 			batch_add(w, &in[i], received);
 		PQclear(poll);				/* in[] points into it: after batch_add */
 
-		/* a full batch: there may be more, poll again; else lease and wait in one call */
-		next_is_call = bench_poll_wait && !full;
-		if (next_is_call && bench_defer && w->is_wf)
+		/*
+		 * Lease and wait in one call (it looks first: a full batch's next tasks
+		 * come at once), which makes the completions first as the SDKs' workers
+		 * do: a workflow poller's always, an activity poller's when the batch
+		 * took all its slots (the SDKs hand an outcome to the poller when it
+		 * waits for a slot, else to their reporter: complete_tasks, then the
+		 * call, below).
+		 */
+		next_is_call = bench_poll_wait && (bench_defer || !full);
+		if (next_is_call && bench_defer && (w->is_wf || full))
 		{
-			/* ... which makes the completions first (the Python SDK's workflow pollers) */
 			int			ends = 0;
 
 			for (int i = 0; i < w->n; i++)
@@ -3322,7 +3331,7 @@ main(int argc, char **argv)
 	printf("dexbench: idle workers %s%s; dex.poll_tasks_pb %s worker_cache; dex.run_history_pb %s\n",
 		   bench_poll_wait ? "CALL dex.poll_tasks_wait_pb" :
 		   "poll, CALL dex.wait_for_tasks and poll again",
-		   bench_defer ? " (workflow workers pass it their completions)" : "",
+		   bench_defer ? " with their completions" : "",
 		   have_worker_cache ? "has" : "has no", have_run_history_pb ? "exists" : "does not exist");
 	for (int i = 1; i < argc; i++)
 	{

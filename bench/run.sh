@@ -31,10 +31,11 @@
 #   BENCH_W5_MAX=N     largest W5 backlog (default 1000000: 1k, 100k and 1M are run)
 #   BENCH_LOW_K=1,4    W3 and W4 are run with BENCH_K workers per queue, then again with each of
 #                      these (rows "W3 k=1", ...; empty: none)
-#   BENCH_POLL_WAIT=2  what idle workers do: 2 (default) CALL dex.poll_tasks_wait_pb, the
-#                      workflow workers passing it their last completions (dex 1.5, as the
-#                      Python SDK); 1 the same with completions apart; 0 poll, CALL
-#                      dex.wait_for_tasks and poll again (dex < 1.4's way)
+#   BENCH_POLL_WAIT=2  what workers do: 2 (default) CALL dex.poll_tasks_wait_pb, passing it
+#                      their last completions (workflow workers always, activity workers
+#                      when their batch took all their slots: as the SDKs); 1 the same with
+#                      completions apart; 0 poll, CALL dex.wait_for_tasks and poll again
+#                      (dex < 1.4's way)
 #   DEX_TEST_PORT      port of the throwaway cluster (default 54450)
 #   DEX_SKIP_DEPS=1    do not check the Debian packages (test/deps.sh)
 #   DEX_SKIP_BUILD=1   do not build nor install dex (use what is installed)
