@@ -191,6 +191,8 @@ dex_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTr
 	else if (IsA(stmt, DropStmt) && drops_dex((DropStmt *) stmt))
 	{
 		refuse_drop_with_runs();
+		/* as the update: a worker's pass that holds one of dex's tables waits for none */
+		dex_lock_for_rebuild();
 		dropping_dex = true;
 	}
 

@@ -71,5 +71,26 @@ $node->safe_psql('postgres', q{CREATE EXTENSION dex;
 is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.poll_tasks('wf', 'w')}), '1',
 	'dex created again works');
 
+# One session through a drop and a create: the queue ids start over, and a
+# backend keeps its statements on each queue's task partition (engine/queues.c)
+# by queue id; the new queue 1 has another partition, and its tasks are found.
+# Each psql step is the same session (one psql, statements in sequence).
+is( $node->safe_psql(
+		'postgres', q{
+	SET dex.allow_drop_with_runs = on;
+	DROP EXTENSION dex;
+	CREATE EXTENSION dex;
+	SELECT dex.create_queue('first', 'workflow'), dex.create_queue('first-act', 'activity');
+	SELECT dex.create_run('w', 'first') IS NOT NULL;
+	SELECT count(*) FROM dex.poll_tasks('first', 'w');
+	DROP EXTENSION dex;
+	CREATE EXTENSION dex;
+	SELECT dex.create_queue('second', 'workflow');
+	SELECT dex.create_run('w', 'second') IS NOT NULL;
+	SELECT id || ':' || count(*) FROM dex.poll_tasks('second', 'w'), dex.queue WHERE name = 'second' GROUP BY id;
+}),
+	"|\nt\n1\n\nt\n1:1",
+	'in one session, a queue that takes the id of a dropped one gets its own tasks');
+
 $node->stop;
 done_testing();
