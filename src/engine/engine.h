@@ -251,7 +251,7 @@ extern void dex_set_run_version_internal(pg_uuid_t *run_id, int32 version);
 extern void dex_time_out_run_internal(pg_uuid_t *run_id, TimestampTz deadline);
 extern void dex_suspend_run_internal(pg_uuid_t *run_id, const char *reason);
 extern void dex_resume_run_internal(pg_uuid_t *run_id, const char *reason);
-extern void dex_end_runs(Datum run_ids);
+extern void dex_end_runs(Datum run_ids, bool task_withdrawn);
 
 /* run_timers.c: delayed starts and deadlines (1.4) */
 extern void dex_add_run_timers(Datum run_ids, const char *kind, TimestampTz due_at);

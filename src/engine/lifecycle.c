@@ -187,7 +187,7 @@ end_run_now(pg_uuid_t *run_id, const char *status, const char *end_status,
 	values[3] = CStringGetTextDatum(end_status);
 	values[4] = failure ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure)) : (Datum) 0;
 	dex_spi_exec(&end_run_now_plan, values, nulls, 0);
-	dex_end_runs(ids);
+	dex_end_runs(ids, false);
 }
 
 /*
@@ -384,25 +384,39 @@ dex_resume_run_internal(pg_uuid_t *run_id, const char *reason)
  * run lock could deadlock (the locking protocol in src/README.md).  Such a task
  * is refused when completed, and cleared by polls and the scheduler.
  */
-#define END_RUNS_SQL(since_1_4) \
+#define END_RUNS_WORKFLOW_TASKS \
+	"     wt AS (DELETE FROM dex.workflow_task t USING (SELECT run_id, queue_id FROM dex.workflow_task " \
+	"             WHERE run_id = ANY ($1) FOR UPDATE SKIP LOCKED) s " \
+	"           WHERE t.run_id = s.run_id AND t.queue_id = s.queue_id RETURNING t.*), "
+#define END_RUNS_SQL(workflow_tasks, since_1_4) \
 	"WITH at AS (DELETE FROM dex.activity_task a USING (SELECT run_id, event_id FROM dex.activity_task " \
 	"             WHERE run_id = ANY ($1) FOR UPDATE SKIP LOCKED) s " \
 	"           WHERE a.run_id = s.run_id AND a.event_id = s.event_id RETURNING a.*), " \
 	"     e AS (DELETE FROM dex.external_event WHERE run_id = ANY ($1)), " \
 	"     ar AS (DELETE FROM dex.activity_retry WHERE run_id = ANY ($1)), " \
-	"     wt AS (DELETE FROM dex.workflow_task t USING (SELECT run_id, queue_id FROM dex.workflow_task " \
-	"             WHERE run_id = ANY ($1) FOR UPDATE SKIP LOCKED) s " \
-	"           WHERE t.run_id = s.run_id AND t.queue_id = s.queue_id RETURNING t.*), " \
+	workflow_tasks \
 	"     n AS (DELETE FROM dex.run_instance i USING dex.workflow_run r " \
 	"           WHERE r.id = ANY ($1) AND i.instance_id = r.instance_id AND i.run_id = r.id), " \
 	since_1_4 \
 	"     i AS (DELETE FROM dex.workflow_inbox WHERE run_id = ANY ($1)) " \
 	"SELECT r.workflow_name, r.created_at FROM dex.workflow_run r WHERE r.id = ANY ($1)"
-static DexPlan end_runs_plans[2] = {
-	{END_RUNS_SQL(""), 1, {UUIDARRAYOID}},
-	{END_RUNS_SQL("     rt AS (DELETE FROM dex.run_timer WHERE run_id = ANY ($1)), "
-				  "     va AS (" RECORD_WITHDRAWN_ACTIVITIES "), "
-				  "     vw AS (" RECORD_WITHDRAWN_WORKFLOW_TASKS "), "), 1, {UUIDARRAYOID}}
+#define END_RUNS_1_4 "     rt AS (DELETE FROM dex.run_timer WHERE run_id = ANY ($1)), " \
+	"     va AS (" RECORD_WITHDRAWN_ACTIVITIES "), "
+/*
+ * [withdrawn][dex_schema_1_4()]: [1] for runs whose workflow task the caller
+ * has withdrawn already (a run has at most one, on its queue): without the
+ * statement on every queue's workflow task partition.
+ */
+static DexPlan end_runs_plans[2][2] = {
+	{
+		{END_RUNS_SQL(END_RUNS_WORKFLOW_TASKS, ""), 1, {UUIDARRAYOID}},
+		{END_RUNS_SQL(END_RUNS_WORKFLOW_TASKS,
+					  END_RUNS_1_4 "     vw AS (" RECORD_WITHDRAWN_WORKFLOW_TASKS "), "), 1, {UUIDARRAYOID}}
+	},
+	{
+		{END_RUNS_SQL("", ""), 1, {UUIDARRAYOID}},
+		{END_RUNS_SQL("", END_RUNS_1_4), 1, {UUIDARRAYOID}}
+	}
 };
 
 /* the children that ended, with a parent still there to tell */
@@ -474,10 +488,11 @@ observe_run_durations(void)
  * (childRunCompleted or childRunFailed, through the scheduler: a child does
  * not lock its parent), and their children that are still active follow
  * their parent close policy: terminated (the default), asked to cancel, or
- * left to run (abandoned).
+ * left to run (abandoned).  task_withdrawn: the caller deleted the runs'
+ * workflow tasks (the completion that ended them fenced them).
  */
 void
-dex_end_runs(Datum run_ids)
+dex_end_runs(Datum run_ids, bool task_withdrawn)
 {
 	Datum		values[1] = {run_ids};
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
@@ -486,7 +501,7 @@ dex_end_runs(Datum run_ids)
 	pg_uuid_t  *children;
 	char	  **policies;
 
-	dex_spi_exec(&end_runs_plans[dex_schema_1_4()], values, NULL, 0);
+	dex_spi_exec(&end_runs_plans[task_withdrawn][dex_schema_1_4()], values, NULL, 0);
 	observe_run_durations();
 	dex_runs_ended(run_ids);	/* dex.wait_for_run's waiters, at commit */
 	dex_release_keys(run_ids);
