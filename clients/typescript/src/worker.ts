@@ -804,7 +804,8 @@ export class Worker {
       if (!rows.length && !oneQueue) {
         await this.#waitingCall(conn, false, () => conn.query("CALL dex.wait_for_tasks($1, make_interval(secs => $2))", [queue, this.pollTimeout]), undefined);
       }
-      this.#handoffOpen = oneQueue && !this.#stopping;
+      // (not while it would reconnect first: they would wait for that)
+      this.#handoffOpen = oneQueue && !this.#stopping && !isBroken(conn);
     });
     this.#handoffOpen = false;
   }
