@@ -5,14 +5,17 @@
  *
  * - one loop per workflow queue: `CALL dex.poll_tasks_wait` (lease a batch, waiting in the
  *   server while there is none: the long poll), run each task (resumed from the workflow cache,
- *   or replayed from its history), then complete the batch and wait for the next one in the
- *   same CALL (dex 1.5's completions with worker_cache); a full batch is completed with
- *   `dex.complete_tasks` and the next polled with `dex.poll_tasks`;
+ *   or replayed from its history), then complete the batch and lease the next one in the same
+ *   CALL (dex 1.5's completions with worker_cache), a full batch too: the CALL looks first, so
+ *   it returns at once when more tasks are there, and waits only when there are none;
  * - one loop per activity queue: leases as many tasks as there are free slots (`concurrency`
- *   activities run at once), long-polls when idle;
- * - one reporter: sends activity results and failures in batches (`dex.complete_tasks` /
- *   `dex.fail_tasks`) and extends the leases of running activities (`dex.heartbeat_tasks`,
- *   one call per queue) every third of the lease.
+ *   activities run at once), long-polls when idle; with one activity queue (the one-call wait),
+ *   the results of activities that end while its loop is between calls (waiting for a free
+ *   slot: all are busy) ride its next CALL as completions, in the transaction that leases the
+ *   next tasks;
+ * - one reporter: sends the other activity results and the failures in batches
+ *   (`dex.complete_tasks` / `dex.fail_tasks`) and extends the leases of running activities
+ *   (`dex.heartbeat_tasks`, one call per queue) every third of the lease.
  *
  * On SIGTERM (with {@link Worker.run}) or {@link Worker.shutdown} the loops stop leasing (a
  * waiting long poll is cancelled), workflow tasks in hand are completed, running activities get
@@ -121,10 +124,17 @@ type Row = { runId: string; taskId: number; lockVersion: string; task: Message }
 
 type Outcome = { kind: "complete"; value: unknown } | { kind: "fail"; failure: Message };
 
+/** Completions a CALL dex.poll_tasks_wait makes before it leases: the tasks and their results. */
+type Completions = { rows: Row[]; results: unknown[] };
+
 class Running {
   outcome: Outcome | undefined;
   reported = false;
   finished = false;
+  /** Sent before in a call whose end is unknown (it may have applied it): a lost lease then is expected. */
+  resent = false;
+  /** In the activity loop's CALL (which completes it before it waits): no heartbeat. */
+  inCall = false;
   readonly ctx: ActivityContext;
   constructor(readonly row: Row, worker: Worker) {
     const t = row.task;
@@ -208,8 +218,12 @@ export interface WorkerStats {
   historyReads: number;
   /** Calls that completed workflow tasks (each a batch: dex.complete_tasks or CALL dex.poll_tasks_wait). */
   workflowCompletionCalls: number;
-  /** Calls that reported activity outcomes (each a batch: dex.complete_tasks or dex.fail_tasks). */
+  /** Workflow tasks completed by the CALL dex.poll_tasks_wait that leased the next ones. */
+  workflowCompletionsInPoll: number;
+  /** Calls of the reporter that reported activity outcomes (each a batch: dex.complete_tasks or dex.fail_tasks). */
   activityReportCalls: number;
+  /** Activity results completed by the activity loop's CALL dex.poll_tasks_wait, not by the reporter. */
+  activityCompletionsInPoll: number;
 }
 
 /** Runs workflows and activities of some queues. */
@@ -226,7 +240,8 @@ export class Worker {
   readonly defaultActivityQueue: string | undefined;
   readonly stats: WorkerStats = {
     workflowTasks: 0, activitiesCompleted: 0, activitiesFailed: 0, leasesLost: 0,
-    fullReplays: 0, cacheHits: 0, cacheStale: 0, historyReads: 0, workflowCompletionCalls: 0, activityReportCalls: 0,
+    fullReplays: 0, cacheHits: 0, cacheStale: 0, historyReads: 0, workflowCompletionCalls: 0, workflowCompletionsInPoll: 0,
+    activityReportCalls: 0, activityCompletionsInPoll: 0,
   };
   readonly #connection: ConnectionOptions;
   readonly #workflows = new Map<string, WorkflowDefinition>();
@@ -241,6 +256,13 @@ export class Worker {
   #slotWaiters: Array<() => void> = [];
   readonly #inflight = new Map<string, Running>();
   #results: Running[] = [];
+  /**
+   * Results for the next CALL of the activity loop (the one-call wait, one activity queue):
+   * taken while `#handoffOpen`, that is while that loop is between its calls (waiting for a free
+   * slot, or on its way to its next call), so that none waits for a call to end.
+   */
+  #handoff: Running[] = [];
+  #handoffOpen = false;
   #wakeReporter: (() => void) | undefined;
   #reporterStop = false;
   /** Connections whose call may sleep in the server, and whether dex.stop_waiting ends it (a CALL dex.poll_tasks_wait). */
@@ -390,6 +412,7 @@ export class Worker {
       await this.#cancelWaits();
       await Promise.race([all, sleep(200)]);
     }
+    this.#returnHandoff();                // what the activity loop did not send
     const deadline = Date.now() + 1000 * (timeout ?? this.shutdownTimeout);
     while (Date.now() < deadline && [...this.#inflight.values()].some((r) => !r.reported)) await sleep(50);
     for (const r of this.#inflight.values()) {
@@ -503,14 +526,25 @@ export class Worker {
     }
   }
 
-  async #pollWait(conn: pg.Client, queue: string, n: number, lease: number, workflow: boolean, cache: boolean): Promise<Row[]> {
+  /**
+   * The CALL dex.poll_tasks_wait that leases up to `n` tasks of the queue, making the
+   * completions given (as dex.complete_tasks takes them) first, in the transaction of its first look.
+   */
+  #pollWaitQuery(queue: string, n: number, lease: number, workflow: boolean, cache: boolean, completions?: Completions): pg.QueryConfig {
     const declared = this.#declared(workflow);
+    const head = [queue, this.workerId, n, lease, this.pollTimeout, cache];
+    const call = "CALL dex.poll_tasks_wait($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5), NULL, $6";
+    if (!completions) return { text: withDeclared(`${call}/*declared*/)`, declared, 6), values: [...head, ...declared.values] };
+    return {
+      text: withDeclared(`${call}, $7::uuid[], $8::integer[], $9::bigint[], $10::jsonb[]/*declared*/)`, declared, 10),
+      values: [...head, completions.rows.map((r) => r.runId), completions.rows.map((r) => r.taskId),
+               completions.rows.map((r) => r.lockVersion), jsonArray(completions.results), ...declared.values],
+    };
+  }
+
+  async #pollWait(conn: pg.Client, queue: string, n: number, lease: number, workflow: boolean, cache: boolean): Promise<Row[]> {
     return this.#waitingCall(conn, true, async () => {
-      const res = await conn.query({
-        text: withDeclared("CALL dex.poll_tasks_wait($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5), NULL, $6" +
-                           "/*declared*/)", declared, 6),
-        values: [queue, this.workerId, n, lease, this.pollTimeout, cache, ...declared.values],
-      });
+      const res = await conn.query(this.#pollWaitQuery(queue, n, lease, workflow, cache));
       return ((res.rows[0]?.tasks ?? []) as Message[]).map(taskRow);
     }, []);
   }
@@ -533,8 +567,8 @@ export class Worker {
       let rows = await this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true, cache);
       while (rows.length) {
         const done = await this.#runWorkflowTasks(conn, rows);
-        if (cache && rows.length < this.maxBatch && !this.#stopping) {
-          // complete them and wait for the next ones in one call
+        if (cache && !this.#stopping) {
+          // complete them and lease the next ones in one call (waiting only if there are none)
           rows = await this.#completeAndPollWait(conn, queue, done);
         } else {
           await this.#completeWorkflowTasks(conn, done);
@@ -636,14 +670,8 @@ export class Worker {
     try {
       this.#waiting.set(conn, true);
       try {
-        const declared = this.#declared(true);
-        res = await conn.query({
-          text: withDeclared("CALL dex.poll_tasks_wait($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5), NULL, true, " +
-                             "$6::uuid[], $7::integer[], $8::bigint[], $9::jsonb[]/*declared*/)", declared, 9),
-          values: [queue, this.workerId, this.maxBatch, this.workflowLease, this.pollTimeout,
-                   done.map((d) => d[0].runId), done.map((d) => d[0].taskId), done.map((d) => d[0].lockVersion),
-                   jsonArray(done.map((d) => d[1])), ...declared.values],
-        });
+        res = await conn.query(this.#pollWaitQuery(queue, this.maxBatch, this.workflowLease, true, true,
+                                                   { rows: done.map((d) => d[0]), results: done.map((d) => d[1]) }));
       } finally {
         this.#waiting.delete(conn);
       }
@@ -664,6 +692,7 @@ export class Worker {
     }
     this.stats.workflowCompletionCalls++;
     const applied: boolean[] = res.rows[0]?.completed ?? [];
+    this.stats.workflowCompletionsInPoll += applied.filter((a) => a === true).length;
     this.#settleWorkflowTasks(done, (i) => applied[i] === true);
     return ((res.rows[0]?.tasks ?? []) as Message[]).map(taskRow);
   }
@@ -750,11 +779,17 @@ export class Worker {
     // queue of this worker shares them; otherwise poll, and long-poll with dex.wait_for_tasks
     const oneQueue = this.activityQueues.length === 1;
     await this.#polling(queue, async (conn) => {
+      // between calls: results of activities ending now ride the next call (see #handoff)
+      this.#handoffOpen = oneQueue;
       const n = await this.#reserve();
-      if (n === 0) return;
+      this.#handoffOpen = false;
+      if (n === 0) {
+        this.#returnHandoff();
+        return;
+      }
       let rows: Row[];
       try {
-        rows = oneQueue ? await this.#pollWait(conn, queue, n, this.activityLease, false, false)
+        rows = oneQueue ? await this.#pollWaitWithResults(conn, queue, n, this.#handoff.splice(0))
                         : await this.#poll(conn, queue, n, this.activityLease, false, false);
       } catch (e) {
         this.#release(n);
@@ -769,7 +804,50 @@ export class Worker {
       if (!rows.length && !oneQueue) {
         await this.#waitingCall(conn, false, () => conn.query("CALL dex.wait_for_tasks($1, make_interval(secs => $2))", [queue, this.pollTimeout]), undefined);
       }
+      // (not while it would reconnect first: they would wait for that)
+      this.#handoffOpen = oneQueue && !this.#stopping && !isBroken(conn);
     });
+    this.#handoffOpen = false;
+  }
+
+  /**
+   * The one-call wait of the activity loop, completing `handed` (results of activities of its
+   * queue) first, in the transaction that leases the next tasks; each settled from `completed`.
+   * A call that fails leaves them to the reporter: refused (a result too large, ...), it changed
+   * nothing; broken or cancelled, it may have applied them, so a lost lease then is expected.
+   */
+  async #pollWaitWithResults(conn: pg.Client, queue: string, n: number, handed: Running[]): Promise<Row[]> {
+    if (!handed.length || this.#stopping) {
+      this.#toReporter(handed);
+      return this.#pollWait(conn, queue, n, this.activityLease, false, false);
+    }
+    for (const r of handed) r.inCall = true;
+    let res: pg.QueryResult;
+    try {
+      this.#waiting.set(conn, true);
+      try {
+        res = await conn.query(this.#pollWaitQuery(queue, n, this.activityLease, false, false, {
+          rows: handed.map((r) => r.row), results: handed.map((r) => (r.outcome as { value: unknown }).value) }));
+      } finally {
+        this.#waiting.delete(conn);
+      }
+    } catch (e) {
+      if (sqlstate(e) === "57014" || isConnectionError(e)) {
+        for (const r of handed) r.resent = true;
+        this.#toReporter(handed);
+        if (sqlstate(e) === "57014" && this.#stopping) return [];
+        throw e;
+      }
+      this.#log.warn(`dex: activity results with the poll refused (${(e as Error).message}); the reporter sends them`);
+      this.#toReporter(handed);
+      return this.#pollWait(conn, queue, n, this.activityLease, false, false);
+    }
+    const applied: boolean[] = res.rows[0]?.completed ?? [];
+    handed.forEach((r, i) => {
+      if (applied[i] === true) this.stats.activityCompletionsInPoll++;
+      this.#settle(r, applied[i] === true);
+    });
+    return ((res.rows[0]?.tasks ?? []) as Message[]).map(taskRow);
   }
 
   async #execute(r: Running): Promise<void> {
@@ -789,16 +867,35 @@ export class Worker {
       outcome = { kind: "fail", failure: failureFromError(e) };
     }
     r.finished = true;
+    // before the slot is released: the activity loop, woken by it, takes a result handed to it
+    if (outcome.kind === "complete" && this.#handoffOpen && !this.#stopping && !r.outcome) {
+      r.outcome = outcome;
+      this.#handoff.push(r);
+    } else {
+      this.#report(r, outcome);
+    }
     this.#release(1);
-    this.#report(r, outcome);
   }
 
   /** Queue the outcome for the reporter; only a task's first outcome counts. */
   #report(r: Running, outcome: Outcome): void {
     if (r.outcome) return;
     r.outcome = outcome;
-    this.#results.push(r);
+    this.#toReporter([r]);
+  }
+
+  /** Queue outcomes set already for the reporter. */
+  #toReporter(rs: Running[]): void {
+    if (!rs.length) return;
+    for (const r of rs) r.inCall = false;
+    this.#results.push(...rs);
     this.#wakeReporter?.();
+  }
+
+  /** Give the reporter what was handed to the activity loop and not sent. */
+  #returnHandoff(): void {
+    this.#handoffOpen = false;
+    this.#toReporter(this.#handoff.splice(0));
   }
 
   async #reporterLoop(): Promise<void> {
@@ -842,8 +939,10 @@ export class Worker {
   }
 
   async #sendResults(conn: pg.Client, batch: Running[]): Promise<void> {
-    for (const fail of [false, true]) {
-      const rs = batch.filter((r) => (r.outcome!.kind === "fail") === fail);
+    // grouped first: a result refused one by one becomes a failure (reported already)
+    const groups = [false, true].map((fail) => batch.filter((r) => (r.outcome!.kind === "fail") === fail));
+    for (const [i, rs] of groups.entries()) {
+      const fail = i === 1;
       if (!rs.length) continue;
       const values = rs.map((r) => (r.outcome!.kind === "fail" ? r.outcome!.failure : (r.outcome as { value: unknown }).value));
       const fn = fail ? "fail_tasks" : "complete_tasks";
@@ -897,6 +996,7 @@ export class Worker {
     r.reported = true;
     this.#inflight.delete(r.key);
     if (!ok) {
+      if (r.resent) return;              // perhaps applied by the call that broke
       this.stats.leasesLost++;
       this.#log.warn(`dex: activity ${r.ctx.info.name} (id ${r.row.taskId}) of run ${r.row.runId}: lease lost, outcome discarded`);
     } else if (r.outcome!.kind === "complete") {
@@ -907,7 +1007,7 @@ export class Worker {
   }
 
   async #heartbeat(conn: pg.Client): Promise<void> {
-    const held = [...this.#inflight.values()].filter((r) => !r.reported);
+    const held = [...this.#inflight.values()].filter((r) => !r.reported && !r.inCall);
     if (!held.length) return;
     const groups = new Map<string, Running[]>();
     for (const r of held) groups.set(r.ctx.info.queue, [...(groups.get(r.ctx.info.queue) ?? []), r]);

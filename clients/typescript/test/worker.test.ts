@@ -1,10 +1,10 @@
 /** The worker: crashes, shutdown, heartbeats, lost leases, the workflow cache, non-determinism. */
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { type TestContext, test } from "node:test";
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { activity, workflow, replay, LeaseLost, NotFoundError, QueueKindError, Worker, commandKind, eventKind, type Message } from "./sdk.js";
-import { client, eventually, kinds, queues, sleep, startWorker } from "./helpers.js";
+import { activity, workflow, replay, ApplicationError, LeaseLost, NotFoundError, QueueKindError, Worker, commandKind, eventKind, type Message } from "./sdk.js";
+import { client, eventually, kinds, queues, sleep, sql, startWorker } from "./helpers.js";
 import { activityLog, exited, lines, output, spawnTsWorker, waitForLine } from "./proc.js";
 import { order, step } from "./fixtures/crashflows.js";
 
@@ -151,7 +151,6 @@ test("shutdown fails an activity still running after the timeout as retryable, a
 });
 
 async function sqlAttempts(runId: string): Promise<Array<{ outcome: string; failure: Message | null }>> {
-  const { sql } = await import("./helpers.js");
   return (await sql("SELECT outcome, failure FROM dex.run_attempts($1) WHERE task = 'activity'", [runId])).rows;
 }
 
@@ -287,4 +286,115 @@ test("a workflow cache smaller than the runs in flight evicts states; evicted ru
   assert.deepEqual(results, [0, 10, 20, 30, 40, 50].map((n) => 4 * n + 10));
   assert.ok(w.cachedRuns <= 2, `${w.cachedRuns} runs cached`);
   assert.ok(w.stats.fullReplays > 6, JSON.stringify(w.stats));   // more than one per run: evictions
+});
+
+// -- fewer transactions: completions ride the next poll -------------------------------------------
+
+test("one activity slot: activity results ride the activity loop's next poll, full workflow batches the workflow loop's", async (t) => {
+  const qs = await queues();
+  const ids = await client().startMany(oneStep, Array.from({ length: 20 }, (_, i) => i), { queue: qs[0] });
+  const w = await startWorker(t, qs, { workflows: [oneStep], activities: [one], concurrency: 1, maxBatch: 1, pollTimeout: 1 });
+  const results = await Promise.all(ids.map((id) => client().result(id, { timeout: 60 })));
+  assert.deepEqual(results, Array.from({ length: 20 }, (_, i) => i + 1));
+  await eventually(() => w.stats.workflowTasks === 40 && w.stats.activitiesCompleted === 20, "every completion to be counted");
+  t.diagnostic(JSON.stringify(w.stats));
+  // the activity loop's CALLs completed the results (the slot was busy when each activity
+  // ended): the reporter sent none, or hardly any
+  assert.ok(w.stats.activityReportCalls <= 2, JSON.stringify(w.stats));
+  assert.ok(w.stats.activityCompletionsInPoll >= 18, JSON.stringify(w.stats));
+  assert.ok(w.stats.activityCompletionsInPoll <= w.stats.activitiesCompleted, JSON.stringify(w.stats));
+  // every batch of the workflow loop was full (maxBatch 1), and each was completed by the CALL
+  // that leased the next: none by a dex.complete_tasks of its own
+  assert.equal(w.stats.workflowCompletionsInPoll, 40, JSON.stringify(w.stats));
+  assert.equal(w.stats.workflowCompletionCalls, 40, JSON.stringify(w.stats));
+  assert.equal(w.stats.leasesLost, 0);
+});
+
+const refuses = activity("refuses", () => {
+  throw new ApplicationError("refused", { type: "Refused" });
+}, { retry: { maxAttempts: 1 } });
+const refusing = workflow("refusing", async (ctx) => ctx.activity(refuses, null));
+
+test("one activity slot: a failed activity goes to the reporter (dex.fail_tasks), not with the poll", async (t) => {
+  const qs = await queues();
+  const w = await startWorker(t, qs, { workflows: [refusing], activities: [refuses], concurrency: 1, pollTimeout: 1 });
+  const id = await client().start(refusing, null, { queue: qs[0] });
+  const err = await client().result(id, { timeout: 30 }).catch((e) => e);
+  assert.match(String(err?.message), /refused/);
+  assert.equal((await client().get(id)).status, "FAILED");
+  await eventually(() => w.stats.activitiesFailed === 1, "the failure to be counted");
+  assert.equal(w.stats.activityReportCalls, 1, JSON.stringify(w.stats));
+  assert.equal(w.stats.activityCompletionsInPoll, 0, JSON.stringify(w.stats));
+  assert.equal(w.stats.activitiesCompleted, 0, JSON.stringify(w.stats));
+});
+
+let openGate: () => void = () => {};
+let gateReached: () => void = () => {};
+const gated = activity("gated", async () => {
+  await new Promise<void>((resolve) => {
+    openGate = resolve;
+    gateReached();
+  });
+  return "late";
+});
+const gatedFlow = workflow("gated-flow", async (ctx) => ctx.activity(gated, null));
+
+/** A worker with one activity slot, a run of gated-flow whose activity waits for openGate(), the activity queue. */
+async function gatedRun(t: TestContext, pollTimeout: number): Promise<[Worker, string, string]> {
+  const qs = await queues();
+  const reached = new Promise<void>((resolve) => { gateReached = resolve; });
+  const w = await startWorker(t, qs, { workflows: [gatedFlow], activities: [gated], concurrency: 1, pollTimeout, logger: quiet });
+  const id = await client().start(gatedFlow, null, { queue: qs[0] });
+  await reached;
+  return [w, id, qs[1]];
+}
+
+test("one activity slot: a result handed to the poll after its lease was lost (the run was terminated) is discarded, once", async (t) => {
+  const [w, id] = await gatedRun(t, 1);
+  await client().terminate(id, "enough");
+  openGate();                                        // it ends now, with its lease lost
+  await eventually(() => w.stats.leasesLost === 1, "the lost lease to be counted");
+  await sleep(1500);                                 // a poll or two later: not sent again
+  assert.equal(w.stats.leasesLost, 1, JSON.stringify(w.stats));
+  // the activity loop's CALL sent it (completed = false), not the reporter
+  assert.equal(w.stats.activityReportCalls, 0, JSON.stringify(w.stats));
+  assert.equal(w.stats.activityCompletionsInPoll, 0, JSON.stringify(w.stats));
+  assert.equal(w.stats.activitiesCompleted, 0, JSON.stringify(w.stats));
+  assert.equal((await client().get(id)).status, "TERMINATED");
+});
+
+test("one activity slot: the poll's connection broken after it completed a result: the reporter sends it again, quietly", async (t) => {
+  const [w, id, activityQueue] = await gatedRun(t, 10);
+  openGate();
+  // the CALL completed it before its wait: the run ends while the CALL still waits
+  assert.equal(await client().result(id, { timeout: 30 }), "late");
+  assert.equal(w.stats.activityReportCalls, 0, JSON.stringify(w.stats));
+  let killed = 0;
+  await eventually(async () => {
+    killed = (await sql("SELECT count(*)::int AS n FROM pg_stat_activity WHERE query LIKE $1 AND pg_terminate_backend(pid)",
+                        [`%waiting for tasks on queue "${activityQueue}"%`])).rows[0].n;
+    return killed === 1;
+  }, "the activity loop's CALL to wait");
+  // the reporter sends it again: refused as a lost lease, which is no lost lease here
+  await eventually(() => w.stats.activityReportCalls === 1, "the reporter to send it again");
+  assert.equal(w.stats.leasesLost, 0, JSON.stringify(w.stats));
+  assert.equal(w.stats.activityCompletionsInPoll, 0, JSON.stringify(w.stats));
+});
+
+const big = activity("big", (n: number) => (n > 0 ? "x".repeat(n) : "small"));
+const bigFlow = workflow("big-flow", async (ctx, n: number) => ctx.activity(big, n));
+
+test("one activity slot: a result too large for the poll's completions (54000) goes to the reporter, which fails the activity", async (t) => {
+  const qs = await queues();
+  const w = await startWorker(t, qs, { workflows: [bigFlow], activities: [big], concurrency: 1, pollTimeout: 1, logger: quiet });
+  const id = await client().start(bigFlow, 1100 * 1024, { queue: qs[0] });   // dex.max_payload_size is 1MB
+  const err = await client().result(id, { timeout: 30 }).catch((e) => e);
+  assert.match(String(err?.message), /the engine refused the activity.s result: payload is too large/);
+  await eventually(() => w.stats.activitiesFailed === 1, "the refused result to be failed");
+  assert.equal(w.stats.activityCompletionsInPoll, 0, JSON.stringify(w.stats));
+  // the refused CALL changed nothing, and the next ones go on as before
+  const next = await client().start(bigFlow, 0, { queue: qs[0] });
+  assert.equal(await client().result(next, { timeout: 30 }), "small");
+  await eventually(() => w.stats.activityCompletionsInPoll === 1, "the next result to ride the poll");
+  assert.equal(w.stats.leasesLost, 0, JSON.stringify(w.stats));
 });
