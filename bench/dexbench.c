@@ -3302,6 +3302,26 @@ workload_low(PGconn *m, const char *w, WfKind kind, int n_runs, double rate)
 	}
 }
 
+/*
+ * Q1: W4 with one worker per queue again, with 40 more queues (20 of each
+ * kind, idle) in the database: what a task statement costs should not grow
+ * with the number of queues (each has its task partition).
+ */
+static void
+workload_many_queues(PGconn *m)
+{
+	for (int i = 1; i <= 20; i++)
+	{
+		char		wf[32],
+					act[32];
+
+		snprintf(wf, sizeof(wf), "q1-idle-%d-wf", i);
+		snprintf(act, sizeof(act), "q1-idle-%d-act", i);
+		setup_queues(m, wf, act);
+	}
+	workload_paced(m, "Q1 (W4 k=1, 40 queues more)", "q1", WF_ACTIVITY, scaled(1000, 50), 50.0, 1);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -3314,7 +3334,7 @@ main(int argc, char **argv)
 	if (bench_k < 1 || bench_batch < 1 || bench_batch > MAX_BATCH || bench_scale <= 0)
 		die("bad BENCH_K, BENCH_BATCH or BENCH_SCALE");
 	if (argc < 2)
-		die("usage: dexbench W1|W2|W3|W4|W5|W6|W7|W8|W9|W10|S1 ...");
+		die("usage: dexbench W1|W2|W3|W4|W5|W6|W7|W8|W9|W10|S1|Q1 ...");
 
 	m = connect_db("dexbench monitor");
 	bench_postmaster = postmaster_pid(m);
@@ -3371,6 +3391,8 @@ main(int argc, char **argv)
 			workload_rate_limited(m);
 		else if (strcmp(w, "S1") == 0)
 			workload_schedules(m);
+		else if (strcmp(w, "Q1") == 0)
+			workload_many_queues(m);
 		else if (strcmp(w, "W8") == 0)
 		{
 			/* 20 workers in all, each taking one task per call */
