@@ -41,6 +41,21 @@ async def recovers(ctx, n):
     return "not reached"
 
 
+@dex.activity("carry-huge")
+def huge(x):
+    time.sleep(0.1)
+    return "x" * (1100 * 1024)          # past dex.max_payload_size (1 MB)
+
+
+@dex.workflow("carry-too-large")
+async def too_large(ctx, n):
+    try:
+        await ctx.activity(huge, n)
+    except dex.ActivityError as e:
+        return {"caught": e.failure.get("type"), "then": await ctx.activity(square, n)}
+    return "not reached"
+
+
 started, go = threading.Event(), threading.Event()
 
 
@@ -144,3 +159,40 @@ def test_a_carried_completion_is_sent_again_quietly_after_a_lost_connection(
     assert w._inflight == {}
     said = [r.getMessage() for r in caplog.records if r.name == "dex.worker"]
     assert not any("lease lost" in m for m in said), said
+
+
+def test_a_refused_carried_result_is_failed_by_the_reporter(client15, queues, start_worker):
+    # the CALL that carried it was refused (54000) and changed nothing: the reporter's one by
+    # one path fails the activity for good, and the poller goes on
+    w = start_worker(concurrency=1, poll_timeout=30, workflows=[too_large],
+                     activities=[huge, square])
+    run_id = client15.start(too_large, 5, queue=queues[0])
+    assert client15.result(run_id, timeout=30) == {"caught": "dex.ResultRefused",
+                                                   "then": {"square": 25}}
+    w.shutdown()
+    s = w.stats
+    # the reporter: the batch (refused), the result alone (refused), its failure
+    assert s["reporter_calls"] == 3 and s["activity_completions_in_poll"] == 1, s
+    assert s["leases_lost"] == 0 and w._inflight == {}
+
+
+def test_what_the_poller_holds_when_the_worker_stops_goes_to_the_reporter(
+        client15, queues, start_worker):
+    started.clear()
+    go.clear()
+    w = start_worker(concurrency=1, poll_timeout=30, workflows=[held_flow], activities=[held])
+    run_id = client15.start(held_flow, 8, queue=queues[0])
+    wait_until("the activity running", started.is_set)
+
+    def poller_waits_for_the_slot():
+        with w._lock:
+            return queues[1] in w._carry
+    wait_until("the poller waiting for the slot", poller_waits_for_the_slot)
+    (r,) = w._inflight.values()
+    w._stopping.set()       # as shutdown does, before the poller was woken: it holds r then
+    go.set()
+    wait_until("the result sent", lambda: w.stats["activities_completed"] == 1)
+    assert r.handed and w.stats["reporter_calls"] == 1
+    assert w.stats["activity_completions_in_poll"] == 0 and w.stats["leases_lost"] == 0
+    w.shutdown()
+    assert "activityTaskCompleted" in [dex._convert.event_kind(e) for e in client15.history(run_id)]
