@@ -32,27 +32,20 @@ def broken(x):
     raise RuntimeError(f"broken {x}")
 
 
-@dex.workflow("carry-recovers")
-async def recovers(ctx, n):
-    try:
-        await ctx.activity(broken, n)
-    except dex.ActivityError as e:
-        return {"caught": e.failure.get("message"), "then": await ctx.activity(square, n)}
-    return "not reached"
-
-
 @dex.activity("carry-huge")
 def huge(x):
     time.sleep(0.1)
     return "x" * (1100 * 1024)          # past dex.max_payload_size (1 MB)
 
 
-@dex.workflow("carry-too-large")
-async def too_large(ctx, n):
+@dex.workflow("carry-recovers")
+async def recovers(ctx, arg):
+    """The activity named arg["first"] fails for good; then square."""
     try:
-        await ctx.activity(huge, n)
+        await ctx.activity(arg["first"], arg["n"])
     except dex.ActivityError as e:
-        return {"caught": e.failure.get("type"), "then": await ctx.activity(square, n)}
+        return {"caught": e.failure.get("type"), "message": e.failure.get("message"),
+                "then": await ctx.activity(square, arg["n"])}
     return "not reached"
 
 
@@ -79,6 +72,23 @@ def client15(client):
 N = 20
 
 
+def hold_an_activity(client, queues, start_worker, poll_timeout):
+    """A worker with concurrency=1 whose one activity (held) runs until ``go`` is set, and whose
+    poller waits for the slot meanwhile (a result then is handed to it); the worker and run."""
+    started.clear()
+    go.clear()
+    w = start_worker(concurrency=1, poll_timeout=poll_timeout, workflows=[held_flow],
+                     activities=[held])
+    run_id = client.start(held_flow, 7, queue=queues[0])
+    wait_until("the activity running", started.is_set)
+
+    def poller_waits_for_the_slot():
+        with w._lock:
+            return queues[1] in w._carry
+    wait_until("the poller waiting for the slot", poller_waits_for_the_slot)
+    return w, run_id
+
+
 @pytest.mark.parametrize("wire", ["protobuf", "json"])
 def test_completions_ride_the_next_call_when_no_slot_is_free(client15, queues, start_worker,
                                                              wire):
@@ -99,31 +109,28 @@ def test_completions_ride_the_next_call_when_no_slot_is_free(client15, queues, s
     assert s["workflow_complete_calls"] == 0, s
 
 
-def test_a_failure_goes_through_the_reporter(client15, queues, start_worker):
+@pytest.mark.parametrize("first, caught, reporter_calls", [
+    ("carry-broken", "RuntimeError", 1),       # dex.fail_tasks
+    # the CALL that carried it was refused (54000) and changed nothing: the reporter's batch
+    # (refused), the result alone (refused), its failure for good; the poller goes on
+    ("carry-huge", "dex.ResultRefused", 3)])
+def test_failures_go_through_the_reporter(client15, queues, start_worker, first, caught,
+                                          reporter_calls):
     w = start_worker(concurrency=1, poll_timeout=30, workflows=[recovers],
-                     activities=[broken, square])
-    run_id = client15.start(recovers, 3, queue=queues[0])
-    assert client15.result(run_id, timeout=30) == {"caught": "broken 3", "then": {"square": 9}}
+                     activities=[broken, huge, square])
+    run_id = client15.start(recovers, {"first": first, "n": 3}, queue=queues[0])
+    out = client15.result(run_id, timeout=30)
+    assert out["caught"] == caught and out["then"] == {"square": 9}, out
     w.shutdown()
     s = w.stats
-    assert s["activities_failed"] == 1 and s["activities_completed"] == 1, s
-    # the failure by the reporter's dex.fail_tasks, the success in the poller's CALL
-    assert s["reporter_calls"] == 1 and s["activity_completions_in_poll"] == 1, s
-    assert s["leases_lost"] == 0
+    # the failure by the reporter, square's result in the poller's CALL
+    assert s["reporter_calls"] == reporter_calls and s["activity_completions_in_poll"] == 1, s
+    assert s["leases_lost"] == 0 and w._inflight == {}
 
 
 def test_a_carried_completion_whose_lease_was_lost_is_settled_once(client15, queues,
                                                                    start_worker, caplog):
-    started.clear()
-    go.clear()
-    w = start_worker(concurrency=1, poll_timeout=2, workflows=[held_flow], activities=[held])
-    run_id = client15.start(held_flow, 7, queue=queues[0])
-    wait_until("the activity running", started.is_set)
-
-    def poller_waits_for_the_slot():
-        with w._lock:
-            return queues[1] in w._carry
-    wait_until("the poller waiting for the slot", poller_waits_for_the_slot)
+    w, run_id = hold_an_activity(client15, queues, start_worker, poll_timeout=2)
     client15.terminate(run_id, "ended while its activity ran")
     go.set()
     wait_until("the carried completion sent", lambda: w.stats["activity_completions_in_poll"])
@@ -161,33 +168,9 @@ def test_a_carried_completion_is_sent_again_quietly_after_a_lost_connection(
     assert not any("lease lost" in m for m in said), said
 
 
-def test_a_refused_carried_result_is_failed_by_the_reporter(client15, queues, start_worker):
-    # the CALL that carried it was refused (54000) and changed nothing: the reporter's one by
-    # one path fails the activity for good, and the poller goes on
-    w = start_worker(concurrency=1, poll_timeout=30, workflows=[too_large],
-                     activities=[huge, square])
-    run_id = client15.start(too_large, 5, queue=queues[0])
-    assert client15.result(run_id, timeout=30) == {"caught": "dex.ResultRefused",
-                                                   "then": {"square": 25}}
-    w.shutdown()
-    s = w.stats
-    # the reporter: the batch (refused), the result alone (refused), its failure
-    assert s["reporter_calls"] == 3 and s["activity_completions_in_poll"] == 1, s
-    assert s["leases_lost"] == 0 and w._inflight == {}
-
-
 def test_what_the_poller_holds_when_the_worker_stops_goes_to_the_reporter(
         client15, queues, start_worker):
-    started.clear()
-    go.clear()
-    w = start_worker(concurrency=1, poll_timeout=30, workflows=[held_flow], activities=[held])
-    run_id = client15.start(held_flow, 8, queue=queues[0])
-    wait_until("the activity running", started.is_set)
-
-    def poller_waits_for_the_slot():
-        with w._lock:
-            return queues[1] in w._carry
-    wait_until("the poller waiting for the slot", poller_waits_for_the_slot)
+    w, run_id = hold_an_activity(client15, queues, start_worker, poll_timeout=30)
     (r,) = w._inflight.values()
     w._stopping.set()       # as shutdown does, before the poller was woken: it holds r then
     go.set()
