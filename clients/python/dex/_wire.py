@@ -87,19 +87,23 @@ class Wire:
     def complete_and_poll_wait(self, conn: psycopg.Connection, queue: str, worker_id: str,
                                n: int, lease: float, timeout: float,
                                done: Sequence[Tuple[Any, int, int]], values: Sequence[Any],
-                               declared: Declared = None) -> Tuple[List[Tuple], List[bool]]:
-        """``CALL dex.poll_tasks_wait(_pb)`` with completions (dex 1.5, workflow queues with
-        worker_cache): complete the ``done`` rows with their encoded values, then lease as
-        :meth:`poll_wait`; the rows leased, and whether each completion was applied."""
+                               declared: Declared = None, workflow: bool = True
+                               ) -> Tuple[List[Tuple], List[bool]]:
+        """``CALL dex.poll_tasks_wait(_pb)`` with completions (dex 1.5): complete the ``done``
+        rows with their encoded values (:meth:`commands` of workflow tasks, asking for
+        incremental histories as a workflow poll with worker_cache; or :meth:`result` of
+        activities, ``workflow`` false), then lease as :meth:`poll_wait`; the rows leased, and
+        whether each completion was applied (false: its lease was lost)."""
         more, args = _declared_sql(declared)
         row = conn.execute(
             f"CALL dex.poll_tasks_wait{self.suffix}(%s, %s, %s, %s::interval, %s::interval, NULL, "
-            f"true, %b::uuid[], %t::integer[], %t::bigint[], %b::{self.array_type}{more})",
+            f"{'true' if workflow else 'false'}, %b::uuid[], %t::integer[], %t::bigint[], "
+            f"%b::{self.array_type}{more})",
             (queue, worker_id, n, f"{lease} seconds", f"{timeout} seconds",
              [r[0] for r in done], [r[1] for r in done], [r[2] for r in done], list(values))
             + args, binary=True, prepare=False).fetchone()
         tasks = (row[0] if row else None) or []
-        return [self.task_row(t, True) for t in tasks], list(row[1] or [])
+        return [self.task_row(t, workflow) for t in tasks], list(row[1] or [])
 
     def task_row(self, raw: Any, workflow: bool) -> Tuple:
         """(run_id, task_id, lock_version, task as sent) of a task message."""

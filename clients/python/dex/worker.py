@@ -5,12 +5,18 @@ Threads, each with its own connection (autocommit):
 * one poller per workflow queue: ``dex.poll_tasks`` (a batch), run each task (resumed
   from the workflow cache, or replayed from its history), ``dex.complete_tasks`` (one
   call for the batch); when a poll comes back empty, ``CALL dex.wait_for_tasks`` (the
-  long poll: no statement while idle);
+  long poll: no statement while idle).  On a direct connection to a dex 1.5 or later, one
+  ``CALL dex.poll_tasks_wait(_pb)`` instead completes the batch run, looks for the next one
+  and waits only when there is none: one call and one transaction per batch;
 * one poller per activity queue: leases as many tasks as there are free slots
   (``concurrency`` activities run at once, in a thread pool), long-polls when idle;
 * one reporter: sends activity results and failures in batches
   (``dex.complete_tasks`` / ``dex.fail_tasks``) and extends the leases of running
-  activities (``dex.heartbeat_tasks``) every third of the lease.
+  activities (``dex.heartbeat_tasks``) every third of the lease.  An activity that succeeds
+  while the poller of its queue (the worker's only activity queue, on a direct connection to
+  a dex 1.5 or later) waits for a free slot is handed to that poller instead: the ``CALL
+  dex.poll_tasks_wait(_pb)`` that takes the next task completes it (one transaction less per
+  activity when every slot is busy, as with ``concurrency=1``).
 
 On SIGTERM (or :meth:`Worker.shutdown`) the pollers stop leasing, workflow tasks
 in hand are completed, running activities get ``shutdown_timeout`` seconds to
@@ -132,8 +138,10 @@ def activity_context() -> ActivityContext:
 class _Running:
     """An activity task this worker holds."""
 
-    def __init__(self, row: Tuple, task: dict, worker: "Worker") -> None:
+    def __init__(self, row: Tuple, task: dict, worker: "Worker",
+                 queue: Optional[str] = None) -> None:
         run_id, task_id, lock_version, _ = row
+        self.queue = queue                  # the activity queue whose poller leased it
         self.run_id = run_id
         self.task_id = task_id
         self.lock_version = lock_version
@@ -142,6 +150,12 @@ class _Running:
         self.outcome: Optional[Tuple[str, Any]] = None   # ("complete", value) | ("fail", failure)
         self.reported = False
         self.finished = False
+        # its outcome was handed to the poller of its queue, to be sent with its next CALL
+        # (no heartbeats then: the task may be completed while the call waits)
+        self.handed = False
+        # that CALL failed and its outcome may have been applied: a lost lease when it is
+        # sent again is then no news (neither counted nor said)
+        self.maybe_applied = False
 
     @property
     def key(self) -> Tuple[Any, int]:
@@ -309,6 +323,9 @@ class Worker:
         self._free = self.concurrency
         self._inflight: Dict[Tuple[Any, int], _Running] = {}
         self._results: "_queue.Queue[Optional[_Running]]" = _queue.Queue()
+        # per activity queue whose poller waits for a free slot (_reserve) and whose next call
+        # may carry completions: the successful outcomes handed to it meanwhile (_finish)
+        self._carry: Dict[str, List[_Running]] = {}
         # connections whose call may sleep in the server, and whether dex.stop_waiting ends it
         # (a CALL dex.poll_tasks_wait) or only a cancel does (dex.wait_for_tasks)
         self._waiting: Dict[psycopg.Connection, bool] = {}
@@ -331,9 +348,13 @@ class Worker:
         # what stopped the worker by itself (a queue that does not exist, ...): run() raises it
         self.error: Optional[errors.DexError] = None
         # counters, for tests and curious people
+        # (activity_completions_in_poll: activity outcomes the pollers' CALLs carried;
+        # reporter_calls: the reporter's completion and failure calls; workflow_complete_calls:
+        # the workflow pollers' dex.complete_tasks calls)
         self.stats = {"workflow_tasks": 0, "activities_completed": 0, "activities_failed": 0,
                       "leases_lost": 0, "full_replays": 0, "cache_hits": 0, "cache_stale": 0,
-                      "history_reads": 0}
+                      "history_reads": 0, "activity_completions_in_poll": 0,
+                      "reporter_calls": 0, "workflow_complete_calls": 0}
 
     # -- lifecycle ---------------------------------------------------------
     def __enter__(self) -> "Worker":
@@ -684,15 +705,16 @@ class Worker:
 
         def body(conn: psycopg.Connection) -> None:
             nonlocal idle
-            if idle and self._can_poll_wait(conn):
+            if self._can_poll_wait(conn) and (idle or self._worker_cache(conn)):
                 # the poll and the long poll in one call; with incremental histories (1.5)
                 # the tasks it returns are completed by the next such call, which takes the
-                # ones after them
+                # ones after them: it looks first and waits only when there are none, so a
+                # full batch goes to it too (one call and one transaction, where
+                # dex.complete_tasks and a plain poll are two)
                 deferred = self._worker_cache(conn)
                 rows = self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
                 while rows:
-                    n = len(rows)
-                    if not deferred or n >= self.max_batch or self._stopping.is_set():
+                    if not deferred or self._stopping.is_set():
                         self._workflow_batch(conn, queue, rows)
                         break
                     rows = self._complete_and_poll_wait(conn, queue, rows)
@@ -857,6 +879,7 @@ class Worker:
                                  results: List[List[dict]], states: List[_Replayer]) -> None:
         wire = self._wire
         try:
+            self.stats["workflow_complete_calls"] += 1
             done = wire.complete(conn, rows, [wire.commands(c) for c in results])
         except psycopg.errors.Error as e:
             for s in states:
@@ -907,15 +930,26 @@ class Worker:
         log.error("run %s: could not complete its workflow task", run_id)
 
     # -- activity tasks ------------------------------------------------------
-    def _reserve(self) -> int:
+    def _reserve(self, carry: Optional[str] = None) -> Tuple[int, List[_Running]]:
+        """Take the free slots (up to ``max_batch``), waiting for one: how many (0 when the
+        worker stops), and, with ``carry`` (the poller's queue), the successful outcomes of that
+        queue's activities handed to the poller while it waited (see :meth:`_finish`), for its
+        next call to carry.  They are the caller's to send or to pass to the reporter."""
+        held: List[_Running] = []
         with self._slots:
-            while self._free == 0 and not self._stopping.is_set():
-                self._slots.wait(1)
+            try:
+                while self._free == 0 and not self._stopping.is_set():
+                    if carry is not None:
+                        self._carry[carry] = held
+                    self._slots.wait(1)
+            finally:
+                if carry is not None:
+                    self._carry.pop(carry, None)
             if self._stopping.is_set():
-                return 0
+                return 0, held
             n = min(self._free, self.max_batch)
             self._free -= n
-            return n
+            return n, held
 
     def _release(self, n: int) -> None:
         if n:
@@ -932,18 +966,25 @@ class Worker:
 
         def body(conn: psycopg.Connection) -> None:
             nonlocal idle
-            n = self._reserve()
-            if n == 0:
-                return
+            # outcomes handed to this poller while it waits for a slot are carried by its
+            # next CALL, which looks for tasks first (returning at once when there are some):
+            # with some in hand it CALLs, even after a poll that filled its batch
+            call = one_queue and self._can_poll_wait(conn)
+            n, held = self._reserve(queue if call and self._poll_completes(conn) else None)
             try:
-                if idle and one_queue and self._can_poll_wait(conn):
-                    rows = self._poll_wait(conn, queue, n, self.activity_lease, False)
+                if n == 0:
+                    return
+                if call and (idle or held):
+                    rows = self._complete_activities_and_poll_wait(conn, queue, n, held)
                 else:
+                    self._resend(held)      # (none: they would have made it CALL)
                     rows = wire.poll(conn, queue, self.worker_id, n, self.activity_lease,
                                      declared=self._declared(conn, False))
             except BaseException:
                 self._release(n)
                 raise
+            finally:
+                self._resend(held)          # what no call took (stopping, ...): not lost
             self._release(n - len(rows))
             # a batch not filled: the one-call wait looks first, so it goes to it
             idle = len(rows) < n if one_queue and self._can_poll_wait(conn) else not rows
@@ -954,7 +995,7 @@ class Worker:
                     self._release(1)
                     log.exception("run %s: activity task %s cannot be decoded", row[0], row[1])
                     continue
-                r = _Running(row, task, self)
+                r = _Running(row, task, self, queue)
                 with self._lock:
                     self._inflight[r.key] = r
                 self._executor.submit(self._execute, r)
@@ -987,8 +1028,26 @@ class Worker:
         finally:
             _local.ctx = None
         r.finished = True
-        self._release(1)
-        self._report(r, outcome)
+        self._finish(r, outcome)
+
+    def _finish(self, r: _Running, outcome: Tuple[str, Any]) -> None:
+        """Pass the outcome on (as :meth:`_report`), then free the activity's slot, under the
+        slots' lock: a poller woken by the free slot finds the outcome in its hands when it
+        was handed to it.  A success goes to the poller of its queue when that poller waits
+        for a slot (:meth:`_reserve`), to be carried by its next call; else, and always
+        while the poller is in a call (it never waits for activities), to the reporter."""
+        with self._slots:
+            first = r.outcome is None
+            if first:
+                r.outcome = outcome
+                held = self._carry.get(r.queue) if outcome[0] == "complete" else None
+                if held is not None:
+                    r.handed = True
+                    held.append(r)
+                else:
+                    self._results.put(r)
+            self._free += 1
+            self._slots.notify_all()
 
     def _report(self, r: _Running, outcome: Tuple[str, Any]) -> None:
         """Queue the outcome for the reporter; only the first outcome of a task counts (an
@@ -998,6 +1057,65 @@ class Worker:
                 return
             r.outcome = outcome
         self._results.put(r)
+
+    def _resend(self, rs: List[_Running], maybe_applied: bool = False) -> None:
+        """Pass outcomes handed to a poller that no call of its applied to the reporter
+        (emptying ``rs``); ``maybe_applied``: the call that carried them failed with its
+        outcome unknown (a connection error, a cancel)."""
+        for r in rs:
+            r.maybe_applied = r.maybe_applied or maybe_applied
+            self._results.put(r)
+        rs.clear()
+
+    def _poll_completes(self, conn: psycopg.Connection) -> bool:
+        """Whether the installed dex's one-call wait takes completions (1.5)."""
+        level = self._api_level(conn)
+        return level[0] >= 5 and level[1]
+
+    def _complete_activities_and_poll_wait(self, conn: psycopg.Connection, queue: str, n: int,
+                                           held: List[_Running]) -> List[Tuple]:
+        """Lease up to ``n`` activity tasks with the one-call wait (as :meth:`_poll_wait`),
+        completing in the same CALL, and the same transaction as its first look, the
+        activities whose outcomes were handed to the poller (``held``, emptied: each is
+        settled from the call's answer, or passed to the reporter).  The rows leased.
+
+        A call that failed on its connection, or was cancelled, may or may not have applied
+        them: the reporter sends them again, and a lost lease is then no news.  A call the
+        server refused (a result too large, ...) changed nothing: the reporter sends them
+        (one by one when its batch is refused too), and a plain one-call wait polls."""
+        if not held:
+            return self._poll_wait(conn, queue, n, self.activity_lease, False)
+        carried = list(held)
+        held.clear()
+        wire = self._wire
+        try:
+            with self._waiting_on(conn, stoppable=True):
+                if self._stopping.is_set():
+                    self._resend(carried)
+                    return []
+                rows, applied = wire.complete_and_poll_wait(
+                    conn, queue, self.worker_id, n, self.activity_lease, self.poll_timeout,
+                    [(r.run_id, r.task_id, r.lock_version) for r in carried],
+                    [wire.result(r.outcome[1]) for r in carried], self._declared(conn, False),
+                    workflow=False)
+        except psycopg.errors.Error as e:
+            cancelled = isinstance(e, psycopg.errors.QueryCanceled)
+            if _connection_error(e) or cancelled:
+                self._resend(carried, maybe_applied=True)
+                if cancelled and self._stopping.is_set():
+                    return []
+                raise
+            log.warning("activity completions with the poll refused (%s); the reporter sends "
+                        "them", e)
+            self._resend(carried)
+            return self._poll_wait(conn, queue, n, self.activity_lease, False)
+        except BaseException:
+            self._resend(carried, maybe_applied=True)
+            raise
+        self.stats["activity_completions_in_poll"] += len(carried)
+        for r, ok in zip(carried, applied):
+            self._settle(r, bool(ok))
+        return rows
 
     def _reporter_loop(self) -> None:
         conn: Optional[psycopg.Connection] = None
@@ -1060,6 +1178,7 @@ class Worker:
                 continue
             encode = wire.failure if fail else wire.result
             try:
+                self.stats["reporter_calls"] += 1
                 out = wire.complete(conn, [(r.run_id, r.task_id, r.lock_version) for r in rs],
                                     [encode(r.outcome[1]) for r in rs], fail=fail)
             except psycopg.errors.Error as e:
@@ -1077,6 +1196,7 @@ class Worker:
     def _send_one(self, conn: psycopg.Connection, r: _Running) -> None:
         kind, value = r.outcome
         try:
+            self.stats["reporter_calls"] += 1
             if kind == "complete":
                 conn.execute("SELECT dex.complete_task(%s, %s, %s, %s)",
                              (r.run_id, r.task_id, r.lock_version,
@@ -1095,6 +1215,7 @@ class Worker:
             log.error("activity %s (id %s) of run %s: result refused: %s", r.ctx.info.name,
                       r.task_id, r.run_id, e)
             try:
+                self.stats["reporter_calls"] += 1
                 conn.execute("SELECT dex.fail_task(%s, %s, %s, %s)",
                              (r.run_id, r.task_id, r.lock_version, Jsonb({
                                  "message": f"the engine refused the activity's result: {e}",
@@ -1110,7 +1231,11 @@ class Worker:
         with self._lock:
             r.reported = True
             self._inflight.pop(r.key, None)
-        if not ok:
+        if not ok and r.maybe_applied:
+            # sent again after a call that may have applied it: perhaps its own completion
+            log.debug("activity %s (id %s) of run %s: sent again, already done or lease lost",
+                      r.ctx.info.name, r.task_id, r.run_id)
+        elif not ok:
             self.stats["leases_lost"] += 1
             log.warning("activity %s (id %s) of run %s: lease lost, outcome discarded",
                         r.ctx.info.name, r.task_id, r.run_id)
@@ -1121,7 +1246,7 @@ class Worker:
 
     def _heartbeat(self, conn: psycopg.Connection) -> None:
         with self._lock:
-            held = [r for r in self._inflight.values() if not r.reported]
+            held = [r for r in self._inflight.values() if not r.reported and not r.handed]
         if not held:
             return
         # dex 1.5 takes the tasks' queue, so that it looks at that queue's partition only
