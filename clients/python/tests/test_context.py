@@ -221,17 +221,18 @@ def slow(seconds):
 
 @dex.workflow("ctx-heartbeats")
 async def heartbeats(ctx, seconds):
-    return await ctx.activity(slow, seconds, heartbeat_timeout=1, start_to_close_timeout=60)
+    return await ctx.activity(slow, seconds, heartbeat_timeout=3, start_to_close_timeout=60)
 
 
 def test_heartbeats_keep_a_long_activity_leased(client, queues, start_worker):
-    # the lease is 0.6 s, the activity runs 2 s: only heartbeats keep it
-    w = start_worker(activity_lease=0.6)
-    run_id = client.start(heartbeats, 2.0, queue=queues[0])
-    assert client.result(run_id, timeout=20) == 1
+    # the lease is 1.2 s, the activity runs 4 s: only heartbeats (every 0.4 s) keep it.  (A
+    # lease of 0.6 s, renewed every 0.2 s, was lost now and then on a loaded machine.)
+    w = start_worker(activity_lease=1.2)
+    run_id = client.start(heartbeats, 4.0, queue=queues[0])
+    assert client.result(run_id, timeout=30) == 1
     assert w.stats["leases_lost"] == 0
     created = [e["activityTaskCreated"] for e in client.history(run_id) if "activityTaskCreated" in e]
-    assert created[0]["heartbeatTimeout"] == "1s" and created[0]["startToCloseTimeout"] == "60s"
+    assert created[0]["heartbeatTimeout"] == "3s" and created[0]["startToCloseTimeout"] == "60s"
 
 
 @dex.workflow("ctx-cancel")
