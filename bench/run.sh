@@ -143,7 +143,7 @@ fi
   echo
   echo "| workload | items | s | items/s | xact/item | WAL B/item | CPU ms/item | ins/item | upd/item | del/item | notes |"
   echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
-  for w in W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 S1; do
+  for w in W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 S1 Q1; do
     awk -F'|' -v w="$w" '$2 == w || substr($2, 1, length(w) + 1) == w " " {
       printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 }' "$rows"
   done
