@@ -416,7 +416,7 @@ lease_tasks(const DexQueue *queue, const PollArgs *args)
 		}
 		plan = queue->is_workflow ? &lease_declared_workflow_plan : &lease_declared_activity_plan;
 	}
-	dex_spi_exec(dex_queue_partition_plan(plan, queue), values, NULL, 0);
+	dex_spi_exec(plan, values, NULL, 0);
 	if (!queue->is_workflow)
 		dex_note_leased_activities(queue->id, 1, 2);	/* for their completion's fence */
 	if (queue->rate_limit > 0)

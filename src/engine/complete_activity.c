@@ -15,8 +15,8 @@
  * raise_lost, reported as an error (fence.c).  A task of a queue the caller
  * may not use fails the whole call (access.c).
  *
- * The fence runs on the tasks' queue's partition where it can
- * (dex_queue_partition_plan) instead of locking, opening and probing every
+ * The fence names the tasks' queue where it can, so that its plan opens and
+ * probes that queue's partition only (initial pruning) instead of every
  * queue's, a cost that grows with the number of queues.  An activity
  * task stays on its queue for good, and the backend that leased it remembers
  * that queue (dex_note_leased_activities: workers usually complete on the
@@ -215,8 +215,8 @@ fence_items(DexActivityCompletion *items, int n, const bool *want, int32 queue_i
 	values[1] = dex_array_result(task_ids);
 	values[2] = dex_array_result(versions);
 	values[3] = Int32GetDatum(queue_id);
-	dex_spi_exec(queue_id < 0 ? &fence_activities_plan :
-				 dex_queue_id_partition_plan(&fence_queue_activities_plan, queue_id), values, NULL, 0);
+	dex_spi_exec(queue_id < 0 ? &fence_activities_plan : &fence_queue_activities_plan,
+				 values, NULL, 0);
 	dex_check_queue_use_spi(5);
 	for (uint64 r = 0; r < SPI_processed; r++)
 	{

@@ -50,11 +50,11 @@ compare_workflow_items(const void *a, const void *b)
  */
 
 /*
- * A run's workflow task is on the run's queue, so the fence runs on that
- * queue's partition (dex_queue_partition_plan), where without it every
- * queue's partition is locked, opened and probed, a cost that grows with
- * the number of queues.  Tasks whose run was not found (none can be leased)
- * take the statement on the whole table.
+ * A run's workflow task is on the run's queue, so the fence names it ($3):
+ * the plan then opens and probes the one partition of that queue when it
+ * starts (initial pruning), where without it every queue's partition is
+ * opened and probed, a cost that grows with the number of queues.  Tasks
+ * whose run was not found (none can be leased) take the unpruned form.
  */
 #define FENCE_WORKFLOW_SQL(queue) \
 	"DELETE FROM dex.workflow_task t USING unnest($1::uuid[], $2::bigint[]) AS b(run_id, lock_version) " \
@@ -119,8 +119,7 @@ fence_queue(DexWorkflowCompletion *items, int n, const int32 *queues, int32 queu
 	values[0] = dex_array_result(run_ids);
 	values[1] = dex_array_result(versions);
 	values[2] = Int32GetDatum(queue_id);
-	dex_spi_exec(queue_id < 0 ? &fence_workflow_plan :
-				 dex_queue_id_partition_plan(&fence_queue_workflow_plan, queue_id), values, NULL, 0);
+	dex_spi_exec(queue_id < 0 ? &fence_workflow_plan : &fence_queue_workflow_plan, values, NULL, 0);
 	dex_check_queue_use_spi(6);
 	for (uint64 r = 0; r < SPI_processed; r++)
 		note_fenced_task(items, n, r);

@@ -34,7 +34,6 @@ typedef struct DexQueue
 	TimestampTz updated_at;		/* when dex.alter_queue last changed it; 0: never */
 	int			n_grantees;		/* roles it is granted to; -1: no grants (1.0) */
 	Oid		   *grantees;
-	char	   *partition;		/* its task partition's name, in schema dex */
 } DexQueue;
 
 extern bool dex_queue_grants_exist(void);
@@ -46,8 +45,6 @@ extern const char *dex_queue_name(int32 queue_id);
 extern void dex_queue_cache_reset(void);
 extern void dex_queue_changed(Oid schema);
 extern bool dex_queue_limits_exist(void);
-extern DexPlan *dex_queue_partition_plan(DexPlan *generic, const DexQueue *queue);
-extern DexPlan *dex_queue_id_partition_plan(DexPlan *generic, int32 queue_id);
 /* a statement's column: whether the queue of task t has a capacity */
 #define DEX_QUEUE_LIMITED_SQL \
 	"(SELECT q.capacity IS NOT NULL FROM dex.queue q WHERE q.id = t.queue_id)"

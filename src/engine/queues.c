@@ -24,17 +24,13 @@
  */
 #include "postgres.h"
 
-#include <ctype.h>
-
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_type.h"
 #include "commands/trigger.h"
-#include "executor/spi.h"
 #include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
-#include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -201,8 +197,6 @@ queue_cache_add(int row, const char *name)
 	q->rate_period_us = isnull ? 0 : DatumGetInt64(d);
 	d = dex_spi_getdatum(row, 9, &isnull);
 	q->updated_at = isnull ? 0 : DatumGetTimestampTz(d);
-	d = dex_spi_getdatum(row, 10, &isnull);
-	q->partition = isnull ? NULL : MemoryContextStrdup(queue_cache_cxt, TextDatumGetCString(d));
 }
 
 /* dex.alter_queue changed a queue: forget what this backend cached */
@@ -267,8 +261,7 @@ lookup_version(void)
  */
 #define QUEUE_COLUMNS(grantees, limits) \
 	"SELECT q.id, q.name, q.kind OPERATOR(pg_catalog.=) 'workflow', " \
-	"q.status OPERATOR(pg_catalog.=) 'PAUSED', q.capacity, " grantees ", " limits ", " \
-	"q.partition::pg_catalog.text FROM dex.queue q "
+	"q.status OPERATOR(pg_catalog.=) 'PAUSED', q.capacity, " grantees ", " limits " FROM dex.queue q "
 #define QUEUE_GRANTEES \
 	"ARRAY(SELECT g.grantee FROM dex.queue_grant g WHERE g.queue_id OPERATOR(pg_catalog.=) q.id)"
 #define QUEUE_NO_GRANTEES "NULL::pg_catalog.oid[]"
@@ -377,146 +370,4 @@ dex_queue_room_freed_spi(int queue_col, int limited_col)
 	for (uint64 i = 0; i < SPI_processed; i++)
 		if (dex_spi_getbool((int) i, limited_col))
 			dex_queue_work_added((int32) dex_spi_getint64((int) i, queue_col));
-}
-
-/*
- * Statements on one queue's task partition.  A statement on dex.workflow_task
- * or dex.activity_task is planned once, generically (util/spi.c), so its plan
- * names every queue's partition: each execution locks them all (past the
- * sixteen locks a backend takes on its fast path, each lock goes through the
- * shared lock table) and, where the queue is not a parameter the plan can
- * prune by when it starts, opens and probes them all; the cost of a task
- * statement grew with the number of queues.  The hottest statements (leases,
- * fences) therefore run on the queue's partition itself: the same SQL with
- * the partitioned table's name replaced by the partition's (each keeps its
- * "queue_id = $n" condition, always true there), prepared on first use per
- * backend and kept like any DexPlan.  Partitions are made with their queue
- * and dropped with it; a plan of a dropped queue's partition is never used
- * again (no poll or completion reaches a queue that is gone), and the plan
- * cache revalidates the others after DDL.  A queue without its partition
- * (a restore under way) takes the statement as given.  Runs inside the
- * caller's SPI connection, with the rights of dex's functions (their owner
- * made the partitions).
- */
-#define PARTITION_PLANS_MAX 4096
-
-typedef struct PartitionPlanKey
-{
-	const DexPlan *generic;
-	int32		queue_id;
-} PartitionPlanKey;
-
-typedef struct PartitionPlan
-{
-	PartitionPlanKey key;
-	char	   *partition;		/* what plan.sql names */
-	DexPlan		plan;
-} PartitionPlan;
-
-static HTAB *partition_plans = NULL;
-
-/* "sql" with each "dex.workflow_task" and "dex.activity_task" naming "dex.<partition>" */
-static char *
-sql_on_partition(const char *sql, const char *partition)
-{
-	static const char *const tables[] = {"dex.workflow_task", "dex.activity_task"};
-	StringInfoData out;
-	const char *p = sql;
-
-	initStringInfo(&out);
-	while (*p)
-	{
-		bool		replaced = false;
-
-		for (int t = 0; t < lengthof(tables) && !replaced; t++)
-		{
-			size_t		len = strlen(tables[t]);
-			char		next = p[len];
-
-			if (strncmp(p, tables[t], len) == 0 && !(isalnum((unsigned char) next) || next == '_'))
-			{
-				appendStringInfo(&out, "dex.%s", quote_identifier(partition));
-				p += len;
-				replaced = true;
-			}
-		}
-		if (!replaced)
-			appendStringInfoChar(&out, *p++);
-	}
-	return MemoryContextStrdup(TopMemoryContext, out.data);
-}
-
-static void
-free_partition_plan(PartitionPlan *e)
-{
-	if (e->plan.plan != NULL)
-		SPI_freeplan(e->plan.plan);
-	pfree((char *) e->plan.sql);
-	pfree(e->partition);
-}
-
-/*
- * The plan of "generic" (a statement on the task tables that keeps to one
- * queue) on the partition of "queue" (from the queue cache, which learns of
- * every change of dex.queue: a plan made for another partition name, as
- * after the extension was dropped and made again, is made anew); "generic"
- * itself if the queue has no partition.
- */
-DexPlan *
-dex_queue_partition_plan(DexPlan *generic, const DexQueue *queue)
-{
-	PartitionPlanKey key;
-	PartitionPlan *e;
-	bool		found;
-
-	if (queue->partition == NULL ||
-		!OidIsValid(get_relname_relid(queue->partition, get_namespace_oid("dex", false))))
-		return generic;
-	if (partition_plans == NULL || hash_get_num_entries(partition_plans) >= PARTITION_PLANS_MAX)
-	{
-		HASHCTL		ctl;
-
-		if (partition_plans != NULL)
-		{
-			HASH_SEQ_STATUS seq;
-
-			hash_seq_init(&seq, partition_plans);
-			while ((e = hash_seq_search(&seq)) != NULL)
-				free_partition_plan(e);
-			hash_destroy(partition_plans);
-		}
-		ctl.keysize = sizeof(PartitionPlanKey);
-		ctl.entrysize = sizeof(PartitionPlan);
-		ctl.hcxt = TopMemoryContext;
-		partition_plans = hash_create("dex partition plans", 64, &ctl,
-									  HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-	}
-	memset(&key, 0, sizeof(key));
-	key.generic = generic;
-	key.queue_id = queue->id;
-	e = hash_search(partition_plans, &key, HASH_ENTER, &found);
-	if (found && strcmp(e->partition, queue->partition) != 0)
-	{
-		free_partition_plan(e);
-		found = false;
-	}
-	if (!found)
-	{
-		e->partition = MemoryContextStrdup(TopMemoryContext, queue->partition);
-		e->plan = *generic;
-		e->plan.sql = sql_on_partition(generic->sql, queue->partition);
-		e->plan.plan = NULL;
-	}
-	return &e->plan;
-}
-
-/* dex_queue_partition_plan for the queue of that id ("generic" if there is none) */
-DexPlan *
-dex_queue_id_partition_plan(DexPlan *generic, int32 queue_id)
-{
-	DexQueue	queue;
-
-	if (!dex_queue_by_id(queue_id, &queue))
-		return generic;
-	return dex_queue_partition_plan(generic, &queue);
 }

@@ -71,9 +71,10 @@ $node->safe_psql('postgres', q{CREATE EXTENSION dex;
 is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.poll_tasks('wf', 'w')}), '1',
 	'dex created again works');
 
-# One session through a drop and a create: the queue ids start over, and a
-# backend keeps its statements on each queue's task partition (engine/queues.c)
-# by queue id; the new queue 1 has another partition, and its tasks are found.
+# One session through a drop and a create: the queue ids start over (the new
+# queue 1 has another name and partition), and what the backend keeps across
+# transactions (its queue cache, its kept plans, the queues of the tasks it
+# leased) must not lead it to the dropped queue: the new queue's task is found.
 # Each psql step is the same session (one psql, statements in sequence).
 is( $node->safe_psql(
 		'postgres', q{
