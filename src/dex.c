@@ -39,6 +39,7 @@
 #include "tcop/utility.h"
 #include "utils/fmgroids.h"
 #include "utils/guc.h"
+#include "utils/lsyscache.h"
 #include "utils/memutils.h"
 
 #include "util/util.h"
@@ -190,9 +191,17 @@ dex_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTr
 	}
 	else if (IsA(stmt, DropStmt) && drops_dex((DropStmt *) stmt))
 	{
+		Oid			schema;
+
 		refuse_drop_with_runs();
-		/* as the update: a worker's pass that holds one of dex's tables waits for none */
-		dex_lock_for_rebuild();
+		/*
+		 * As the update: a worker's pass that holds one of dex's tables waits
+		 * for none (the lock is named after dex.lease: a broken install
+		 * without it is dropped without).
+		 */
+		schema = get_namespace_oid("dex", true);
+		if (OidIsValid(schema) && OidIsValid(get_relname_relid("lease", schema)))
+			dex_lock_for_rebuild();
 		dropping_dex = true;
 	}
 
