@@ -602,8 +602,7 @@ class Worker:
         """Whether this worker's workflow polls on the connection ask for incremental
         histories (dex 1.5's ``worker_cache``): it keeps run states (a workflow cache) and the
         installed dex has the argument (and the one-call wait that takes completions)."""
-        level = self._api_level(conn)
-        return self.cache.size > 0 and level[0] >= 5 and level[1]
+        return self.cache.size > 0 and self._poll_completes(conn)
 
     def _declared(self, conn: psycopg.Connection, workflow: bool) -> Declared:
         """What this worker's polls declare it runs (dex 1.6), so that the server hands it
