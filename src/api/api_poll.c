@@ -50,6 +50,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/array.h"
+#include "common/hashfn.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/timestamp.h"
@@ -417,6 +418,8 @@ lease_tasks(const DexQueue *queue, const PollArgs *args)
 		plan = queue->is_workflow ? &lease_declared_workflow_plan : &lease_declared_activity_plan;
 	}
 	dex_spi_exec(plan, values, NULL, 0);
+	if (SPI_processed > 0)
+		dex_queue_leased(queue->id);	/* pollable again if the transaction aborts */
 	if (!queue->is_workflow)
 		dex_note_leased_activities(queue->id, 1, 2);	/* for their completion's fence */
 	if (queue->rate_limit > 0)
@@ -749,6 +752,48 @@ put_tasks(ReturnSetInfo *rsinfo, const DexQueue *queue, const Leases *leases, HT
 }
 
 /*
+ * Looks that find nothing (shmem/wakeup.c).  A worker completing its last
+ * tasks in the call that waits for its next ones looks first, and at low
+ * load finds nothing: the next task comes from the commit of another worker
+ * or client, after the wait began.  Its look is skipped when its last one
+ * found the queue drained and no commit made a task of it pollable since.
+ * Only on queues whose looks lease all they find: a capacity or a rate limit
+ * holds tasks back that no commit makes pollable again, and a paused queue's
+ * look does not look.
+ */
+static bool
+drained_look_counts(const DexQueue *queue)
+{
+	return queue->capacity == 0 && queue->rate_limit == 0 && !queue->paused;
+}
+
+/* What the poll declares (no keys: 0), as a number */
+static uint64
+declaration_hash(const PollArgs *args)
+{
+	uint64		h = (uint64) args->n_names;
+
+	for (int i = 0; i < args->n_names; i++)
+		h = hash_combine64(h, args->keys[i]);
+	return h;
+}
+
+static bool
+look_is_needless(const DexQueue *queue, const PollArgs *args)
+{
+	if (!drained_look_counts(queue) ||
+		!dex_queue_still_drained(queue->id, declaration_hash(args)))
+		return false;
+	/* as the lease would: its declaration checked, the poll seen */
+	check_declared(queue, args);
+	dex_polled(queue->id, args->keys, args->n_names);
+	throttled_until = 0;
+	elog(DEBUG2, "dex: queue \"%s\" is drained since this backend's last look: no lease statement",
+		 queue->name);
+	return true;
+}
+
+/*
  * The poll of dex.poll_tasks_wait(_pb), in the caller's SPI connection:
  * lease up to args' max tasks of the queue (looked up, its use checked),
  * entering the queue's waiters first (before the lease looks: a commit
@@ -762,6 +807,7 @@ dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks, in
 	Leases		leases;
 	HTAB	   *runs = NULL;
 	int			n = 0;
+	uint64		generation;
 
 	dex_wait_for_rebuild();
 	queue = dex_existing_queue(args->queue_name, NULL);
@@ -769,7 +815,16 @@ dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks, in
 	*queue_id = queue.id;
 	dex_queue_wait_begin(queue.id, dex_worker_hash(args->worker_id), args->keys, args->n_names);
 
+	if (look_is_needless(&queue, args))
+	{
+		dex_stat_poll(queue.id, 0);
+		*tasks = palloc(sizeof(Datum));
+		return 0;
+	}
+	generation = dex_queue_generation(queue.id);
 	leases = read_leases(queue.is_workflow, lease_tasks(&queue, args));
+	if (drained_look_counts(&queue) && leases.n < (uint64) args->max_tasks)
+		dex_queue_note_drained(queue.id, declaration_hash(args), generation);
 	if (queue.is_workflow && leases.n > 0)
 		runs = load_workflow_runs(&leases, args);
 	*tasks = palloc(sizeof(Datum) * Max(leases.n, 1));

@@ -29,6 +29,21 @@
  * by a worker that was not waiting leaves nothing behind: each task was
  * answered by one wake-up or one poll.
  *
+ * A look that finds its queue drained is not repeated while nothing could
+ * have changed that: each commit that makes tasks pollable (or cannot count
+ * them: the rebuild, a definition) bumps its queues' generations, kept in
+ * DEX_QUEUE_GENERATIONS slots by database and queue (a shared slot only
+ * costs a look), and a transaction that leased tasks and aborts bumps
+ * its queues' too (its leases are pollable again).  A backend whose look of
+ * dex.poll_tasks_wait leased fewer tasks than it could notes the generation
+ * it read before the look, and when that look's transaction commits, its
+ * next look of the queue with the same declaration, within a second and in
+ * a transaction that made no task of the queue, skips the lease statement
+ * if the generation is the same: no commit made a task pollable for it
+ * since.  It enters the waiters' table first, as any look, so a commit
+ * after the check wakes it.  Expired leases become pollable without a
+ * commit, until the scheduler's pass reclaims them and bumps.
+ *
  * A waiter may have declared what it runs (1.6): the keys of the workflow
  * versions or activities it takes (pollers.c), kept in its entry (up to
  * DEX_WAIT_KEYS; with more it is "wide").  A commit that knows the keys of
@@ -90,6 +105,7 @@
 
 #define DEX_WAIT_SLOTS 256
 #define DEX_WAIT_KEYS 32
+#define DEX_QUEUE_GENERATIONS 1024
 
 typedef struct DexWaitSlot
 {
@@ -151,6 +167,9 @@ typedef struct DexSharedState
 	 */
 	pg_atomic_uint32 run_waiters;
 	DexWaitSlot run_slots[DEX_WAIT_SLOTS];
+	/* a look's generations of its queue (see the header) */
+	pg_atomic_uint64 queue_generations[DEX_QUEUE_GENERATIONS];
+	pg_atomic_uint64 all_queues_generation;
 	DexQueueWaiter waiters[FLEXIBLE_ARRAY_MEMBER];
 } DexSharedState;
 
@@ -196,6 +215,28 @@ static int	n_pending_holders = 0;
 
 /* this backend's entry in the queue waiters' table, while it waits */
 static DexQueueWaiter *my_waiter = NULL;
+
+/* the queues this transaction leased tasks of: pollable again if it aborts */
+static int32 leased_queues[MAX_PENDING_SLOTS];
+static int	n_leased_queues = 0;
+static bool leased_many_queues = false;
+
+/* A look that leased fewer tasks than it could (see the header) */
+typedef struct DrainedLook
+{
+	bool		valid;
+	int32		queue_id;
+	uint64		declared;		/* hash of the keys it declared */
+	uint64		generation;		/* of the queue, read before the look */
+	TimestampTz at;
+} DrainedLook;
+
+/* this transaction's last such look, and the last one that committed */
+static DrainedLook drained_pending = {false};
+static DrainedLook drained = {false};
+
+/* how long a drained look is trusted */
+#define DRAINED_TRUST_USECS USECS_PER_SEC
 
 /* run slots of the runs this transaction ended (dex.wait_for_run) */
 static int	pending_run_slots[MAX_PENDING_SLOTS];
@@ -254,6 +295,9 @@ dex_shmem_startup(void)
 			pg_atomic_init_u64(&dex_shared->run_slots[i].generation, 0);
 			ConditionVariableInit(&dex_shared->run_slots[i].cv);
 		}
+		for (int i = 0; i < DEX_QUEUE_GENERATIONS; i++)
+			pg_atomic_init_u64(&dex_shared->queue_generations[i], 0);
+		pg_atomic_init_u64(&dex_shared->all_queues_generation, 0);
 	}
 	dex_stats_shmem_startup();
 	dex_run_cache_shmem_startup();
@@ -867,6 +911,107 @@ wake_run_watcher(void)
 	SpinLockRelease(&dex_shared->mutex);
 }
 
+/* a database's queues take consecutive slots: two share one only past 1,024 queues */
+static pg_atomic_uint64 *
+queue_generation_slot(int32 queue_id)
+{
+	uint32		h = murmurhash32((uint32) MyDatabaseId) + (uint32) queue_id;
+
+	return &dex_shared->queue_generations[h % DEX_QUEUE_GENERATIONS];
+}
+
+/*
+ * After the commit of a transaction that made tasks pollable: its queues'
+ * generations move on (every queue's when it could not count them), so that
+ * no look that saw them drained is skipped.  Also after the abort of one
+ * that leased tasks.  Before any wake-up: a waiter woken by this commit may
+ * skip its next look only if it looked after it.
+ */
+static void
+bump_queue_generations(const int32 *queues, int n, bool all)
+{
+	if (dex_shared == NULL)
+		return;
+	for (int i = 0; i < n; i++)
+		pg_atomic_fetch_add_u64(queue_generation_slot(queues[i]), 1);
+	if (all)
+		pg_atomic_fetch_add_u64(&dex_shared->all_queues_generation, 1);
+}
+
+static void
+bump_pending_generations(void)
+{
+	int32		queues[MAX_PENDING_SLOTS];
+
+	for (int i = 0; i < n_pending_queues; i++)
+		queues[i] = pending_queues[i].queue_id;
+	bump_queue_generations(queues, n_pending_queues,
+						   pending_all_queues || pending_interpreter_wake);
+}
+
+/*
+ * The generation of the queue to note before a look: it changes with every
+ * commit that makes tasks of the queue pollable, or of every queue.
+ */
+uint64
+dex_queue_generation(int32 queue_id)
+{
+	uint64		gen;
+
+	if (dex_shared == NULL)
+		return 0;
+	gen = pg_atomic_read_u64(queue_generation_slot(queue_id)) +
+		pg_atomic_read_u64(&dex_shared->all_queues_generation);
+	pg_memory_barrier();
+	return gen;
+}
+
+/* This transaction leased tasks of the queue: if it aborts, they are pollable again */
+void
+dex_queue_leased(int32 queue_id)
+{
+	for (int i = 0; i < n_leased_queues; i++)
+		if (leased_queues[i] == queue_id)
+			return;
+	if (n_leased_queues == MAX_PENDING_SLOTS)
+		leased_many_queues = true;
+	else
+		leased_queues[n_leased_queues++] = queue_id;
+}
+
+/*
+ * A look of the queue, with the declaration whose hash is "declared",
+ * leased fewer tasks than it could, with the queue's generation read before
+ * it: trusted once its transaction commits.
+ */
+void
+dex_queue_note_drained(int32 queue_id, uint64 declared, uint64 generation)
+{
+	drained_pending.valid = dex_shared != NULL;
+	drained_pending.queue_id = queue_id;
+	drained_pending.declared = declared;
+	drained_pending.generation = generation;
+	drained_pending.at = GetCurrentTimestamp();
+}
+
+/*
+ * Whether a look of the queue with that declaration would find nothing: the
+ * last committed look of this backend found it drained less than a second
+ * ago, no commit made a task of the queue pollable since, and this
+ * transaction made none.
+ */
+bool
+dex_queue_still_drained(int32 queue_id, uint64 declared)
+{
+	if (!drained.valid || drained.queue_id != queue_id || drained.declared != declared)
+		return false;
+	if (pending_all_queues || pending_interpreter_wake || pending_queue(queue_id) != NULL)
+		return false;
+	if (GetCurrentTimestamp() - drained.at > DRAINED_TRUST_USECS)
+		return false;
+	return dex_queue_generation(queue_id) == drained.generation;
+}
+
 static void
 dex_xact_callback(XactEvent event, void *arg)
 {
@@ -874,6 +1019,13 @@ dex_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
+			if (n_pending_queues > 0 || pending_all_queues || pending_interpreter_wake)
+				bump_pending_generations();
+			if (drained_pending.valid)
+				drained = drained_pending;
+			drained_pending.valid = false;
+			n_leased_queues = 0;
+			leased_many_queues = false;
 			if ((n_pending_queues > 0 || pending_all_queues || pending_interpreter_wake) &&
 				dex_shared != NULL)
 				wake_interpreter(pending_interpreter_wake);
@@ -899,6 +1051,11 @@ dex_xact_callback(XactEvent event, void *arg)
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+			bump_queue_generations(leased_queues, n_leased_queues, leased_many_queues);
+			n_leased_queues = 0;
+			leased_many_queues = false;
+			drained_pending.valid = false;
+			drained.valid = false;
 			pending_wake = DT_NOEND;
 			pending_launcher_wake = false;
 			pending_interpreter_wake = false;
@@ -913,12 +1070,27 @@ dex_xact_callback(XactEvent event, void *arg)
 	}
 }
 
+/*
+ * A subtransaction that aborts may have leased tasks (a poll under a
+ * savepoint): the queues this transaction leased of move on.
+ */
+static void
+dex_subxact_callback(SubXactEvent event, SubTransactionId subid,
+					 SubTransactionId parent_subid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB && (n_leased_queues > 0 || leased_many_queues))
+		bump_queue_generations(leased_queues, n_leased_queues, leased_many_queues);
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		drained_pending.valid = false;
+}
+
 void
 dex_wakeup_init(void)
 {
 	if (!xact_callback_registered)
 	{
 		RegisterXactCallback(dex_xact_callback, NULL);
+		RegisterSubXactCallback(dex_subxact_callback, NULL);
 		xact_callback_registered = true;
 	}
 }
