@@ -392,7 +392,8 @@ wake_runs(DexBatchRows *rows)
 	Datum		values[1];
 
 	if (rows->n_ended > 0)
-		dex_end_runs(dex_array_result(rows->ended), true);	/* their tasks were fenced */
+		dex_end_runs(dex_array_result(rows->ended), true,	/* their tasks were fenced */
+					 rows->ended_may_have);
 	if (rows->n_continued > 0)
 		dex_ensure_workflow_tasks(dex_array_result(rows->needs_task));
 	if (rows->n_open > 0)

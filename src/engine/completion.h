@@ -62,6 +62,7 @@ typedef struct DexBatchRows
 	ArrayBuildState *needs_task;
 	int			n_ended;
 	int			n_open;
+	int			ended_may_have; /* dex_end_runs' DEX_ENDED_* of the runs that ended */
 } DexBatchRows;
 
 /* The state of one workflow task's completion while its commands apply */

@@ -187,7 +187,7 @@ end_run_now(pg_uuid_t *run_id, const char *status, const char *end_status,
 	values[3] = CStringGetTextDatum(end_status);
 	values[4] = failure ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure)) : (Datum) 0;
 	dex_spi_exec(&end_run_now_plan, values, nulls, 0);
-	dex_end_runs(ids, false);
+	dex_end_runs(ids, false, DEX_ENDED_ANY);
 }
 
 /*
@@ -489,10 +489,14 @@ observe_run_durations(void)
  * not lock its parent), and their children that are still active follow
  * their parent close policy: terminated (the default), asked to cancel, or
  * left to run (abandoned).  task_withdrawn: the caller deleted the runs'
- * workflow tasks (the completion that ended them fenced them).
+ * workflow tasks (the completion that ended them fenced them).  may_have:
+ * DEX_ENDED_KEYS unless the caller knows that none of the runs has a
+ * concurrency key, DEX_ENDED_PARENTS unless none has a parent (it read their
+ * rows under their locks); what none has is not looked for, a statement less
+ * each.
  */
 void
-dex_end_runs(Datum run_ids, bool task_withdrawn)
+dex_end_runs(Datum run_ids, bool task_withdrawn, int may_have)
 {
 	Datum		values[1] = {run_ids};
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
@@ -504,22 +508,26 @@ dex_end_runs(Datum run_ids, bool task_withdrawn)
 	dex_spi_exec(&end_runs_plans[task_withdrawn][dex_schema_1_4()], values, NULL, 0);
 	observe_run_durations();
 	dex_runs_ended(run_ids);	/* dex.wait_for_run's waiters, at commit */
-	dex_release_keys(run_ids);
+	if (may_have & DEX_ENDED_KEYS)
+		dex_release_keys(run_ids);
 
-	dex_spi_exec(&ended_children_plan, values, NULL, 0);
 	dex_inbox_batch_init(&inbox);
-	for (uint64 i = 0; i < SPI_processed; i++)
+	if (may_have & DEX_ENDED_PARENTS)
 	{
-		bool		isnull;
-		pg_uuid_t  *parent = palloc(sizeof(pg_uuid_t));
-		int32		event_id = (int32) dex_spi_getint64(i, 2);
-		char	   *status = dex_spi_gettext_copy(i, 3);
-		bytea	   *result = dex_spi_getbytea_copy(i, 4);
-		bytea	   *failure = dex_spi_getbytea_copy(i, 5);
+		dex_spi_exec(&ended_children_plan, values, NULL, 0);
+		for (uint64 i = 0; i < SPI_processed; i++)
+		{
+			bool		isnull;
+			pg_uuid_t  *parent = palloc(sizeof(pg_uuid_t));
+			int32		event_id = (int32) dex_spi_getint64(i, 2);
+			char	   *status = dex_spi_gettext_copy(i, 3);
+			bytea	   *result = dex_spi_getbytea_copy(i, 4);
+			bytea	   *failure = dex_spi_getbytea_copy(i, 5);
 
-		memcpy(parent, DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)), sizeof(pg_uuid_t));
-		dex_inbox_batch_add_unlocked(&inbox, parent,
-									 child_ended_event(now, event_id, status, result, failure));
+			memcpy(parent, DatumGetUUIDP(dex_spi_getdatum(i, 1, &isnull)), sizeof(pg_uuid_t));
+			dex_inbox_batch_add_unlocked(&inbox, parent,
+										 child_ended_event(now, event_id, status, result, failure));
+		}
 	}
 	dex_inbox_batch_flush(&inbox);
 

@@ -57,6 +57,7 @@ dex_batch_rows_init(DexBatchRows *rows)
 	rows->needs_task = initArrayResult(UUIDOID, cxt, false);
 	rows->n_ended = 0;
 	rows->n_open = 0;
+	rows->ended_may_have = 0;
 }
 
 /* A message as a bytea datum, or null */
@@ -116,6 +117,10 @@ dex_batch_rows_add_task(DexBatchRows *rows, DexWorkflowCompletion *item, const D
 	{
 		dex_array_add(rows->ended, UUIDPGetDatum(item->run_id), false);
 		rows->n_ended++;
+		if (run->concurrency_key != NULL)
+			rows->ended_may_have |= DEX_ENDED_KEYS;
+		if (run->has_parent)
+			rows->ended_may_have |= DEX_ENDED_PARENTS;
 	}
 	else
 	{
