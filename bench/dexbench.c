@@ -3322,6 +3322,76 @@ workload_many_queues(PGconn *m)
 	workload_paced(m, "Q1 (W4 k=1, 40 queues more)", "q1", WF_ACTIVITY, scaled(1000, 50), 50.0, 1);
 }
 
+/*
+ * F1: the floor under the paced rows.  One client, 50 transactions a second,
+ * each alone: SELECT 1; an INSERT into an unlogged table (a commit without a
+ * WAL flush, as a workflow task's lease); an INSERT into a logged table (a
+ * commit that waits for the WAL flush, fdatasync, as every recorded step).
+ * What one of these costs the server is the least each transaction of a
+ * low-load workflow costs, whatever it does.
+ */
+static void
+workload_floor(PGconn *m)
+{
+	static const struct
+	{
+		const char *name;
+		const char *sql;
+	}			steps[] = {
+		{"F1 SELECT 1", "SELECT 1 WHERE $1::int IS NOT NULL"},
+		{"F1 unlogged INSERT", "INSERT INTO dexbench_floor_unlogged (v) VALUES ($1::int)"},
+		{"F1 logged INSERT", "INSERT INTO dexbench_floor_logged (v) VALUES ($1::int)"},
+	};
+	int			n = scaled(500, 50);
+	int64_t		interval = 20000;	/* 50/s */
+	double	   *latency_ms = xmalloc(sizeof(double) * (size_t) n);
+
+	exec_void(m, "CREATE UNLOGGED TABLE IF NOT EXISTS dexbench_floor_unlogged "
+			  "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v integer)");
+	exec_void(m, "CREATE TABLE IF NOT EXISTS dexbench_floor_logged "
+			  "(id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v integer)");
+	for (int s = 0; s < (int) (sizeof(steps) / sizeof(steps[0])); s++)
+	{
+		PGconn	   *c = connect_db("dexbench floor");
+		Stats		before,
+					after;
+		Delta		d;
+		char		notes[256];
+		int64_t		t0;
+		double		secs;
+
+		prepare(c, "floor", steps[s].sql);
+		stats_read(m, &before);
+		t0 = mono_us();
+		for (int i = 0; i < n; i++)
+		{
+			char		arg[16];
+			const char *p[1] = {arg};
+			int64_t		sent;
+			PGresult   *r;
+
+			sleep_us(t0 + i * interval - mono_us());
+			snprintf(arg, sizeof(arg), "%d", i);
+			sent = mono_us();
+			r = PQexecPrepared(c, "floor", 1, p, NULL, NULL, 0);
+			if (PQresultStatus(r) != PGRES_TUPLES_OK && PQresultStatus(r) != PGRES_COMMAND_OK)
+				die("%s: %s", steps[s].name, PQerrorMessage(c));
+			PQclear(r);
+			latency_ms[i] = (mono_us() - sent) / 1000.0;
+		}
+		secs = (mono_us() - t0) / 1e6;
+		PQfinish(c);			/* a backend flushes its statistics when it exits */
+		stats_settle(m, &after);
+		d = stats_delta(m, &before, &after);
+		qsort(latency_ms, (size_t) n, sizeof(double), cmp_double);
+		snprintf(notes, sizeof(notes), "1 client at 50 transactions/s; round trip p50 %.2f / p99 %.2f ms",
+				 pct(latency_ms, n, 0.5), pct(latency_ms, n, 0.99));
+		printf("  %s\n", notes);
+		print_row(steps[s].name, n, secs, &d, notes);
+	}
+	free(latency_ms);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -3334,7 +3404,7 @@ main(int argc, char **argv)
 	if (bench_k < 1 || bench_batch < 1 || bench_batch > MAX_BATCH || bench_scale <= 0)
 		die("bad BENCH_K, BENCH_BATCH or BENCH_SCALE");
 	if (argc < 2)
-		die("usage: dexbench W1|W2|W3|W4|W5|W6|W7|W8|W9|W10|S1|Q1 ...");
+		die("usage: dexbench W1|W2|W3|W4|W5|W6|W7|W8|W9|W10|S1|Q1|F1 ...");
 
 	m = connect_db("dexbench monitor");
 	bench_postmaster = postmaster_pid(m);
@@ -3393,6 +3463,8 @@ main(int argc, char **argv)
 			workload_schedules(m);
 		else if (strcmp(w, "Q1") == 0)
 			workload_many_queues(m);
+		else if (strcmp(w, "F1") == 0)
+			workload_floor(m);
 		else if (strcmp(w, "W8") == 0)
 		{
 			/* 20 workers in all, each taking one task per call */
