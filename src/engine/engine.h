@@ -248,10 +248,14 @@ extern void dex_set_run_version_internal(pg_uuid_t *run_id, int32 version);
 extern void dex_time_out_run_internal(pg_uuid_t *run_id, TimestampTz deadline);
 extern void dex_suspend_run_internal(pg_uuid_t *run_id, const char *reason);
 extern void dex_resume_run_internal(pg_uuid_t *run_id, const char *reason);
-/* what dex_end_runs must look for: some of the runs may have (1) a concurrency key, (2) a parent */
+/*
+ * What dex_end_runs must look for: some of the runs may have (1) a
+ * concurrency key, (2) a parent, (4) an instance id.
+ */
 #define DEX_ENDED_KEYS 0x01
 #define DEX_ENDED_PARENTS 0x02
-#define DEX_ENDED_ANY (DEX_ENDED_KEYS | DEX_ENDED_PARENTS)
+#define DEX_ENDED_INSTANCES 0x04
+#define DEX_ENDED_ANY (DEX_ENDED_KEYS | DEX_ENDED_PARENTS | DEX_ENDED_INSTANCES)
 extern void dex_end_runs(Datum run_ids, bool task_withdrawn, int may_have);
 
 /* run_timers.c: delayed starts and deadlines (1.4) */

@@ -419,6 +419,26 @@ static DexPlan end_runs_plans[2][2] = {
 	}
 };
 
+/*
+ * Whether each run has pending work to withdraw (the rows END_RUNS_SQL
+ * deletes but the workflow task's and the instance id's), and what
+ * observe_run_durations reads.  A run a completion ended has none, most of
+ * the time: its activities were done, its events shown.  One statement of
+ * index probes, where the end statement starts eight plans that modify
+ * tables, activity tasks of every queue among them.
+ */
+#define END_RUNS_PROBE_SQL(since_1_4) \
+	"SELECT r.workflow_name, r.created_at, " \
+	"       EXISTS (SELECT 1 FROM dex.activity_task a WHERE a.run_id = r.id) " \
+	"       OR EXISTS (SELECT 1 FROM dex.external_event e WHERE e.run_id = r.id) " \
+	"       OR EXISTS (SELECT 1 FROM dex.activity_retry x WHERE x.run_id = r.id) " since_1_4 \
+	"       OR EXISTS (SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id) " \
+	"FROM dex.workflow_run r WHERE r.id = ANY ($1)"
+static DexPlan end_runs_probe_plans[2] = {
+	{END_RUNS_PROBE_SQL(""), 1, {UUIDARRAYOID}},
+	{END_RUNS_PROBE_SQL("OR EXISTS (SELECT 1 FROM dex.run_timer t WHERE t.run_id = r.id) "), 1, {UUIDARRAYOID}}
+};
+
 /* the children that ended, with a parent still there to tell */
 static DexPlan ended_children_plan = {
 	"SELECT r.parent_id, r.parent_event_id, r.status, r.result, r.failure "
@@ -481,6 +501,17 @@ observe_run_durations(void)
 	}
 }
 
+/* END_RUNS_PROBE_SQL: whether one of the runs has pending work; its rows in SPI_tuptable */
+static bool
+has_pending_work(Datum *values)
+{
+	dex_spi_exec(&end_runs_probe_plans[dex_schema_1_4()], values, NULL, 0);
+	for (uint64 i = 0; i < SPI_processed; i++)
+		if (dex_spi_getbool(i, 3))
+			return true;
+	return false;
+}
+
 /*
  * Everything that follows the end of runs (locked by the caller): their
  * pending work is removed, their instance ids and concurrency keys freed (the
@@ -491,9 +522,11 @@ observe_run_durations(void)
  * left to run (abandoned).  task_withdrawn: the caller deleted the runs'
  * workflow tasks (the completion that ended them fenced them).  may_have:
  * DEX_ENDED_KEYS unless the caller knows that none of the runs has a
- * concurrency key, DEX_ENDED_PARENTS unless none has a parent (it read their
- * rows under their locks); what none has is not looked for, a statement less
- * each.
+ * concurrency key, DEX_ENDED_PARENTS unless none has a parent,
+ * DEX_ENDED_INSTANCES unless none has an instance id (it read their rows
+ * under their locks); what none has is not looked for, a statement less
+ * each, and runs whose tasks were withdrawn, with no instance id, are probed
+ * for pending work before the statement that withdraws it.
  */
 void
 dex_end_runs(Datum run_ids, bool task_withdrawn, int may_have)
@@ -505,8 +538,14 @@ dex_end_runs(Datum run_ids, bool task_withdrawn, int may_have)
 	pg_uuid_t  *children;
 	char	  **policies;
 
-	dex_spi_exec(&end_runs_plans[task_withdrawn][dex_schema_1_4()], values, NULL, 0);
-	observe_run_durations();
+	if (task_withdrawn && !(may_have & DEX_ENDED_INSTANCES) &&
+		!has_pending_work(values))
+		observe_run_durations();	/* the probe's rows */
+	else
+	{
+		dex_spi_exec(&end_runs_plans[task_withdrawn][dex_schema_1_4()], values, NULL, 0);
+		observe_run_durations();
+	}
 	dex_runs_ended(run_ids);	/* dex.wait_for_run's waiters, at commit */
 	if (may_have & DEX_ENDED_KEYS)
 		dex_release_keys(run_ids);

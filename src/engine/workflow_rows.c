@@ -121,6 +121,8 @@ dex_batch_rows_add_task(DexBatchRows *rows, DexWorkflowCompletion *item, const D
 			rows->ended_may_have |= DEX_ENDED_KEYS;
 		if (run->has_parent)
 			rows->ended_may_have |= DEX_ENDED_PARENTS;
+		if (run->instance_id != NULL)
+			rows->ended_may_have |= DEX_ENDED_INSTANCES;
 	}
 	else
 	{
