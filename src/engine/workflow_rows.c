@@ -139,19 +139,16 @@ static DexPlan continue_as_new_plan = {
 	2, {UUIDARRAYOID, BYTEAARRAYOID}
 };
 
-static DexPlan insert_history_plan = {
-	"INSERT INTO dex.workflow_history (run_id, sequence, events) "
-	"SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bytea[])",
-	3, {UUIDARRAYOID, INT4ARRAYOID, BYTEAARRAYOID}
-};
-
 /*
  * The runs are locked, and the fence made us the holder of their workflow
  * tasks, the only writer of their histories; the update still checks that
  * the history did not grow, as a guard.  It keeps a suspension that
- * dex.suspend_run made while the task ran.
+ * dex.suspend_run made while the task ran.  The history batches ($12 to
+ * $14) are inserted by the same statement: one plan to start, not two.
  */
 #define UPDATE_RUNS_SQL(since_1_4) \
+	"WITH h AS (INSERT INTO dex.workflow_history (run_id, sequence, events) " \
+	"           SELECT * FROM unnest($12::uuid[], $13::integer[], $14::bytea[])) " \
 	"UPDATE dex.workflow_run r SET " \
 	"status = CASE WHEN r.status = 'SUSPENDED' AND u.status = 'RUNNING' THEN r.status ELSE u.status END, " \
 	"history_length = u.history_length, " since_1_4 \
@@ -164,14 +161,15 @@ static DexPlan insert_history_plan = {
 	"     AS u(id, status, history_length, last_event_id, custom_status, result, failure, " \
 	"          started_at, completed_at, old_history_length, history_bytes) " \
 	"WHERE r.id = u.id AND r.history_length = u.old_history_length"
+/* the types of $1 to $14 */
+#define UPDATE_RUNS_TYPES \
+	{UUIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID, \
+	 BYTEAARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, INT8ARRAYOID, \
+	 UUIDARRAYOID, INT4ARRAYOID, BYTEAARRAYOID}
 /* [1]: 1.4 keeps the history's size too */
 static DexPlan update_runs_plans[2] = {
-	{UPDATE_RUNS_SQL(""), 11,
-		{UUIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID,
-	BYTEAARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, INT8ARRAYOID}},
-	{UPDATE_RUNS_SQL("history_bytes = u.history_bytes, "), 11,
-		{UUIDARRAYOID, TEXTARRAYOID, INT4ARRAYOID, INT4ARRAYOID, TEXTARRAYOID, BYTEAARRAYOID,
-	BYTEAARRAYOID, TIMESTAMPTZARRAYOID, TIMESTAMPTZARRAYOID, INT4ARRAYOID, INT8ARRAYOID}}
+	{UPDATE_RUNS_SQL(""), 14, UPDATE_RUNS_TYPES},
+	{UPDATE_RUNS_SQL("history_bytes = u.history_bytes, "), 14, UPDATE_RUNS_TYPES}
 };
 
 
@@ -187,11 +185,14 @@ static DexPlan cancel_timers_plan = {
 	2, {UUIDARRAYOID, INT4ARRAYOID}
 };
 
-/* The update of the runs' rows, all or none: a run that changed is an error */
+/*
+ * The runs' new history batches and the update of their rows, all or none:
+ * a run that changed is an error
+ */
 static void
 update_runs(DexBatchRows *rows)
 {
-	Datum		values[11];
+	Datum		values[14];
 
 	values[0] = dex_array_result(rows->r_id);
 	values[1] = dex_array_result(rows->r_status);
@@ -204,6 +205,9 @@ update_runs(DexBatchRows *rows)
 	values[8] = dex_array_result(rows->r_completed_at);
 	values[9] = dex_array_result(rows->r_old_history_length);
 	values[10] = dex_array_result(rows->r_history_bytes);
+	values[11] = dex_array_result(rows->h_run_id);
+	values[12] = dex_array_result(rows->h_sequence);
+	values[13] = dex_array_result(rows->h_events);
 	dex_spi_exec(&update_runs_plans[dex_schema_1_4()], values, NULL, 0);
 	if (SPI_processed != (uint64) rows->n_runs)
 		ereport(ERROR,
@@ -214,8 +218,8 @@ update_runs(DexBatchRows *rows)
 
 /*
  * Write the batch: runs that start over lose their history first, then the
- * new history batches, the runs' rows, new activity tasks, inbox rows (with
- * the workflow tasks of the runs they wake), cancelled timers.
+ * new history batches with the runs' rows, new activity tasks, inbox rows
+ * (with the workflow tasks of the runs they wake), cancelled timers.
  */
 void
 dex_batch_rows_write(DexBatchRows *rows)
@@ -228,11 +232,6 @@ dex_batch_rows_write(DexBatchRows *rows)
 		values[1] = dex_array_result(rows->n_argument);
 		dex_spi_exec(&continue_as_new_plan, values, NULL, 0);
 	}
-
-	values[0] = dex_array_result(rows->h_run_id);
-	values[1] = dex_array_result(rows->h_sequence);
-	values[2] = dex_array_result(rows->h_events);
-	dex_spi_exec(&insert_history_plan, values, NULL, 0);
 
 	update_runs(rows);
 
