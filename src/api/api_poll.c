@@ -779,10 +779,9 @@ declaration_hash(const PollArgs *args)
 }
 
 static bool
-look_is_needless(const DexQueue *queue, const PollArgs *args)
+look_is_needless(const DexQueue *queue, const PollArgs *args, uint64 declared)
 {
-	if (!drained_look_counts(queue) ||
-		!dex_queue_still_drained(queue->id, declaration_hash(args)))
+	if (!drained_look_counts(queue) || !dex_queue_still_drained(queue->id, declared))
 		return false;
 	/* as the lease would: its declaration checked, the poll seen */
 	check_declared(queue, args);
@@ -808,6 +807,7 @@ dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks, in
 	HTAB	   *runs = NULL;
 	int			n = 0;
 	uint64		generation;
+	uint64		declared = declaration_hash(args);
 
 	dex_wait_for_rebuild();
 	queue = dex_existing_queue(args->queue_name, NULL);
@@ -815,7 +815,7 @@ dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks, in
 	*queue_id = queue.id;
 	dex_queue_wait_begin(queue.id, dex_worker_hash(args->worker_id), args->keys, args->n_names);
 
-	if (look_is_needless(&queue, args))
+	if (look_is_needless(&queue, args, declared))
 	{
 		dex_stat_poll(queue.id, 0);
 		*tasks = palloc(sizeof(Datum));
@@ -824,7 +824,7 @@ dex_poll_task_messages(const DexPollArgs *args, bool protobuf, Datum **tasks, in
 	generation = dex_queue_generation(queue.id);
 	leases = read_leases(queue.is_workflow, lease_tasks(&queue, args));
 	if (drained_look_counts(&queue) && leases.n < (uint64) args->max_tasks)
-		dex_queue_note_drained(queue.id, declaration_hash(args), generation);
+		dex_queue_note_drained(queue.id, declared, generation);
 	if (queue.is_workflow && leases.n > 0)
 		runs = load_workflow_runs(&leases, args);
 	*tasks = palloc(sizeof(Datum) * Max(leases.n, 1));

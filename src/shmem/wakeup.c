@@ -217,7 +217,7 @@ static int	n_pending_holders = 0;
 static DexQueueWaiter *my_waiter = NULL;
 
 /* the queues this transaction leased tasks of: pollable again if it aborts */
-static int32 leased_queues[MAX_PENDING_SLOTS];
+static int	leased_queues[MAX_PENDING_SLOTS];
 static int	n_leased_queues = 0;
 static bool leased_many_queues = false;
 
@@ -928,7 +928,7 @@ queue_generation_slot(int32 queue_id)
  * skip its next look only if it looked after it.
  */
 static void
-bump_queue_generations(const int32 *queues, int n, bool all)
+bump_queue_generations(const int *queues, int n, bool all)
 {
 	if (dex_shared == NULL)
 		return;
@@ -941,7 +941,7 @@ bump_queue_generations(const int32 *queues, int n, bool all)
 static void
 bump_pending_generations(void)
 {
-	int32		queues[MAX_PENDING_SLOTS];
+	int			queues[MAX_PENDING_SLOTS];
 
 	for (int i = 0; i < n_pending_queues; i++)
 		queues[i] = pending_queues[i].queue_id;
@@ -966,17 +966,13 @@ dex_queue_generation(int32 queue_id)
 	return gen;
 }
 
+static void add_pending_slot(int slot, int *pending, int *n_pending, bool *pending_all);
+
 /* This transaction leased tasks of the queue: if it aborts, they are pollable again */
 void
 dex_queue_leased(int32 queue_id)
 {
-	for (int i = 0; i < n_leased_queues; i++)
-		if (leased_queues[i] == queue_id)
-			return;
-	if (n_leased_queues == MAX_PENDING_SLOTS)
-		leased_many_queues = true;
-	else
-		leased_queues[n_leased_queues++] = queue_id;
+	add_pending_slot(queue_id, leased_queues, &n_leased_queues, &leased_many_queues);
 }
 
 /*
@@ -1019,8 +1015,6 @@ dex_xact_callback(XactEvent event, void *arg)
 	{
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
-			if (n_pending_queues > 0 || pending_all_queues || pending_interpreter_wake)
-				bump_pending_generations();
 			if (drained_pending.valid)
 				drained = drained_pending;
 			drained_pending.valid = false;
@@ -1028,7 +1022,10 @@ dex_xact_callback(XactEvent event, void *arg)
 			leased_many_queues = false;
 			if ((n_pending_queues > 0 || pending_all_queues || pending_interpreter_wake) &&
 				dex_shared != NULL)
+			{
+				bump_pending_generations();
 				wake_interpreter(pending_interpreter_wake);
+			}
 			pending_interpreter_wake = false;
 			if (n_pending_queues > 0 || pending_all_queues)
 				wake_pending_queues();
@@ -1078,10 +1075,10 @@ static void
 dex_subxact_callback(SubXactEvent event, SubTransactionId subid,
 					 SubTransactionId parent_subid, void *arg)
 {
-	if (event == SUBXACT_EVENT_ABORT_SUB && (n_leased_queues > 0 || leased_many_queues))
-		bump_queue_generations(leased_queues, n_leased_queues, leased_many_queues);
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-		drained_pending.valid = false;
+	if (event != SUBXACT_EVENT_ABORT_SUB)
+		return;
+	bump_queue_generations(leased_queues, n_leased_queues, leased_many_queues);
+	drained_pending.valid = false;
 }
 
 void
@@ -1107,7 +1104,11 @@ dex_wake_scheduler_at_commit(TimestampTz due)
 	dex_warn_if_not_preloaded("delayed work");
 }
 
-/* Wake the waiters of slot "slot" of a pending list when this transaction commits */
+/*
+ * Note "slot" in a list of this transaction's, once (*pending_all when the
+ * list is full): run slots whose waiters its commit wakes, queues whose
+ * generations its abort moves on.
+ */
 static void
 add_pending_slot(int slot, int *pending, int *n_pending, bool *pending_all)
 {
