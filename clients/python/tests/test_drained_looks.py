@@ -46,7 +46,7 @@ class Poller:
 
 
 @pytest.fixture
-def plain_queues():
+def plain_queues(conninfo):         # conninfo: the extension exists
     tag = uuid.uuid4().hex[:8]
     wf, act = f"dl-wf-{tag}", f"dl-act-{tag}"
     with psycopg.connect("", autocommit=True) as c:
@@ -56,7 +56,7 @@ def plain_queues():
 
 
 @pytest.fixture
-def poller():
+def poller(conninfo):
     if not has_poll_wait():
         pytest.skip("the installed dex has no dex.poll_tasks_wait")
     p = Poller()

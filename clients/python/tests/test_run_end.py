@@ -10,7 +10,7 @@ from psycopg.types.json import Jsonb
 
 
 @pytest.fixture
-def db():
+def db(conninfo):                   # conninfo: the extension exists
     with psycopg.connect("", autocommit=True) as c:
         yield c
 
