@@ -12,8 +12,10 @@
  * when its transaction commits, never before, so the scheduler never looks
  * for rows it cannot see yet.  Aborted transactions wake nobody.  The
  * launcher's latch is set likewise when CREATE EXTENSION dex commits, and the
- * interpreter's (1.7) when a commit made tasks pollable on any queue (it
- * serves the runs of definitions, on queues of their owners' choosing).
+ * interpreter's (1.7) when a commit made tasks pollable that may be of runs
+ * of its definitions, on queues of their owners' choosing: tasks of the
+ * workflow keys it said it serves, or tasks whose keys the commit does not
+ * know.
  *
  * Workers waiting for tasks (dex.wait_for_tasks) are listed in the queue
  * waiters' table, an entry per backend: its database, queue and latch, and
@@ -122,7 +124,13 @@ typedef struct DexDatabaseState
 	pid_t		maintenance_pid;
 	Latch	   *interpreter_latch;	/* NULL while no interpreter runs (1.7) */
 	pid_t		interpreter_pid;
-	bool		interpreter_needed; /* it found definitions when it last looked */
+	/*
+	 * The task keys (dex_task_key) of the definitions it found when it last
+	 * looked: 0 none, -1 more than fit or not looked yet (every commit that
+	 * makes tasks wakes it)
+	 */
+	int			interpreter_n_keys;
+	uint64		interpreter_keys[DEX_WAIT_KEYS];
 	bool		no_extension;	/* a worker found dex not installed, and left */
 	bool		dropping;		/* DROP DATABASE is under way: do not start workers */
 	pg_atomic_uint64 scheduler_next_wake;	/* TimestampTz */
@@ -282,7 +290,7 @@ dex_shmem_startup(void)
 			db->maintenance_pid = 0;
 			db->interpreter_latch = NULL;
 			db->interpreter_pid = 0;
-			db->interpreter_needed = true;
+			db->interpreter_n_keys = -1;
 			db->no_extension = false;
 			db->dropping = false;
 			pg_atomic_init_u64(&db->scheduler_next_wake, (uint64) DT_NOEND);
@@ -333,7 +341,7 @@ database_entry(Oid dbid, bool create)
 	free_entry->maintenance_pid = 0;
 	free_entry->interpreter_latch = NULL;
 	free_entry->interpreter_pid = 0;
-	free_entry->interpreter_needed = true;
+	free_entry->interpreter_n_keys = -1;
 	free_entry->no_extension = false;
 	free_entry->dropping = false;
 	pg_atomic_write_u64(&free_entry->scheduler_next_wake, (uint64) DT_NOEND);
@@ -446,24 +454,55 @@ dex_interpreter_register(void)
 }
 
 /*
- * The interpreter says whether it found definitions: while it finds none, the
- * commits that make tasks do not wake it (a definition's creation does).
+ * The interpreter says which definitions it found, as task keys (n of them):
+ * the commits that make tasks of other keys do not wake it (a definition's
+ * creation does).  It says so before it polls, so a commit that reads the
+ * old keys committed before the poll's snapshot.
  */
 void
-dex_interpreter_needed(bool needed)
+dex_interpreter_serves(const uint64 *keys, int n)
 {
-	for (int i = 0; i < DEX_MAX_DATABASES; i++)
-		if (dex_shared->databases[i].dbid == MyDatabaseId)
-			dex_shared->databases[i].interpreter_needed = needed;
+	DexDatabaseState *db;
+
+	SpinLockAcquire(&dex_shared->mutex);
+	db = database_entry(MyDatabaseId, false);
+	if (db != NULL)
+	{
+		db->interpreter_n_keys = n > DEX_WAIT_KEYS ? -1 : n;
+		if (n > 0 && n <= DEX_WAIT_KEYS)
+			memcpy(db->interpreter_keys, keys, sizeof(uint64) * n);
+	}
+	SpinLockRelease(&dex_shared->mutex);
 }
 
 /*
- * Wake this database's interpreter: a commit made tasks pollable, some of
- * which may be of runs of definitions (with "always", whether or not it
- * found definitions).  Not itself: its passes go on while they find work.
- * The entry is found and the flag read without the lock (a stale read costs
- * a spurious wake-up, or none where the interpreter has no definition to
- * serve, and it sets the flag before it polls).
+ * Whether this transaction's tasks may be of runs of the interpreter's
+ * definitions: some it could not count or key, or one of a key it serves.
+ * Under the mutex.
+ */
+static bool
+tasks_for_interpreter(const DexDatabaseState *db)
+{
+	if (db->interpreter_n_keys < 0 || pending_all_queues)
+		return true;
+	for (int i = 0; i < n_pending_queues; i++)
+		if (pending_queues[i].unkeyed || pending_queues[i].tasks < 0)
+			return true;
+	for (int k = 0; k < n_pending_keys; k++)
+		for (int i = 0; i < db->interpreter_n_keys; i++)
+			if (db->interpreter_keys[i] == pending_keys[k].key)
+				return true;
+	return false;
+}
+
+/*
+ * Wake this database's interpreter when this transaction's tasks may be of
+ * runs of its definitions (with "always", whether or not they are: a
+ * definition, the rebuild).  Not itself: its passes go on while they find
+ * work.  The entry is found without the lock, and skipped while no
+ * interpreter runs or it found no definition (a stale read costs a spurious
+ * wake-up, or none where there is nothing to serve: see
+ * dex_interpreter_serves).
  */
 static void
 wake_interpreter(bool always)
@@ -474,11 +513,11 @@ wake_interpreter(bool always)
 
 		if (db->dbid != MyDatabaseId)
 			continue;
-		if (!always && !db->interpreter_needed)
+		if (db->interpreter_latch == NULL || (!always && db->interpreter_n_keys == 0))
 			return;
 		SpinLockAcquire(&dex_shared->mutex);
 		if (db->dbid == MyDatabaseId && db->interpreter_latch != NULL &&
-			db->interpreter_pid != MyProcPid)
+			db->interpreter_pid != MyProcPid && (always || tasks_for_interpreter(db)))
 			SetLatch(db->interpreter_latch);
 		SpinLockRelease(&dex_shared->mutex);
 		return;

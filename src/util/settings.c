@@ -154,7 +154,7 @@ dex_define_settings(void)
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("dex.interpreter_naptime",
-							"Longest sleep of the idle interpreter worker (commits that make tasks wake it).",
+							"Longest sleep of the idle interpreter worker (commits that make tasks of its definitions wake it).",
 							NULL,
 							&dex_interpreter_naptime_ms,
 							10000, 10, INT_MAX / 2,

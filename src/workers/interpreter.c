@@ -30,16 +30,20 @@
  * (README.md).  Leases last LEASE; a worker that dies leaves its tasks to
  * the lease's end.
  *
- * Wake-ups: a pass that found work is followed at once by another.  Every
- * commit that makes tasks pollable on any queue sets the interpreter's latch
+ * Wake-ups: a pass that found work is followed at once by another.  Each
+ * pass tells shared memory the task keys (a workflow name and version) of the
+ * definitions it found, and a commit that makes tasks pollable sets the
+ * interpreter's latch only if some of them may be of those keys
  * (shmem/wakeup.c): workflow tasks of runs of definitions are made by
  * create_run, by activity results, signals and user tasks, by the scheduler
- * (timers, children's ends, expired leases), all of which say so.  Without a
- * wake-up it looks again after dex.interpreter_naptime (10 s), a safety net.
- * While it finds no definition those commits do not wake it (a definition's
- * creation does).  So an idle database costs it nothing, nor does a busy one
- * with no definitions; one with definitions costs a pass (two index probes)
- * per commit that made tasks, at most one pass at a time.
+ * (timers, children's ends, expired leases), all of which say so, with
+ * their keys where they know them; tasks without a known key (expired
+ * leases, a queue unpaused) wake it too.  A definition's creation always
+ * does.  Without a wake-up it looks again after dex.interpreter_naptime
+ * (10 s), a safety net.  So an idle database costs it nothing, nor does a
+ * busy one whose tasks are not of definitions (activities, workflows of
+ * SDK workers); runs of definitions cost a pass (two index probes) per
+ * commit that made their tasks, at most one pass at a time.
  *
  *-------------------------------------------------------------------------
  */
@@ -50,6 +54,7 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "postmaster/bgworker.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
@@ -331,6 +336,31 @@ run_batch(Leased *tasks, int n)
 	return dex_subtransaction(complete_batch, &b, NULL);
 }
 
+/*
+ * Say which (definition, version) pairs this pass serves, from the arrays of
+ * their names and versions: commits that make other tasks do not wake it.
+ */
+static void
+serve(Datum names, Datum versions)
+{
+	Datum	   *name_items;
+	Datum	   *version_items;
+	int			n;
+	int			n_versions;
+	uint64	   *task_keys;
+
+	deconstruct_array(DatumGetArrayTypeP(names), TEXTOID, -1, false, TYPALIGN_INT,
+					  &name_items, NULL, &n);
+	deconstruct_array(DatumGetArrayTypeP(versions), INT4OID, sizeof(int32), true, TYPALIGN_INT,
+					  &version_items, NULL, &n_versions);
+	Assert(n == n_versions);
+	task_keys = palloc(sizeof(uint64) * n);
+	for (int i = 0; i < n; i++)
+		task_keys[i] = dex_task_key(TextDatumGetCString(name_items[i]),
+									DatumGetInt32(version_items[i]));
+	dex_interpreter_serves(task_keys, n);
+}
+
 /* One pass (see the header): returns now if it found work, else DT_NOEND */
 static TimestampTz
 interpreter_pass(bool *installed)
@@ -347,13 +377,15 @@ interpreter_pass(bool *installed)
 
 		dex_spi_exec(&keys_plan, NULL, NULL, 1);
 		keys[0] = dex_spi_getdatum(0, 1, &isnull);
-		/* before it polls: a commit after this wakes it (wakeup.c) */
-		dex_interpreter_needed(!isnull);
-		if (!isnull)
+		if (isnull)
+			dex_interpreter_serves(NULL, 0);
+		else
 		{
 			keys[1] = dex_spi_getdatum(0, 2, &isnull);
 			keys[0] = SPI_datumTransfer(keys[0], false, -1);
 			keys[1] = SPI_datumTransfer(keys[1], false, -1);
+			/* before it polls: a commit after this wakes it (wakeup.c) */
+			serve(keys[0], keys[1]);
 			queues = dex_spi_rows(&queues_plan, keys, NULL, 0);
 			for (uint64 q = 0; q < queues.n; q++)
 			{

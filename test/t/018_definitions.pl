@@ -5,7 +5,8 @@
 # once (it commits with the step's record).  A crash in the middle of a SQL step loses
 # that step's transaction, and the step runs again once.  Also: the interpreter worker
 # runs per database, and a crash in the middle of its passes loses nothing.  A SQL step
-# longer than dex.sql_step_timeout fails its run.
+# longer than dex.sql_step_timeout fails its run.  Commits that make no task of a definition's run
+# do not wake the interpreter.
 use strict;
 use warnings;
 use FindBin;
@@ -152,5 +153,41 @@ like($node->safe_psql('postgres', "SELECT failure::text FROM dex.runs WHERE id =
 my $after = $node->safe_psql('postgres', q{SELECT dex.create_run('small', 'loans')});
 ok($node->poll_query_until('postgres', "SELECT status = 'COMPLETED' FROM dex.runs WHERE id = '$after'"),
 	'and the interpreter goes on with other runs');
+
+# Wake-ups: commits that make tasks of other workflows (an SDK's) or of activities do not wake
+# the interpreter, one that makes a task of a run of a definition does.  With a naptime of an
+# hour, a pass is a wake-up, and each pass moves its state_change in pg_stat_activity.
+$node->append_conf('postgresql.conf', "dex.interpreter_naptime = '1h'");
+$node->reload;
+$node->safe_psql('postgres', q{
+	SELECT dex.create_queue('sdk', 'workflow');
+	SELECT dex.create_queue('sdk_acts', 'activity');
+	SELECT dex.create_definition('prompt', 1, '{"steps": [{"id": "e", "type": "end"}]}');
+});
+ok($node->poll_query_until('postgres', q{
+	SELECT state = 'idle' AND now() - state_change > interval '1 second'
+	FROM pg_stat_activity WHERE backend_type = 'dex interpreter'}),
+	'the interpreter sleeps');
+my $interpreter_state = q{SELECT state_change FROM pg_stat_activity WHERE backend_type = 'dex interpreter'};
+my $slept = $node->safe_psql('postgres', $interpreter_state);
+for my $i (1 .. 10)
+{
+	my $sdk_run = $node->safe_psql('postgres', q{SELECT dex.create_run('sdk_flow', 'sdk')});
+	$node->safe_psql('postgres', qq{
+		SELECT lock_version AS v FROM dex.poll_tasks('sdk', 'sdk-worker') \\gset
+		SELECT dex.complete_task('$sdk_run', 0, :v,
+		  '[{"id": 1, "scheduleActivity": {"name": "charge", "queue": "sdk_acts", "argument": {"json": "1"}}}]');
+	});
+}
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.activity_task WHERE name = 'charge'}), '10',
+	'ten runs of an SDK workflow scheduled an activity each');
+sleep 1;
+is($node->safe_psql('postgres', $interpreter_state), $slept,
+	'their commits did not wake the interpreter');
+$t0 = time;
+my $prompt = $node->safe_psql('postgres', q{SELECT dex.create_run('prompt', 'loans')});
+ok($node->poll_query_until('postgres', "SELECT status = 'COMPLETED' FROM dex.runs WHERE id = '$prompt'"),
+	'a run of a definition wakes it');
+cmp_ok(time - $t0, '<', 20, 'at once, not after its naptime');
 
 done_testing();
