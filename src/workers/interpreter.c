@@ -72,11 +72,20 @@ static DexPlan keys_plan = {
 	0, {0}
 };
 
+/*
+ * One probe of workflow_task_version_idx per queue and definition: the
+ * ORDER BY is that index's.  Without it the planner, where statistics say one
+ * workflow fills a queue, read whole partitions and joined them with the
+ * definitions by hash: 290 ms a pass with a million pending tasks of an SDK
+ * workflow on another queue (the probes: 1.5 ms with 63 queues).
+ */
 static DexPlan queues_plan = {
 	"SELECT q.name FROM dex.queue q WHERE q.kind = 'workflow' AND EXISTS "
-	"(SELECT 1 FROM unnest($1::text[], $2::integer[]) AS k(n, v), dex.workflow_task t "
-	" WHERE t.queue_id = q.id AND t.workflow_name = k.n AND t.workflow_version = k.v "
-	" AND (t.locked_until IS NULL OR t.locked_until <= now()))",
+	"(SELECT 1 FROM unnest($1::text[], $2::integer[]) AS k(n, v), "
+	" LATERAL (SELECT 1 FROM dex.workflow_task t "
+	"          WHERE t.queue_id = q.id AND t.workflow_name = k.n AND t.workflow_version = k.v "
+	"          AND (t.locked_until IS NULL OR t.locked_until <= now()) "
+	"          ORDER BY (- t.priority), t.created_at LIMIT 1) ready)",
 	2, {TEXTARRAYOID, INT4ARRAYOID}
 };
 
