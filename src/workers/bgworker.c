@@ -233,31 +233,38 @@ worker_sleep(const DexWorkerLoop *loop, TimestampTz next, TimestampTz pause_unti
 			return;
 		if (wake != DT_NOEND)
 		{
-			long		until_wake = TimestampDifferenceMilliseconds(now, wake) + 1;
+			int64		until_wake_us = wake - now;
+			long		until_wake = (long) Min(until_wake_us / 1000, (int64) INT_MAX);
+
+			/* less than WaitLatch's millisecond left: sleep exactly that */
+			if (until_wake == 0)
+			{
+				pg_usleep((long) until_wake_us);
+				return;
+			}
 
 			/*
-			 * Linux lets a long timeout expire up to 0.1% late (timer slack,
-			 * at most 100 ms: 60 ms for a minute): wake that much early and
-			 * sleep the rest, so that work due in a minute (a schedule's
-			 * tick) is not 60 ms late.
+			 * Wake at "wake", not after: sleep the whole milliseconds it is
+			 * away, less the timer slack Linux allows a long timeout (0.1%,
+			 * at most 100 ms: 60 ms for a minute, which would make a
+			 * schedule's tick late), then the rest.  (A timeout rounded up to
+			 * the millisecond would make every timer's pass up to 2 ms late.)
 			 */
-			if (until_wake <= timeout_ms && until_wake > 1000)
+			if (until_wake <= timeout_ms)
 			{
-				timeout_ms = until_wake - until_wake / 500 - 1;
+				timeout_ms = until_wake > 1000 ? until_wake - until_wake / 500 : until_wake;
 				early = true;
 			}
-			else
-				timeout_ms = Min(timeout_ms, until_wake);
 		}
 		if (loop->wakes_at != NULL)
-			loop->wakes_at(TimestampTzPlusMilliseconds(now, timeout_ms));
+			loop->wakes_at(early ? wake : TimestampTzPlusMilliseconds(now, timeout_ms));
 		pgstat_report_activity(STATE_IDLE, loop->sleeping);
 		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					   timeout_ms, PG_WAIT_EXTENSION);
 		if (early && !(rc & WL_LATCH_SET))
 		{
 			CHECK_FOR_INTERRUPTS();
-			continue;			/* woke early on purpose: sleep the rest */
+			continue;			/* woke before "wake" on purpose: sleep the rest */
 		}
 		if (GetCurrentTimestamp() >= pause_until)
 			return;
