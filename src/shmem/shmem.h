@@ -35,6 +35,7 @@ extern void dex_launcher_register(void);
 extern void dex_wake_launcher_at_commit(void);
 extern uint64 dex_launcher_events(void);
 extern void dex_scheduler_set_next_wake(TimestampTz when);
+extern TimestampTz dex_scheduler_take_requests(void);
 extern void dex_wake_scheduler_at_commit(TimestampTz due);
 extern void dex_warn_if_not_preloaded(const char *what);
 extern void dex_queue_tasks_added(int32 queue_id, int64 tasks);

@@ -10,7 +10,10 @@
  * earlier than that (a timer, an activity retry, a lease that expires
  * sooner) asks for a wake-up of its database's scheduler; the latch is set
  * when its transaction commits, never before, so the scheduler never looks
- * for rows it cannot see yet.  Aborted transactions wake nobody.  The
+ * for rows it cannot see yet.  While a pass runs (its wake time is "never")
+ * the commit only records its due time, which the pass takes once it has
+ * published its next wake, so a commit during a pass costs no pass unless
+ * its work falls due before the next one.  Aborted transactions wake nobody.  The
  * launcher's latch is set likewise when CREATE EXTENSION dex commits, and the
  * interpreter's (1.7) when a commit made tasks pollable that may be of runs
  * of its definitions, on queues of their owners' choosing: tasks of the
@@ -74,7 +77,10 @@
  * Locking: the database entries and latch pointers are written and read
  * under the spinlock; next_wake is a 64-bit atomic written by the scheduler
  * and read without a lock (a stale read only costs one spurious wake-up or,
- * for a time already passed, none is needed).  The queue waiters' table is
+ * for a time already passed, none is needed); the requests recorded during
+ * a pass are a 64-bit atomic that commits lower (compare-and-exchange) and
+ * the scheduler empties (exchange), each side writing before it reads the
+ * other's value, with a barrier between.  The queue waiters' table is
  * read and written under its own spinlock (a scan of a few hundred entries,
  * latches set after it is released).  Slot generations are atomics;
  * condition variables have their own locking.
@@ -134,6 +140,7 @@ typedef struct DexDatabaseState
 	bool		no_extension;	/* a worker found dex not installed, and left */
 	bool		dropping;		/* DROP DATABASE is under way: do not start workers */
 	pg_atomic_uint64 scheduler_next_wake;	/* TimestampTz */
+	pg_atomic_uint64 scheduler_requested;	/* TimestampTz: the earliest due asked for during a pass */
 	/*
 	 * The run wait slots of the runs the scheduler waits to end (a
 	 * schedule's buffered tick starts when they have): a commit that ends a
@@ -294,6 +301,7 @@ dex_shmem_startup(void)
 			db->no_extension = false;
 			db->dropping = false;
 			pg_atomic_init_u64(&db->scheduler_next_wake, (uint64) DT_NOEND);
+			pg_atomic_init_u64(&db->scheduler_requested, (uint64) DT_NOEND);
 			pg_atomic_init_u32(&db->watching, 0);
 			for (int w = 0; w < DEX_WAIT_SLOTS / 32; w++)
 				pg_atomic_init_u32(&db->run_watch[w], 0);
@@ -345,6 +353,7 @@ database_entry(Oid dbid, bool create)
 	free_entry->no_extension = false;
 	free_entry->dropping = false;
 	pg_atomic_write_u64(&free_entry->scheduler_next_wake, (uint64) DT_NOEND);
+	pg_atomic_write_u64(&free_entry->scheduler_requested, (uint64) DT_NOEND);
 	pg_atomic_write_u32(&free_entry->watching, 0);
 	for (int w = 0; w < DEX_WAIT_SLOTS / 32; w++)
 		pg_atomic_write_u32(&free_entry->run_watch[w], 0);
@@ -662,16 +671,50 @@ dex_scheduler_set_next_wake(TimestampTz when)
 		pg_atomic_write_u64(&db->scheduler_next_wake, (uint64) when);
 }
 
-/* Wake the scheduler of this database if it plans to sleep past "due". */
+/*
+ * The scheduler's pass has published when it wakes next: the earliest due
+ * time asked for since the pass began (DT_NOEND: none), which its
+ * statements may not have seen, and the record is emptied.  At a pass's
+ * start, what was asked before is visible to it and is dropped.
+ */
+TimestampTz
+dex_scheduler_take_requests(void)
+{
+	DexDatabaseState *db = scheduler_entry();
+
+	if (db == NULL)
+		return DT_NOEND;
+	return (TimestampTz) pg_atomic_exchange_u64(&db->scheduler_requested, (uint64) DT_NOEND);
+}
+
+/*
+ * Wake the scheduler of this database if it plans to sleep past "due".  The
+ * request is recorded first: a pass under way (its next wake is "never"
+ * while it runs) takes it when it has published its next wake, so that a
+ * commit during a pass, such as a lease's that asks for a wake-up at its
+ * end in minutes, does not cost a pass that finds nothing.  Either the pass
+ * takes the record, or this reads the wake time it published (both sides
+ * write, then read, with a barrier between).
+ */
 static void
 wake_scheduler(TimestampTz due)
 {
 	DexDatabaseState *db = NULL;
+	uint64		requested;
+	TimestampTz next_wake;
 
 	for (int i = 0; i < DEX_MAX_DATABASES; i++)
 		if (dex_shared->databases[i].dbid == MyDatabaseId)
 			db = &dex_shared->databases[i];
-	if (db == NULL || due >= (TimestampTz) pg_atomic_read_u64(&db->scheduler_next_wake))
+	if (db == NULL)
+		return;
+	requested = pg_atomic_read_u64(&db->scheduler_requested);
+	while (due < (TimestampTz) requested &&
+		   !pg_atomic_compare_exchange_u64(&db->scheduler_requested, &requested, (uint64) due))
+		;
+	pg_memory_barrier();
+	next_wake = (TimestampTz) pg_atomic_read_u64(&db->scheduler_next_wake);
+	if (next_wake == DT_NOEND || due >= next_wake)
 		return;
 	SpinLockAcquire(&dex_shared->mutex);
 	if (db->dbid == MyDatabaseId && db->scheduler_latch)

@@ -32,7 +32,15 @@
  *		everything.  It then rebuilds the task tables as after a crash.
  *
  * Each pass is one short transaction over at most BATCH_SIZE rows per duty;
- * a full batch makes the next pass start at once.  Between passes the
+ * a full batch makes the next pass start at once.  A pass that only made due
+ * work pollable (inbox events no longer delayed; activity tasks QUEUED, which
+ * are unlogged) commits without waiting for its WAL to be flushed: nobody
+ * waits for its acknowledgement, whatever depends on it (the completion of
+ * the workflow task it made) is durable only once it is, as the WAL is
+ * flushed in order, and a crash that undoes it leaves the work due for the
+ * next pass.  A pass that ended or started runs (run timers, schedules),
+ * reclaimed leases or rebuilt the task tables waits for its flush: a client
+ * may have read its effects, which are not redone as they were.  Between passes the
  * scheduler sleeps until the earliest due time, at most dex.scheduler_naptime,
  * or until a backend sets its latch on commit (wakeup.c).  It holds no
  * snapshot while it sleeps.  An error aborts the pass, is logged and counted
@@ -53,6 +61,7 @@
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "workers/workers.h"
@@ -153,6 +162,8 @@ static DexPlan next_due_plans[3] = {
 	{NEXT_DUE_SQL("(SELECT min(due_at) FROM dex.run_timer), "
 				  "(SELECT min(due_at) FROM dex.schedule WHERE due_at IS NOT NULL), "), 0, {0}}
 };
+
+static void scheduler_wakes_at(TimestampTz when);
 
 /* workflow-task lease expiries up to this time have been announced */
 static TimestampTz lease_horizon = DT_NOBEGIN;
@@ -291,9 +302,14 @@ scheduler_pass(bool *installed)
 	TimestampTz next = DT_NOEND;
 	Datum		limit[1] = {Int32GetDatum(BATCH_SIZE)};
 	bool		more = false;
+	bool		durable = false;
+	TimestampTz asked;
 	DexRows		rows;
 	int			v;
+	int			fired;
 
+	/* what was asked for until now is visible to this pass's statements */
+	(void) dex_scheduler_take_requests();
 	*installed = dex_worker_begin();
 	if (!*installed)
 		goto done;
@@ -305,8 +321,11 @@ scheduler_pass(bool *installed)
 		goto done;
 	}
 	if (dex_rebuild_tasks_if_needed())
+	{
 		ereport(LOG, (errmsg("dex scheduler rebuilt the task tables of database \"%s\"",
 							 dex_worker_database)));
+		durable = true;
+	}
 
 	/* the dex_*_spi functions read the rows of the latest statement */
 	v = dex_schema_1_6();
@@ -319,12 +338,14 @@ scheduler_pass(bool *installed)
 		more = true;
 
 	/* delayed runs that start, runs that time out (1.4) */
-	if (dex_schema_1_4() && dex_fire_run_timers(BATCH_SIZE) >= BATCH_SIZE)
-		more = true;
+	fired = dex_schema_1_4() ? dex_fire_run_timers(BATCH_SIZE) : 0;
+	more |= fired >= BATCH_SIZE;
+	durable |= fired > 0;
 
 	/* the ticks of schedules (1.7) */
-	if (dex_schema_schedules() && dex_fire_schedules(BATCH_SIZE) >= BATCH_SIZE)
-		more = true;
+	fired = dex_schema_schedules() ? dex_fire_schedules(BATCH_SIZE) : 0;
+	more |= fired >= BATCH_SIZE;
+	durable |= fired > 0;
 
 	rows = dex_spi_rows(&due_activities_plan, limit, NULL, 0);
 	dex_queue_activities_added_spi(1, 2);
@@ -348,6 +369,7 @@ scheduler_pass(bool *installed)
 	for (uint64 i = 0; i < rows.n; i++)
 		reclaim_expired_lease(rows, i);
 	leases_reclaimed(rows);
+	durable |= rows.n > 0;
 
 	if (more)
 		next = GetCurrentTimestamp();
@@ -372,15 +394,33 @@ scheduler_pass(bool *installed)
 			next = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), LOCKED_RETRY_MS);
 	}
 
+	/* only made due work pollable: no need to wait for the flush (see the header) */
+	if (!durable)
+		(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+
 done:
+
+	/*
+	 * Its statements have run: a commit from now on with work due before
+	 * "next" sets the latch; what commits asked for while they ran, which
+	 * they may not have seen, is taken (wakeup.c).  Published before the
+	 * commit, which wakes workers: one that leases a task at once asks for a
+	 * wake-up at its lease's end.
+	 */
+	scheduler_wakes_at(next);
+	asked = dex_scheduler_take_requests();
+	if (asked < next)
+		next = asked;
 	dex_worker_commit();
 	return next;
 }
 
 /*
  * Publish when the scheduler wakes by itself: a backend sets its latch at
- * commit if it made work due before then (wakeup.c).  While a pass runs it
- * is "never", so every such commit sets it: the pass might not see the work.
+ * commit if it made work due before then (wakeup.c).  While a pass runs its
+ * statements it is "never": such a commit records its due time, which the
+ * pass takes when it ends (it might not have seen the work).
  */
 static void
 scheduler_wakes_at(TimestampTz when)
