@@ -75,18 +75,35 @@ lock_runs_of(DexActivityCompletion *items, int n, Datum run_ids)
 	return ended;
 }
 
-#define FENCE_ACTIVITIES_SQL(queue) \
-	"DELETE FROM dex.activity_task t " \
-	"USING unnest($1::uuid[], $2::integer[], $3::bigint[]) AS b(run_id, event_id, lock_version) " \
-	"WHERE t.run_id = b.run_id AND t.event_id = b.event_id AND t.lock_version = b.lock_version " \
-	"AND t.locked_by IS NOT NULL " queue \
+/*
+ * The form with the queue finds each task by its primary key, then deletes
+ * the tasks found, again by primary key, each only with its own (run, task,
+ * lock version), as the workflow fence does (complete_workflow.c says why);
+ * a retry's backoff takes the lease away (locked_by NULL, the lock version
+ * kept), so the lease is checked too.
+ */
+#define FENCE_ACTIVITIES_RETURNING \
 	"RETURNING t.run_id, t.event_id, t.lock_version, t.attempt, t.queue_id, " DEX_QUEUE_LIMITED_SQL ", " \
 	"          t.locked_by, t.attempt_started_at"
 static DexPlan fence_activities_plan = {
-	FENCE_ACTIVITIES_SQL(""), 3, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID}
+	"DELETE FROM dex.activity_task t "
+	"USING unnest($1::uuid[], $2::integer[], $3::bigint[]) AS b(run_id, event_id, lock_version) "
+	"WHERE t.run_id = b.run_id AND t.event_id = b.event_id AND t.lock_version = b.lock_version "
+	"AND t.locked_by IS NOT NULL "
+	FENCE_ACTIVITIES_RETURNING,
+	3, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID}
 };
 static DexPlan fence_queue_activities_plan = {
-	FENCE_ACTIVITIES_SQL("AND t.queue_id = $4 "), 4, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4OID}
+	"WITH f AS MATERIALIZED (SELECT a.run_id, a.event_id, a.lock_version "
+	"  FROM unnest($1::uuid[], $2::integer[], $3::bigint[]) AS b(run_id, event_id, lock_version), "
+	"  LATERAL (SELECT a.run_id, a.event_id, a.lock_version FROM dex.activity_task a "
+	"           WHERE a.run_id = b.run_id AND a.event_id = b.event_id AND a.queue_id = $4 "
+	"           AND a.lock_version = b.lock_version AND num_nonnulls(a.locked_by) = 1 LIMIT 1) a) "
+	"DELETE FROM dex.activity_task t WHERE t.queue_id = $4 AND t.run_id = ANY (ARRAY(SELECT run_id FROM f)) "
+	"AND (t.run_id, t.event_id, t.lock_version) = ANY (ARRAY(SELECT (f.run_id, f.event_id, f.lock_version) FROM f)) "
+	"AND num_nonnulls(t.locked_by) = 1 "
+	FENCE_ACTIVITIES_RETURNING,
+	4, {UUIDARRAYOID, INT4ARRAYOID, INT8ARRAYOID, INT4OID}
 };
 
 /* an activity that succeeded after retries no longer needs its retry record */
