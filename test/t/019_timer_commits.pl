@@ -72,7 +72,8 @@ sleep 1;
 my ($writes, $passes) = split ' ', $node->safe_psql('postgres', $counts);
 $writes -= $writes_before;
 $passes -= $passes_before;
-cmp_ok($passes, '>=', 21, "the timers fired in $passes passes");
+# 100 ms apart, the timers fire in a pass each (a stall of the machine may join a few)
+cmp_ok($passes, '>=', 15, "the timers fired in $passes passes");
 cmp_ok($writes, '<', 10, "and the WAL was written $writes times meanwhile (clients' commits too), not once per pass");
 
 # a crash right after timers fire: each fires once, after the crash if the crash undid it
