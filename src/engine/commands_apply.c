@@ -434,6 +434,7 @@ apply_start_child_run(DexAppliedTask *c, const Dex__V1__Command *cmd)
 	}
 	ev->child_run_created->run_id = dex_uuid_to_cstring(child_id);
 	insert_child_run(c, cmd->id, child_id, sc, &queue, version, priority, labels);
+	dex_runs_started();			/* its commit is durable before it is seen (wakeup.c) */
 	c->started_work++;
 }
 

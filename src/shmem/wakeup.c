@@ -257,6 +257,7 @@ static DrainedLook drained = {false};
 static int	pending_run_slots[MAX_PENDING_SLOTS];
 static int	n_pending_run_slots = 0;
 static bool pending_all_run_slots = false;
+static bool started_runs = false;	/* this transaction started runs */
 static bool xact_callback_registered = false;
 static bool warned_not_preloaded = false;
 
@@ -1115,6 +1116,7 @@ dex_xact_callback(XactEvent event, void *arg)
 				wake_run_watcher();
 			if (n_pending_run_slots > 0 || pending_all_run_slots)
 				wake_pending_run_slots();
+			started_runs = false;
 			if (pending_wake != DT_NOEND && dex_shared != NULL)
 				wake_scheduler(pending_wake);
 			if (pending_launcher_wake && dex_shared != NULL)
@@ -1143,6 +1145,7 @@ dex_xact_callback(XactEvent event, void *arg)
 			n_pending_holders = 0;
 			n_pending_run_slots = 0;
 			pending_all_run_slots = false;
+			started_runs = false;
 			break;
 		default:
 			break;
@@ -1409,6 +1412,26 @@ dex_run_waiter(bool begin)
 		pg_atomic_fetch_add_u32(&dex_shared->run_waiters, 1);
 	else
 		pg_atomic_fetch_sub_u32(&dex_shared->run_waiters, 1);
+}
+
+/* This transaction started runs (children): see dex_xact_started_or_ended_runs */
+void
+dex_runs_started(void)
+{
+	started_runs = true;
+}
+
+/*
+ * Whether this transaction started or ended runs.  A client may read those
+ * (the end of a run wakes its waiters at commit, who tell clients the
+ * outcome), and a completion redone after a crash need not start them again
+ * alike, so such a commit must not be seen before it is durable
+ * (dex.poll_tasks_wait's completions, api_wait.c).
+ */
+bool
+dex_xact_started_or_ended_runs(void)
+{
+	return started_runs || n_pending_run_slots > 0 || pending_all_run_slots;
 }
 
 /*
