@@ -156,6 +156,7 @@ complete_task(FunctionCallInfo fcinfo, bool protobuf)
 {
 	Completions c = completions_for(1);
 
+	dex_completion_begins();
 	dex_check_task_args(fcinfo);
 	SPI_connect();
 	dex_wait_for_rebuild();
@@ -225,8 +226,12 @@ static Datum
 complete_tasks(FunctionCallInfo fcinfo, bool protobuf)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	DexTaskBatch b = dex_read_task_batch(fcinfo, protobuf ? BYTEAOID : JSONBOID, "results");
-	Completions c = parse_batch(&b, protobuf);
+	DexTaskBatch b;
+	Completions c;
+
+	dex_completion_begins();
+	b = dex_read_task_batch(fcinfo, protobuf ? BYTEAOID : JSONBOID, "results");
+	c = parse_batch(&b, protobuf);
 
 	InitMaterializedSRF(fcinfo, 0);
 	SPI_connect();

@@ -29,11 +29,10 @@
  * called in; if it leased nothing, it commits (the completions with it),
  * sleeps holding no snapshot in the transaction that commit began, and
  * looks again in it when woken, its leases dated from the wake-up.  The
- * leases commit when the CALL ends.  The commit of completions before the
- * wait does not wait for its WAL flush, unless they ended or started runs
- * (which a client may read): the next worker gets their work a flush sooner,
- * and the CALL flushes them before it returns, so a worker is told only of
- * durable completions.  dex.stop_waiting ends the sleep of a
+ * leases commit when the CALL ends.  The commit of the completions is seen,
+ * and wakes the next worker, before its WAL flush, which it then waits for
+ * (unless they ended or started runs, which a client may read: wakeup.c).
+ * dex.stop_waiting ends the sleep of a
  * worker's calls: each returns what it had leased (nothing), so that a worker
  * shutting down need not cancel them.
  *
@@ -49,15 +48,11 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
-#include "access/xact.h"
-#include "access/xlog.h"
 #include "catalog/pg_type.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "nodes/parsenodes.h"
-#include "replication/syncrep.h"
 #include "utils/builtins.h"
-#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "api/api_tasks.h"
@@ -659,10 +654,6 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 	int			n_completions;
 	Datum		result[2];
 	bool		result_null[2] = {false, true};
-	volatile bool first_commit = true;
-	volatile bool deferred_flush = false;
-	volatile XLogRecPtr commit_before = InvalidXLogRecPtr;
-	volatile XLogRecPtr completions_end = InvalidXLogRecPtr;	/* their commit's, not flushed */
 
 	require_nonatomic_call(fcinfo, protobuf ? "poll_tasks_wait_pb" : "poll_tasks_wait");
 	look.args = dex_read_poll_args(fcinfo, 6, 12);
@@ -680,6 +671,9 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 	dex_arg_not_null(fcinfo, 4, "timeout");
 	timeout_usecs = wait_timeout(fcinfo, 4);
 	deadline = GetCurrentTimestamp() + timeout_usecs;
+	/* their commit is seen before its flush, which it waits for after its wake-ups (wakeup.c) */
+	if (n_completions > 0)
+		dex_completion_begins();
 
 	SPI_connect_ext(SPI_OPT_NONATOMIC);
 	PG_TRY();
@@ -692,20 +686,8 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 			remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 			if (look.n > 0 || remaining <= 0)
 				break;
-			if (first_commit && n_completions > 0 && synchronous_commit > SYNCHRONOUS_COMMIT_OFF &&
-				!dex_xact_started_or_ended_runs())
-			{
-				/* the completions are made durable before the CALL returns, not here */
-				(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
-										 GUC_ACTION_LOCAL, true, 0, false);
-				commit_before = XactLastCommitEnd;
-				deferred_flush = true;
-			}
 			/* no snapshot, no xmin from here on */
 			SPI_commit();
-			if (first_commit && deferred_flush && XactLastCommitEnd != commit_before)
-				completions_end = XactLastCommitEnd;
-			first_commit = false;
 			dex_report_wait(psprintf("waiting for tasks on queue \"%s\"", look.args.queue_name));
 			(void) dex_queue_wait(sleep_ms(look.queue_id, look.throttled_until, remaining));
 			dex_report_wait(NULL);
@@ -730,19 +712,6 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 	/* a commit that woke us after the last look made a task that another waiter is to take */
 	if (dex_queue_wait_end())
 		dex_queue_pass_wakeup_on(look.queue_id, look.args.keys, look.args.n_names);
-
-	/*
-	 * The completions committed before the wait without waiting for their
-	 * flush: they are durable (and, with synchronous replication, on the
-	 * standbys the session's synchronous_commit asks for) before the worker
-	 * is told they were applied.  Usually a later commit flushed them while
-	 * this call waited.
-	 */
-	if (!XLogRecPtrIsInvalid(completions_end))
-	{
-		XLogFlush(completions_end);
-		SyncRepWaitForLSN(completions_end, true);
-	}
 
 	/*
 	 * The task messages live out of SPI's memory (SPI_datumTransfer), but

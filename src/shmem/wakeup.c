@@ -74,6 +74,17 @@
  * bitmap is atomics written by the scheduler only; a shared slot only costs
  * a spurious pass.
  *
+ * Completions seen before they are flushed.  A transaction of its own
+ * (autocommit, nothing written before it) that completes tasks
+ * (dex.complete_task(s), the completions of dex.poll_tasks_wait) and neither
+ * ended nor started runs commits without waiting for its WAL flush (decided
+ * at pre-commit, when the whole transaction is known), so the wake-ups above
+ * go out at once, then flushes its commit in the commit callback, after them
+ * and before the session goes on: the worker woken gets the work a flush
+ * sooner, and the completing worker is told only of a durable completion.
+ * Not under synchronous replication, whose standbys a commit waits for
+ * before it is seen.
+ *
  * Locking: the database entries and latch pointers are written and read
  * under the spinlock; next_wake is a 64-bit atomic written by the scheduler
  * and read without a lock (a stale read only costs one spurious wake-up or,
@@ -92,10 +103,13 @@
 #include <signal.h>
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "fmgr.h"
 #include "libpq/libpq.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
+#include "replication/syncrep.h"
+#include "replication/walsender.h"
 #include "storage/condition_variable.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -105,6 +119,7 @@
 #include "tcop/tcopprot.h"
 #include "common/hashfn.h"
 #include "utils/array.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 #include "utils/uuid.h"
 #include "utils/wait_event.h"
@@ -258,6 +273,13 @@ static int	pending_run_slots[MAX_PENDING_SLOTS];
 static int	n_pending_run_slots = 0;
 static bool pending_all_run_slots = false;
 static bool started_runs = false;	/* this transaction started runs */
+
+/* dex_completion_begins: 0 no completion yet, 1 may be seen before its flush, -1 may not */
+static int	early_commit = 0;
+static bool early_flush = false;	/* this commit flushes in its callback */
+static XLogRecPtr early_commit_before = InvalidXLogRecPtr;
+
+static bool commit_early(void);
 static bool xact_callback_registered = false;
 static bool warned_not_preloaded = false;
 
@@ -1096,6 +1118,18 @@ dex_xact_callback(XactEvent event, void *arg)
 {
 	switch (event)
 	{
+		case XACT_EVENT_PREPARE:
+			early_commit = 0;	/* two-phase commits wait for their flush as always */
+			break;
+		case XACT_EVENT_PRE_COMMIT:
+			if (commit_early())
+			{
+				(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
+										 GUC_ACTION_LOCAL, true, 0, false);
+				early_commit_before = XactLastCommitEnd;
+				early_flush = true;
+			}
+			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
 			if (drained_pending.valid)
@@ -1129,6 +1163,11 @@ dex_xact_callback(XactEvent event, void *arg)
 			}
 			pending_wake = DT_NOEND;
 			pending_launcher_wake = false;
+			/* woken, the next worker goes on while this commit is flushed */
+			if (early_flush && XactLastCommitEnd != early_commit_before)
+				XLogFlush(XactLastCommitEnd);
+			early_flush = false;
+			early_commit = 0;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
@@ -1146,6 +1185,8 @@ dex_xact_callback(XactEvent event, void *arg)
 			n_pending_run_slots = 0;
 			pending_all_run_slots = false;
 			started_runs = false;
+			early_flush = false;
+			early_commit = 0;
 			break;
 		default:
 			break;
@@ -1432,6 +1473,27 @@ bool
 dex_xact_started_or_ended_runs(void)
 {
 	return started_runs || n_pending_run_slots > 0 || pending_all_run_slots;
+}
+
+/*
+ * Completions begin: their transaction may be seen before its flush if it
+ * is a transaction of its own (see the header).
+ */
+void
+dex_completion_begins(void)
+{
+	if (early_commit == 0)
+		early_commit = !IsTransactionBlock() &&
+			!TransactionIdIsValid(GetTopTransactionIdIfAny()) ? 1 : -1;
+}
+
+/* At pre-commit: whether this commit may be seen before its flush */
+static bool
+commit_early(void)
+{
+	return early_commit == 1 && !dex_xact_started_or_ended_runs() &&
+		synchronous_commit > SYNCHRONOUS_COMMIT_OFF &&
+		!(SyncRepRequested() && SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0');
 }
 
 /*
