@@ -278,6 +278,7 @@ create_run(PG_FUNCTION_ARGS)
 				 errhint("Wait for that run to end, or cancel it.")));
 	}
 	dex_spi_exec(&insert_run_plan, values, nulls, 0);
+	dex_runs_started();
 	add_run_timers(dex_uuid_array(&run_id, 1), &sched);
 
 	/*
@@ -588,6 +589,7 @@ create_each_run(FunctionCallInfo fcinfo, const char *workflow_name, int32 versio
 		Int32GetDatum(version), Int32GetDatum(queue->id)};
 
 		dex_spi_exec(&insert_each_run_plan, values, NULL, 0);
+		dex_runs_started();
 	}
 	if (n_tasks > 0)
 	{
@@ -706,6 +708,7 @@ create_runs(PG_FUNCTION_ARGS)
 			nulls[6] = 'n';
 		values[7] = BoolGetDatum(sched.delayed);
 		dex_spi_exec(&insert_runs_plans[dex_schema_1_6()], values, nulls, 0);
+		dex_runs_started();
 		if (SPI_processed > 0)
 			dex_queue_keyed_tasks_added(queue.id, dex_task_key(workflow_name, version),
 										(int64) SPI_processed);

@@ -58,7 +58,6 @@ extern int	dex_queue_stop_waiters(uint32 worker);
 extern void dex_queue_pass_wakeup_on(int32 queue_id, const uint64 *keys, int n);
 extern void dex_runs_ended(Datum run_ids);
 extern void dex_runs_started(void);
-extern bool dex_xact_started_or_ended_runs(void);
 extern void dex_completion_begins(void);
 extern void dex_run_waiter(bool begin);
 extern void dex_scheduler_watch_runs(const pg_uuid_t *run_ids, int n);

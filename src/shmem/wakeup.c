@@ -1119,7 +1119,9 @@ dex_xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PREPARE:
-			early_commit = 0;	/* two-phase commits wait for their flush as always */
+			/* two-phase commits wait for their flush as always */
+			early_commit = 0;
+			started_runs = false;
 			break;
 		case XACT_EVENT_PRE_COMMIT:
 			if (commit_early())
@@ -1455,7 +1457,7 @@ dex_run_waiter(bool begin)
 		pg_atomic_fetch_sub_u32(&dex_shared->run_waiters, 1);
 }
 
-/* This transaction started runs (children): see dex_xact_started_or_ended_runs */
+/* This transaction started runs (created, or children): see xact_started_or_ended_runs */
 void
 dex_runs_started(void)
 {
@@ -1466,11 +1468,11 @@ dex_runs_started(void)
  * Whether this transaction started or ended runs.  A client may read those
  * (the end of a run wakes its waiters at commit, who tell clients the
  * outcome), and a completion redone after a crash need not start them again
- * alike, so such a commit must not be seen before it is durable
- * (dex.poll_tasks_wait's completions, api_wait.c).
+ * alike, so such a commit must not be seen before it is durable (see the
+ * header: completions seen before they are flushed).
  */
-bool
-dex_xact_started_or_ended_runs(void)
+static bool
+xact_started_or_ended_runs(void)
 {
 	return started_runs || n_pending_run_slots > 0 || pending_all_run_slots;
 }
@@ -1491,7 +1493,7 @@ dex_completion_begins(void)
 static bool
 commit_early(void)
 {
-	return early_commit == 1 && !dex_xact_started_or_ended_runs() &&
+	return early_commit == 1 && !xact_started_or_ended_runs() &&
 		synchronous_commit > SYNCHRONOUS_COMMIT_OFF &&
 		!(SyncRepRequested() && SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0');
 }
