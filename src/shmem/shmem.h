@@ -59,6 +59,7 @@ extern void dex_queue_pass_wakeup_on(int32 queue_id, const uint64 *keys, int n);
 extern void dex_runs_ended(Datum run_ids);
 extern void dex_runs_started(void);
 extern void dex_completion_begins(void);
+extern void dex_commit_without_flush(void);
 extern void dex_run_waiter(bool begin);
 extern void dex_scheduler_watch_runs(const pg_uuid_t *run_ids, int n);
 extern uint64 dex_run_generation(const pg_uuid_t *run_id);

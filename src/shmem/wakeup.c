@@ -277,7 +277,6 @@ static bool started_runs = false;	/* this transaction started runs */
 /* dex_completion_begins: 0 no completion yet, 1 may be seen before its flush, -1 may not */
 static int	early_commit = 0;
 static bool early_flush = false;	/* this commit flushes in its callback */
-static XLogRecPtr early_commit_before = InvalidXLogRecPtr;
 
 static bool commit_early(void);
 static bool xact_callback_registered = false;
@@ -1126,9 +1125,7 @@ dex_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PRE_COMMIT:
 			if (commit_early())
 			{
-				(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
-										 GUC_ACTION_LOCAL, true, 0, false);
-				early_commit_before = XactLastCommitEnd;
+				dex_commit_without_flush();
 				early_flush = true;
 			}
 			break;
@@ -1166,7 +1163,7 @@ dex_xact_callback(XactEvent event, void *arg)
 			pending_wake = DT_NOEND;
 			pending_launcher_wake = false;
 			/* woken, the next worker goes on while this commit is flushed */
-			if (early_flush && XactLastCommitEnd != early_commit_before)
+			if (early_flush)
 				XLogFlush(XactLastCommitEnd);
 			early_flush = false;
 			early_commit = 0;
@@ -1489,13 +1486,30 @@ dex_completion_begins(void)
 			!TransactionIdIsValid(GetTopTransactionIdIfAny()) ? 1 : -1;
 }
 
-/* At pre-commit: whether this commit may be seen before its flush */
+/*
+ * At pre-commit: whether this commit may be seen before its flush.  Only a
+ * transaction with an xid writes a commit record, to flush in the callback.
+ */
 static bool
 commit_early(void)
 {
-	return early_commit == 1 && !xact_started_or_ended_runs() &&
+	return early_commit == 1 && TransactionIdIsValid(GetTopTransactionIdIfAny()) &&
+		!xact_started_or_ended_runs() &&
 		synchronous_commit > SYNCHRONOUS_COMMIT_OFF &&
 		!(SyncRepRequested() && SyncRepStandbyNames != NULL && SyncRepStandbyNames[0] != '\0');
+}
+
+/*
+ * This transaction's commit does not wait for its WAL flush (reverted when
+ * it ends): for commits whose effects anything that depends on them makes
+ * durable, as the WAL is flushed in order (the scheduler's passes that only
+ * make work pollable), or that flush after their wake-ups (see the header).
+ */
+void
+dex_commit_without_flush(void)
+{
+	(void) set_config_option("synchronous_commit", "off", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_LOCAL, true, 0, false);
 }
 
 /*

@@ -61,7 +61,6 @@
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
-#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "workers/workers.h"
@@ -396,8 +395,7 @@ scheduler_pass(bool *installed)
 
 	/* only made due work pollable: no need to wait for the flush (see the header) */
 	if (!durable)
-		(void) set_config_option("synchronous_commit", "off", PGC_SUSET, PGC_S_SESSION,
-								 GUC_ACTION_LOCAL, true, 0, false);
+		dex_commit_without_flush();
 
 done:
 
