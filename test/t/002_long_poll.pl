@@ -4,7 +4,6 @@
 # scheduler, a workflow-task lease that expired.
 use strict;
 use warnings;
-use IPC::Run;
 use FindBin;
 use lib $FindBin::RealBin;
 use DexCluster;
@@ -24,11 +23,7 @@ $node->safe_psql('postgres', q{
 sub start_call
 {
 	my ($sql) = @_;
-	my ($out, $err) = ('', '');
-	my $h = IPC::Run::start(
-		[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-c', $sql ],
-		'>', \$out, '2>', \$err);
-	return ($h, \$out);
+	return dex_psql_start($node, $sql);
 }
 
 # Start a waiting worker; returns the IPC::Run harness and its output ref.

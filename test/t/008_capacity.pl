@@ -4,7 +4,6 @@
 # runs out); concurrent polls never hold more leases than the capacity.
 use strict;
 use warnings;
-use IPC::Run;
 use FindBin;
 use lib $FindBin::RealBin;
 use DexCluster;
@@ -28,12 +27,7 @@ $node->safe_psql('postgres', q{
 sub start_waiter
 {
 	my ($queue, $timeout) = @_;
-	my ($out, $err) = ('', '');
-	my $h = IPC::Run::start(
-		[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'),
-		  '-c', "CALL dex.wait_for_tasks('$queue', '$timeout')" ],
-		'>', \$out, '2>', \$err);
-	return ($h, \$out);
+	return dex_psql_start($node, "CALL dex.wait_for_tasks('$queue', '$timeout')");
 }
 
 sub wait_until_sleeping
@@ -84,11 +78,7 @@ cmp_ok(time - $t0, '<', 5, 'at once');
 my @pollers;
 for my $i (1 .. 6)
 {
-	my ($o, $e) = ('', '');
-	push @pollers, IPC::Run::start(
-		[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'),
-		  '-c', "SELECT count(*) FROM dex.poll_tasks('act', 'p$i', 10)" ],
-		'>', \$o, '2>', \$e);
+	push @pollers, (dex_psql_start($node, "SELECT count(*) FROM dex.poll_tasks('act', 'p$i', 10)"))[0];
 }
 $_->finish for @pollers;
 cmp_ok($node->safe_psql('postgres', $leased), '<=', 5, 'concurrent polls stay within the capacity');

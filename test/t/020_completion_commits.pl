@@ -11,7 +11,6 @@
 # WAL writer keeps what nobody flushed unflushed for seconds.
 use strict;
 use warnings;
-use IPC::Run;
 use FindBin;
 use lib $FindBin::RealBin;
 use DexCluster;
@@ -82,14 +81,9 @@ sub leased_run
 sub complete_and_wait
 {
 	my ($run, $v, $commands, $timeout) = @_;
-	my ($out, $err) = ('', '');
-	my $h = IPC::Run::start(
-		[ 'psql', '-X', '-A', '-t', '-q', '-d', $node->connstr('postgres'),
-		  '-c', 'SET commit_delay = 50000', '-c', 'SET commit_siblings = 0', '-c', qq{
+	return dex_psql_start($node, 'SET commit_delay = 50000', 'SET commit_siblings = 0', qq{
 			CALL dex.poll_tasks_wait('cw-wf', 'w', 1, '1 min', '$timeout', NULL, false,
-				ARRAY['$run']::uuid[], ARRAY[0], ARRAY[$v]::bigint[], ARRAY['$commands']::jsonb[])} ],
-		'>', \$out, '2>', \$err);
-	return ($h, \$out);
+				ARRAY['$run']::uuid[], ARRAY[0], ARRAY[$v]::bigint[], ARRAY['$commands']::jsonb[])});
 }
 
 # when the rows the query looks for are seen: the xid that wrote them and the flush position
@@ -172,15 +166,12 @@ is(was_flushed($xid, $since, $flushed), 't', 'its commit was flushed before it w
 sub spin_until_seen
 {
 	my ($query) = @_;
-	my ($out, $err) = ('', '');
-	my $h = IPC::Run::start(
-		[ 'psql', '-X', '-A', '-t', '-d', $node->connstr('postgres'), '-c', $query ],
-		'>', \$out, '2>', \$err);
+	my ($h, $out) = dex_psql_start($node, $query);
 	# it spins before the completion commits
 	$node->poll_query_until('postgres',
 		"SELECT count(*) = 1 FROM pg_stat_activity WHERE query LIKE 'SELECT * FROM seen%'")
 	  or die 'the spinning session did not start';
-	return ($h, \$out);
+	return ($h, $out);
 }
 
 # runs whose activity is leased: [run, activity lock version]

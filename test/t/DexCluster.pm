@@ -14,9 +14,10 @@ package DexCluster;
 use strict;
 use warnings;
 use Exporter 'import';
+use IPC::Run;
 use PostgreSQL::Test::Cluster;
 
-our @EXPORT = qw(dex_cluster);
+our @EXPORT = qw(dex_cluster dex_psql_start);
 
 # dex_cluster(NAME, OPTIONS): a new cluster named NAME, initialised, with
 #   shared_preload_libraries = 'dex'
@@ -35,6 +36,20 @@ sub dex_cluster
 		  . ($options{conf} // ''));
 	$node->start;
 	return $node;
+}
+
+# dex_psql_start(NODE, COMMANDS...): a psql of its own runs the commands (a -c each, each its
+# own transaction) in NODE's database 'postgres', in the background, printing rows unaligned
+# and nothing else; returns the IPC::Run harness (finish it to wait) and a ref to its output.
+sub dex_psql_start
+{
+	my ($node, @commands) = @_;
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start(
+		[ 'psql', '-X', '-A', '-t', '-q', '-d', $node->connstr('postgres'),
+		  map { ('-c', $_) } @commands ],
+		'>', \$out, '2>', \$err);
+	return ($h, \$out);
 }
 
 1;
