@@ -3392,6 +3392,132 @@ workload_floor(PGconn *m)
 	free(latency_ms);
 }
 
+/*
+ * F2: the floor under W8.  A one-activity workflow written by hand in plain
+ * SQL, with none of dex: a run row, a task table that workers claim with
+ * SKIP LOCKED, a history row per workflow step.  10 workflow and 10 activity
+ * clients each take one task per transaction and complete it in the same
+ * one (claim, record, hand over: three durable transactions per run).  It
+ * has no leases, fences, retries, timeouts, inbox or protobuf, so it does
+ * less than a durable execution engine must: what the server spends on it
+ * per run is less than W8 can, and it tells how much of W8's CPU is dex's.
+ */
+typedef struct FloorWorker
+{
+	pthread_t	thread;
+	bool		is_wf;
+	int			n_runs;
+	atomic_int *done;			/* runs ended, by all workers */
+	long		calls;
+	long		empty;			/* calls that found no task */
+} FloorWorker;
+
+static const char *F2_WF_SQL =
+"WITH t AS (DELETE FROM dexbench_f2_task WHERE id = (SELECT id FROM dexbench_f2_task "
+"           WHERE kind = 0 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) "
+"           RETURNING run_id, stage, value), "
+"h AS (INSERT INTO dexbench_f2_history (run_id, seq, event) "
+"      SELECT run_id, stage, convert_to(repeat('e', 100), 'UTF8') FROM t), "
+"a AS (INSERT INTO dexbench_f2_task (kind, run_id, stage, value) "
+"      SELECT 1, run_id, 0, value FROM t WHERE stage = 0), "
+"r AS (UPDATE dexbench_f2_run u SET status = 1, result = t.value FROM t "
+"      WHERE t.stage = 1 AND u.id = t.run_id) "
+"SELECT count(*), count(*) FILTER (WHERE stage = 1) FROM t";
+
+static const char *F2_ACT_SQL =
+"WITH t AS (DELETE FROM dexbench_f2_task WHERE id = (SELECT id FROM dexbench_f2_task "
+"           WHERE kind = 1 ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) "
+"           RETURNING run_id, value), "
+"w AS (INSERT INTO dexbench_f2_task (kind, run_id, stage, value) "
+"      SELECT 0, run_id, 1, value + 1 FROM t) "
+"SELECT count(*), 0 FROM t";
+
+static void *
+floor_worker_main(void *arg)
+{
+	FloorWorker *w = arg;
+	PGconn	   *c = connect_db(w->is_wf ? "dexbench F2 workflow" : "dexbench F2 activity");
+
+	prepare(c, "step", w->is_wf ? F2_WF_SQL : F2_ACT_SQL);
+	while (atomic_load(w->done) < w->n_runs)
+	{
+		PGresult   *r = PQexecPrepared(c, "step", 0, NULL, NULL, NULL, 0);
+
+		if (PQresultStatus(r) != PGRES_TUPLES_OK)
+			die("F2 step: %s", PQerrorMessage(c));
+		w->calls++;
+		if (atoi(PQgetvalue(r, 0, 0)) == 0)
+		{
+			w->empty++;
+			sleep_us(200);		/* a hand-written worker's poll interval */
+		}
+		atomic_fetch_add(w->done, atoi(PQgetvalue(r, 0, 1)));
+		PQclear(r);
+	}
+	PQfinish(c);
+	return NULL;
+}
+
+static void
+workload_floor_throughput(PGconn *m)
+{
+	int			n_runs = scaled(10000, 100);
+	FloorWorker workers[20];
+	atomic_int	done = 0;
+	Stats		before,
+				after;
+	Delta		d;
+	char		sql[512],
+				notes[256];
+	int64_t		t0;
+	double		secs;
+	long		calls = 0,
+				empty = 0;
+
+	exec_void(m, "DROP TABLE IF EXISTS dexbench_f2_run, dexbench_f2_history, dexbench_f2_task");
+	exec_void(m, "CREATE TABLE dexbench_f2_run (id bigint PRIMARY KEY, status smallint NOT NULL, "
+			  "argument integer NOT NULL, result integer)");
+	exec_void(m, "CREATE TABLE dexbench_f2_history (run_id bigint, seq integer, event bytea NOT NULL, "
+			  "PRIMARY KEY (run_id, seq))");
+	exec_void(m, "CREATE TABLE dexbench_f2_task (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, "
+			  "kind smallint NOT NULL, run_id bigint NOT NULL, stage smallint NOT NULL, "
+			  "value integer NOT NULL)");
+	exec_void(m, "CREATE INDEX ON dexbench_f2_task (kind, id)");
+	stats_read(m, &before);
+	t0 = mono_us();
+	/* created as W8's runs are, a thousand per statement */
+	for (int i = 0; i < n_runs; i += 1000)
+	{
+		snprintf(sql, sizeof(sql),
+				 "WITH r AS (INSERT INTO dexbench_f2_run (id, status, argument) "
+				 "SELECT g, 0, g FROM generate_series(%d, %d) g RETURNING id, argument) "
+				 "INSERT INTO dexbench_f2_task (kind, run_id, stage, value) "
+				 "SELECT 0, id, 0, argument FROM r",
+				 i, (i + 1000 < n_runs ? i + 1000 : n_runs) - 1);
+		exec_void(m, sql);
+	}
+	for (int i = 0; i < 20; i++)
+	{
+		workers[i] = (FloorWorker) {.is_wf = i < 10, .n_runs = n_runs, .done = &done};
+		if (pthread_create(&workers[i].thread, NULL, floor_worker_main, &workers[i]) != 0)
+			die("pthread_create failed");
+	}
+	for (int i = 0; i < 20; i++)
+	{
+		pthread_join(workers[i].thread, NULL);
+		calls += workers[i].calls;
+		empty += workers[i].empty;
+	}
+	secs = (mono_us() - t0) / 1e6;
+	stats_settle(m, &after);
+	d = stats_delta(m, &before, &after);
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM dexbench_f2_run WHERE status = 1 AND result = argument + 1");
+	snprintf(notes, sizeof(notes), "10 workflow + 10 activity clients, one task per transaction; "
+			 "%.2f calls per run, %ld found no task; %.0f of %d runs ended right",
+			 (double) calls / n_runs, empty, mon_double(m, sql), n_runs);
+	print_row("F2 hand-written W8", n_runs, secs, &d, notes);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -3404,7 +3530,7 @@ main(int argc, char **argv)
 	if (bench_k < 1 || bench_batch < 1 || bench_batch > MAX_BATCH || bench_scale <= 0)
 		die("bad BENCH_K, BENCH_BATCH or BENCH_SCALE");
 	if (argc < 2)
-		die("usage: dexbench W1|W2|W3|W4|W5|W6|W7|W8|W9|W10|S1|Q1|F1 ...");
+		die("usage: dexbench W1|W2|W3|W4|W5|W6|W7|W8|W9|W10|S1|Q1|F1|F2 ...");
 
 	m = connect_db("dexbench monitor");
 	bench_postmaster = postmaster_pid(m);
@@ -3465,6 +3591,8 @@ main(int argc, char **argv)
 			workload_many_queues(m);
 		else if (strcmp(w, "F1") == 0)
 			workload_floor(m);
+		else if (strcmp(w, "F2") == 0)
+			workload_floor_throughput(m);
 		else if (strcmp(w, "W8") == 0)
 		{
 			/* 20 workers in all, each taking one task per call */

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The dex benchmark (`make bench`): builds and installs dex, builds bench/dexbench, starts a
 # throwaway PostgreSQL 15 cluster (test/lib.sh; stopped however this script exits), runs the
-# workloads W1..W10, S1, Q1 and F1 and prints one markdown table. What each workload does and
+# workloads W1..W10, S1, Q1, F1 and F2 and prints one markdown table. What each workload does and
 # how each figure is computed: bench/README.md. Takes about 11 minutes on a 2-core machine (S1
 # alone: 2.5).
 #
@@ -21,7 +21,7 @@
 #   pg_stat_statements.max = 10000
 #
 # Environment:
-#   BENCH_ONLY=W1,W3   run only these workloads (W1..W10, S1, Q1, F1, SDK, DEF; default all). SDK: W1 through
+#   BENCH_ONLY=W1,W3   run only these workloads (W1..W10, S1, Q1, F1, F2, SDK, DEF; default all). SDK: W1 through
 #                      the Python and the TypeScript SDKs' workers (bench/sdk_w1.py,
 #                      clients/typescript/bench/w1.ts), on the same cluster, after the others;
 #                      DEF: a 3-step definition of SQL steps against the same flow as a Python
@@ -57,7 +57,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 
 export DEX_TEST_PORT=${DEX_TEST_PORT:-54450}
-BENCH_ONLY=${BENCH_ONLY:-W1,W2,W3,W4,W5,W6,W7,W8,W9,W10,S1,Q1,F1,SDK,DEF}
+BENCH_ONLY=${BENCH_ONLY:-W1,W2,W3,W4,W5,W6,W7,W8,W9,W10,S1,Q1,F1,F2,SDK,DEF}
 export BENCH_SCALE=${BENCH_SCALE:-1} BENCH_K=${BENCH_K:-2} BENCH_BATCH=${BENCH_BATCH:-100}
 export BENCH_W5_MAX=${BENCH_W5_MAX:-1000000}
 
@@ -106,11 +106,11 @@ dex_psql -At -c "SELECT 'run.sh: dex ' || extversion FROM pg_extension WHERE ext
 # W6 first: idle figures are cleanest before the other workloads leave work for autovacuum; W5
 # last: it leaves its 1M-run backlog in the tables.
 order=()
-for w in W6 F1 W1 W2 W3 W4 W7 W8 W9 W10 S1 Q1 W5; do
+for w in W6 F1 W1 W2 W3 W4 W7 W8 F2 W9 W10 S1 Q1 W5; do
   [[ ,$BENCH_ONLY, == *,$w,* ]] && order+=("$w")
 done
 ((${#order[@]} > 0)) || [[ ,$BENCH_ONLY, == *,SDK,* || ,$BENCH_ONLY, == *,DEF,* ]] ||
-  dex_die "BENCH_ONLY=$BENCH_ONLY names no workload (W1..W10, S1, Q1, F1, SDK, DEF)"
+  dex_die "BENCH_ONLY=$BENCH_ONLY names no workload (W1..W10, S1, Q1, F1, F2, SDK, DEF)"
 echo "run.sh: workloads ${order[*]}; BENCH_SCALE=$BENCH_SCALE BENCH_K=$BENCH_K BENCH_BATCH=$BENCH_BATCH"
 
 rows=$(mktemp)
@@ -144,7 +144,7 @@ fi
   echo
   echo "| workload | items | s | items/s | xact/item | WAL B/item | CPU ms/item | ins/item | upd/item | del/item | notes |"
   echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
-  for w in W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 S1 Q1 F1; do
+  for w in W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 S1 Q1 F1 F2; do
     awk -F'|' -v w="$w" '$2 == w || substr($2, 1, length(w) + 1) == w " " {
       printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 }' "$rows"
   done
