@@ -3303,23 +3303,54 @@ workload_low(PGconn *m, const char *w, WfKind kind, int n_runs, double rate)
 }
 
 /*
- * Q1: W4 with one worker per queue again, with 40 more queues (20 of each
- * kind, idle) in the database: what a task statement costs should not grow
- * with the number of queues (each has its task partition).
+ * Q1: what the number of queues costs a workflow.  W4 with one worker per
+ * queue and W8 (20 workers taking one task per call, 5,000 runs) on queues
+ * of their own, first with the queues the database has (those of the
+ * workloads before), then again on new queues after 1,000 idle queues (500
+ * of each kind, q1-idle-N-wf / -act) are made.  A statement of a poll, a
+ * completion or a background pass should touch its own queue only: the rows
+ * after should cost what the rows before do.
  */
+/* the queues the database will have once a workload has made its two */
+static int
+queues_with_two_more(PGconn *m)
+{
+	PGresult   *r = exec_ok(m, "SELECT count(*) FROM dex.queue");
+	int			n = atoi(PQgetvalue(r, 0, 0)) + 2;
+
+	PQclear(r);
+	return n;
+}
+
 static void
 workload_many_queues(PGconn *m)
 {
-	for (int i = 1; i <= 20; i++)
-	{
-		char		wf[32],
-					act[32];
+	const int	idle_pairs = 500;
+	const int	per_xact = 25;	/* queues made per transaction */
+	char		name[64];
 
-		snprintf(wf, sizeof(wf), "q1-idle-%d-wf", i);
-		snprintf(act, sizeof(act), "q1-idle-%d-act", i);
-		setup_queues(m, wf, act);
+	for (int round = 0; round < 2; round++)
+	{
+		snprintf(name, sizeof(name), "Q1 W4 k=1, %d queues", queues_with_two_more(m));
+		workload_paced(m, name, round ? "q1c" : "q1a", WF_ACTIVITY, scaled(1000, 50), 50.0, 1);
+		snprintf(name, sizeof(name), "Q1 W8, %d queues", queues_with_two_more(m));
+		workload_throughput(m, name, round ? "q1d" : "q1b", WF_ACTIVITY, scaled(5000, 100),
+							10, 10, 1, 180);
+		if (round)
+			break;
+		for (int i = 1; i <= idle_pairs; i += per_xact)
+		{
+			char		sql[512];
+
+			snprintf(sql, sizeof(sql),
+					 "SELECT dex.create_queue('q1-idle-' || i || '-wf', 'workflow'), "
+					 "dex.create_queue('q1-idle-' || i || '-act', 'activity') "
+					 "FROM generate_series(%d, %d) i "
+					 "WHERE NOT EXISTS (SELECT FROM dex.queue WHERE name = 'q1-idle-' || i || '-wf')",
+					 i, i + per_xact - 1);
+			exec_void(m, sql);
+		}
 	}
-	workload_paced(m, "Q1 (W4 k=1, 40 queues more)", "q1", WF_ACTIVITY, scaled(1000, 50), 50.0, 1);
 }
 
 /*

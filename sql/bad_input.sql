@@ -113,8 +113,8 @@ SELECT dex.create_queue('bad-q', 'timer');
 SELECT dex.create_queue('bad-q', 'workflow', 0);
 SELECT dex.create_queue('bad-q', 'activity', -1);
 SELECT dex.create_queue('bad-wf', 'activity');
-SELECT dex.create_queue('BAD_WF', 'workflow');
-SELECT dex.create_queue('bad.wf', 'workflow');
+SELECT dex.create_queue('bad-wf', 'workflow');
+SELECT dex.create_queue('bad-act', 'workflow');
 SELECT dex.alter_queue(NULL, capacity => 1);
 SELECT dex.alter_queue('bad-nope', capacity => 1);
 SELECT dex.alter_queue('bad-nope', paused => true);
@@ -763,7 +763,7 @@ SELECT pg_temp.fingerprint() = :'before' AS nothing_changed;
 --
 -- Some of the messages in full: they say what is wrong, and what to do about it
 --
-SELECT dex.create_queue('BAD_WF', 'workflow');
+SELECT dex.create_queue('bad-wf', 'activity');
 SELECT dex.create_queue('bad-q', 'Workflow');
 SELECT dex.create_queue('bad-q', 'activity', 0);
 SELECT dex.create_run('w', 'bad-nope');

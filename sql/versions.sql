@@ -139,13 +139,12 @@ SELECT event->'id' AS id, event->'markerRecorded' AS marker
 -- index the larger one)
 SELECT dex.create_queue('vs-skew', 'workflow');
 SELECT count(*) FROM dex.create_runs(repeat('b', 200), 'vs-skew', array_fill('0'::jsonb, ARRAY[5000]));
-SELECT partition FROM dex.queue WHERE name = 'vs-skew' \gset
-ANALYZE dex.:partition;
+ANALYZE dex.workflow_task;
 SELECT dex.create_run('rare', 'vs-skew', workflow_version => 2) IS NOT NULL AS created;
 SELECT pg_stat_force_next_flush();
 CREATE TEMP TABLE index_reads AS
-SELECT regexp_replace(indexrelname, '^workflow_task_q_vs_skew_', '') AS index, idx_tup_read
-  FROM pg_stat_user_indexes WHERE relname = :'partition';
+SELECT regexp_replace(indexrelname, '^workflow_task_', '') AS index, idx_tup_read
+  FROM pg_stat_user_indexes WHERE schemaname = 'dex' AND relname = 'workflow_task';
 -- a generic plan, as a worker's session gets after five polls
 SET plan_cache_mode = force_generic_plan;
 SELECT task->>'workflowName' AS workflow
@@ -154,6 +153,6 @@ RESET plan_cache_mode;
 SELECT pg_stat_force_next_flush();
 SELECT i.index, s.idx_tup_read - i.idx_tup_read AS entries_read
   FROM index_reads i
-  JOIN pg_stat_user_indexes s ON s.relname = :'partition'
-   AND regexp_replace(s.indexrelname, '^workflow_task_q_vs_skew_', '') = i.index
+  JOIN pg_stat_user_indexes s ON s.schemaname = 'dex' AND s.relname = 'workflow_task'
+   AND regexp_replace(s.indexrelname, '^workflow_task_', '') = i.index
  ORDER BY 1;

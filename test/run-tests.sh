@@ -19,7 +19,9 @@
 # for it) counts as one failure.
 #
 # Environment: DEX_SKIP_DEPS=1 skips test/deps.sh; DEX_PYTHON is the interpreter for pytest
-# (default /usr/bin/python3, which has the Debian psycopg and pytest); see test/lib.sh for the rest.
+# (default /usr/bin/python3, which has the Debian psycopg and pytest); DEX_SUITES=regress,tap runs
+# only those suites and DEX_TAP_TESTS="t/009_upgrade.pl t/021_many_queues.pl" only those TAP tests
+# (while working on them; the suites left out count as skipped); see test/lib.sh for the rest.
 # shellcheck disable=SC2317 # suite_* are called through run_suite
 set -euo pipefail
 shopt -s nullglob
@@ -165,6 +167,7 @@ suite_pgtap() {
 
 suite_tap() {
   local files=("$DEX_SRC"/test/t/*.pl) f logdir=$DEX_SCRATCH/tap/tmp_check/log
+  [[ -z ${DEX_TAP_TESTS:-} ]] || read -r -a files <<<"${DEX_TAP_TESTS//t\//$DEX_SRC/test/t/}"
   ((${#files[@]})) || { skip tap "no test/t/*.pl"; return; }
   dex_as_user mkdir -p "$DEX_SCRATCH/tap"
   # What PGXS's prove_installcheck sets: TESTDIR (tmp_check goes there), PG_REGRESS (used for
@@ -245,7 +248,13 @@ step cluster dex_copy_tree
 step cluster dex_start_cluster
 
 # run_suite NAME: a suite never stops the others; a bug in its own plumbing counts as a failure.
-run_suite() { "suite_$1" || record "$1" 0 1 "harness error, status $?"; }
+run_suite() {
+  if [[ -n ${DEX_SUITES:-} && ,$DEX_SUITES, != *,$1,* ]]; then
+    skip "$1" "not in DEX_SUITES"
+    return
+  fi
+  "suite_$1" || record "$1" 0 1 "harness error, status $?"
+}
 
 run_suite layers
 run_suite regress

@@ -31,9 +31,10 @@
 
 /*
  * $5: the queue of the tasks (1.5), or NULL.  Task rows are found by run
- * and task id, which do not name the queue's partition: without the queue
- * the statement looks at every queue's partition (hundreds of milliseconds
- * with hundreds of queues); with it, the generic plan keeps one partition.
+ * and task id, a prefix of the primary key.  Up to schema 1.7, whose task
+ * tables had a partition per queue, they did not name the queue's partition:
+ * without the queue the statement looked at every queue's partition
+ * (hundreds of milliseconds with hundreds of queues).
  */
 #define HEARTBEAT_SQL(queue_cond) \
 	"WITH b AS (SELECT * FROM unnest($1::uuid[], $2::integer[], $3::bigint[]) " \

@@ -39,7 +39,7 @@
  *
  * The LIMIT subqueries of the lease statements are MATERIALIZED CTEs: as a
  * plain subquery the planner may rescan it inside a nested loop (it does with
- * statistics taken on an empty partition), and every rescan skips the rows
+ * statistics taken on an empty table), and every rescan skips the rows
  * already leased and returns new ones, so max_tasks would not hold.
  *
  *-------------------------------------------------------------------------

@@ -1,31 +1,37 @@
 /*-------------------------------------------------------------------------
  *
  * api_queues.c
- *	  dex.create_queue and dex.alter_queue: task queues, their partitions,
- *	  capacity and pause, rate and concurrency limits (1.7);
- *	  dex.set_concurrency_limit (1.7); the trigger that makes the
- *	  partitions of restored queues.
+ *	  dex.create_queue and dex.alter_queue: task queues, their capacity and
+ *	  pause, rate and concurrency limits (1.7); dex.set_concurrency_limit
+ *	  (1.7); the trigger that sees restored queues.
  *
- * A queue is a row of dex.queue plus one partition of the task table of its
- * kind.  Both kinds are UNLOGGED: tasks are derived data, rebuilt after a
- * crash from runs, history, inbox and dex.activity_retry (rebuild.c).  The partition name is derived from the queue name, so names that
- * normalize to the same partition are refused.  Creation takes a lock on
- * dex.queue that serializes concurrent creators but not readers.
+ * A queue is a row of dex.queue.  Its tasks are rows of the task table of
+ * its kind (dex.workflow_task, dex.activity_task: one table each, whatever
+ * the number of queues, from 1.8), UNLOGGED: tasks are derived data, rebuilt
+ * after a crash from runs, history, inbox and dex.activity_retry (rebuild.c).
+ * Creation takes a lock on dex.queue that serializes concurrent creators but
+ * not readers.
+ *
+ * Up to 1.7 each queue had a LIST partition of its task table, so that a
+ * statement planned for all queues locked every partition each time it ran
+ * (src/README.md, "Task tables"); this library still makes the partition of
+ * a queue created on such a schema, named after the queue, so names that
+ * normalize to the same partition are refused there.
  *
  * Backups.  pg_dump dumps the rows of dex's logged tables (they are
  * registered with pg_extension_config_dump) but no member object of the
- * extension, and CREATE EXTENSION makes those again on restore.  The
- * partitions are made at run time, so each is made a member of the
- * extension when it is created: pg_dump leaves them out, with their (derived)
- * rows, and a restore cannot collide with them.  They come back with their
- * queues instead: dex.queue_partition(), an AFTER INSERT trigger on
- * dex.queue (a member of the extension too, so it exists before the
- * restored rows arrive; COPY fires triggers), makes the partition of every
- * queue row that arrives.  A row that dex.create_queue did not insert can
- * only be a restore (nobody else may write dex.queue): the trigger then
- * also notes the restoring session in dex.lease ('restore'), and the
- * scheduler rebuilds the task tables from the restored rows once that
- * session has ended, that is once every table is restored (scheduler.c).
+ * extension, and CREATE EXTENSION makes those again on restore.  The task
+ * tables are members (and the partitions of a 1.7 schema are made members
+ * when they are created), so a dump holds no task, and a restore cannot
+ * collide with them.  An AFTER INSERT trigger on dex.queue (a member of the
+ * extension too, so it exists before the restored rows arrive; COPY fires
+ * triggers) sees every queue row that arrives: dex.queue_restored() (1.8),
+ * or dex.queue_partition(), which also made the partition, up to 1.7.  A
+ * row that dex.create_queue did not insert can only be a restore (nobody
+ * else may write dex.queue): the trigger then notes the restoring session
+ * in dex.lease ('restore'), and the scheduler rebuilds the task tables from
+ * the restored rows once that session has ended, that is once every table
+ * is restored (scheduler.c).
  *
  *-------------------------------------------------------------------------
  */
@@ -50,6 +56,7 @@
 
 PG_FUNCTION_INFO_V1(dex_create_queue);
 PG_FUNCTION_INFO_V1(dex_queue_partition_trigger);
+PG_FUNCTION_INFO_V1(dex_queue_restored_trigger);
 PG_FUNCTION_INFO_V1(dex_queue_changed_trigger);
 
 #define QUEUE_NAME_MAX 128
@@ -118,15 +125,37 @@ static DexPlan lock_queues_plan = {
 	"LOCK TABLE dex.queue IN SHARE ROW EXCLUSIVE MODE", 0, {0}
 };
 
+static DexPlan find_queue_plan = {
+	"SELECT name FROM dex.queue WHERE name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}
+};
+
+static DexPlan insert_queue_plan = {
+	"INSERT INTO dex.queue (name, kind, capacity) VALUES ($1, $2, $3) RETURNING id",
+	3, {TEXTOID, TEXTOID, INT4OID}
+};
+
+/* Up to 1.7: a queue's partition, named after it, in dex.queue.partition */
 static DexPlan find_conflict_plan = {
 	"SELECT name FROM dex.queue WHERE name OPERATOR(pg_catalog.=) $1 OR partition OPERATOR(pg_catalog.=) $2::name",
 	2, {TEXTOID, TEXTOID}
 };
 
-static DexPlan insert_queue_plan = {
+static DexPlan insert_partitioned_queue_plan = {
 	"INSERT INTO dex.queue (name, kind, capacity, partition) VALUES ($1, $2, $3, $4::name) RETURNING id",
 	4, {TEXTOID, TEXTOID, INT4OID, TEXTOID}
 };
+
+/*
+ * Whether the task tables are partitioned by queue: a schema up to 1.7, which
+ * this library still serves until ALTER EXTENSION dex UPDATE.
+ */
+static bool
+task_tables_partitioned(void)
+{
+	Oid			relid = get_relname_relid("workflow_task", get_namespace_oid("dex", false));
+
+	return OidIsValid(relid) && get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE;
+}
 
 /* dex.create_queue is inserting its row: the trigger sees no restore */
 static bool inserting_queue = false;
@@ -182,6 +211,7 @@ dex_create_queue(PG_FUNCTION_ARGS)
 	char	   *kind;
 	int32		capacity;
 	bool		workflow;
+	bool		partitioned;
 	char	   *partition;
 	Datum		values[4];
 	int32		queue_id;
@@ -203,14 +233,20 @@ dex_create_queue(PG_FUNCTION_ARGS)
 				 errhint("The kind is \"workflow\" or \"activity\".")));
 	if (!PG_ARGISNULL(2))
 		check_capacity(capacity);
-	partition = partition_name(name, workflow);
 
 	SPI_connect();
 	dex_spi_exec(&lock_queues_plan, NULL, NULL, 0);
+	partitioned = task_tables_partitioned();
+	partition = partitioned ? partition_name(name, workflow) : NULL;
 
 	values[0] = CStringGetTextDatum(name);
-	values[1] = CStringGetTextDatum(partition);
-	dex_spi_exec(&find_conflict_plan, values, NULL, 1);
+	if (partitioned)
+	{
+		values[1] = CStringGetTextDatum(partition);
+		dex_spi_exec(&find_conflict_plan, values, NULL, 1);
+	}
+	else
+		dex_spi_exec(&find_queue_plan, values, NULL, 1);
 	if (SPI_processed > 0)
 	{
 		char	   *other = dex_spi_gettext_copy(0, 1);
@@ -223,18 +259,20 @@ dex_create_queue(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("queue name \"%s\" conflicts with queue \"%s\"", name, other),
 				 errdetail("Both names map to the task partition \"%s\".", partition),
-				 errhint("Queue names that differ only in case, punctuation or after their first %d characters share a partition; choose another name.",
+				 errhint("Queue names that differ only in case, punctuation or after their first %d characters share a partition; choose another name, or ALTER EXTENSION dex UPDATE (queues have no partitions from 1.8).",
 						 NAMEDATALEN - 1 - PARTITION_PREFIX_LEN)));
 	}
 
 	values[0] = CStringGetTextDatum(name);
 	values[1] = CStringGetTextDatum(kind);
 	values[2] = Int32GetDatum(capacity);
-	values[3] = CStringGetTextDatum(partition);
+	if (partitioned)
+		values[3] = CStringGetTextDatum(partition);
 	inserting_queue = true;
 	PG_TRY();
 	{
-		dex_spi_exec(&insert_queue_plan, values, capacity > 0 ? NULL : "  n ", 1);
+		dex_spi_exec(partitioned ? &insert_partitioned_queue_plan : &insert_queue_plan, values,
+					 capacity > 0 ? NULL : "  n ", 1);
 	}
 	PG_FINALLY();
 	{
@@ -245,17 +283,19 @@ dex_create_queue(PG_FUNCTION_ARGS)
 	dex_grant_queue_defaults(queue_id);
 
 	/*
-	 * On a 1.2 schema the trigger has made the partition by now; on an older
-	 * one (the library updated before ALTER EXTENSION dex UPDATE) this does.
+	 * From 1.2 to 1.7 the trigger has made the partition by now; before 1.2
+	 * (the library updated before ALTER EXTENSION dex UPDATE) this does.
 	 */
-	ensure_partition(queue_id, workflow, partition);
+	if (partitioned)
+		ensure_partition(queue_id, workflow, partition);
 
 	SPI_finish();
 	PG_RETURN_VOID();
 }
 
 /* ----------------------------------------------------------------
- * dex.queue_partition(): AFTER INSERT FOR EACH ROW on dex.queue
+ * dex.queue_restored() (1.8) and dex.queue_partition() (1.2 to 1.7):
+ * AFTER INSERT FOR EACH ROW on dex.queue
  * ----------------------------------------------------------------
  */
 
@@ -271,12 +311,45 @@ static DexPlan note_restore_plan = {
 	0, {0}
 };
 
+static void
+check_queue_trigger(FunctionCallInfo fcinfo, const char *function)
+{
+	TriggerData *trigdata = (TriggerData *) fcinfo->context;
+
+	if (!CALLED_AS_TRIGGER(fcinfo) ||
+		!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
+		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
+		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("%s must be fired AFTER INSERT FOR EACH ROW", function)));
+}
+
 /*
- * Every queue row that arrives gets its partition: those of dex.create_queue
- * and those a restore writes (COPY fires row triggers).  Rows that
- * dex.create_queue did not insert are a restore: the task tables must be
- * rebuilt once the restored runs, history and inbox are all in.
+ * Rows that dex.create_queue did not insert are a restore (COPY fires row
+ * triggers): the task tables must be rebuilt once the restored runs,
+ * history and inbox are all in.  Runs inside the trigger's SPI connection.
  */
+static void
+note_restore(void)
+{
+	if (inserting_queue)
+		return;
+	dex_spi_exec(&note_restore_plan, NULL, NULL, 0);
+	dex_wake_scheduler_at_commit(DT_NOBEGIN);
+}
+
+Datum
+dex_queue_restored_trigger(PG_FUNCTION_ARGS)
+{
+	check_queue_trigger(fcinfo, "dex.queue_restored()");
+	SPI_connect();
+	note_restore();
+	SPI_finish();
+	return PointerGetDatum(NULL);
+}
+
+/* Up to 1.7: every queue row that arrives gets its partition too */
 Datum
 dex_queue_partition_trigger(PG_FUNCTION_ARGS)
 {
@@ -288,14 +361,7 @@ dex_queue_partition_trigger(PG_FUNCTION_ARGS)
 	char	   *kind;
 	char	   *partition;
 
-	if (!CALLED_AS_TRIGGER(fcinfo) ||
-		!TRIGGER_FIRED_AFTER(trigdata->tg_event) ||
-		!TRIGGER_FIRED_FOR_ROW(trigdata->tg_event) ||
-		!TRIGGER_FIRED_BY_INSERT(trigdata->tg_event))
-		ereport(ERROR,
-				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-				 errmsg("dex.queue_partition() must be fired AFTER INSERT FOR EACH ROW")));
-
+	check_queue_trigger(fcinfo, "dex.queue_partition()");
 	desc = RelationGetDescr(trigdata->tg_relation);
 	row = trigdata->tg_trigtuple;
 	queue_id = DatumGetInt32(SPI_getbinval(row, desc, SPI_fnumber(desc, "id"), &isnull));
@@ -305,11 +371,7 @@ dex_queue_partition_trigger(PG_FUNCTION_ARGS)
 
 	SPI_connect();
 	ensure_partition(queue_id, strcmp(kind, "workflow") == 0, partition);
-	if (!inserting_queue)
-	{
-		dex_spi_exec(&note_restore_plan, NULL, NULL, 0);
-		dex_wake_scheduler_at_commit(DT_NOBEGIN);
-	}
+	note_restore();
 	SPI_finish();
 	return PointerGetDatum(NULL);
 }

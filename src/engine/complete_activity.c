@@ -15,14 +15,15 @@
  * raise_lost, reported as an error (fence.c).  A task of a queue the caller
  * may not use fails the whole call (access.c).
  *
- * The fence names the tasks' queue where it can, so that its plan opens and
- * probes that queue's partition only (initial pruning) instead of every
- * queue's, a cost that grows with the number of queues.  An activity
- * task stays on its queue for good, and the backend that leased it remembers
+ * The fence names the tasks' queue where it can, so that it probes the whole
+ * primary key (run, event, queue); up to schema 1.7, whose task tables had a
+ * partition per queue, that kept its plan on that queue's partition (initial
+ * pruning) instead of every queue's.  An activity task stays on its queue
+ * for good, and the backend that leased it remembers
  * that queue (dex_note_leased_activities: workers usually complete on the
  * connection that polled); an item it does not know, or that the named
- * queue did not have, goes through the unpruned fence, so a wrong or
- * missing note only costs time, never a lease.
+ * queue did not have, goes through the fence without the queue, so a wrong
+ * or missing note only costs time, never a lease.
  *
  *-------------------------------------------------------------------------
  */

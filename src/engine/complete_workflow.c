@@ -51,18 +51,19 @@ compare_workflow_items(const void *a, const void *b)
 
 /*
  * A run's workflow task is on the run's queue, so the fence names it ($3):
- * the plan then opens and probes the one partition of that queue when it
- * starts (initial pruning), where without it every queue's partition is
- * opened and probed, a cost that grows with the number of queues.  Tasks
- * whose run was not found (none can be leased) take the unpruned form.
+ * the primary key (run_id, queue_id) is probed on both columns.  (Up to
+ * schema 1.7, whose task tables had a partition per queue, this was what
+ * let the plan open and probe one partition instead of every queue's.)
+ * Tasks whose run was not found (none can be leased) take the form without
+ * the queue.
  *
  * The form with the queue finds each task by its primary key in a LATERAL
  * subquery, then deletes the tasks of the runs found, again by primary key.
  * As a join of the tasks with the unnest, the generic plan's cost grew with
- * the number of partitions it could not prune in its estimate, and past a
- * few queues the planner read the queue's whole partition once and joined
- * it with the unnest instead: every fence read every pending task of its
- * queue (W8 after other workloads: 7-9 ms of server CPU per workflow, 2.5
+ * the number of partitions it could not prune in its estimate (1.7), and
+ * past a few queues the planner read the queue's whole partition once and
+ * joined it with the unnest instead: every fence read every pending task of
+ * its queue (W8 after other workloads: 7-9 ms of server CPU per workflow, 2.5
  * alone).  The lease is checked with num_nonnulls(), which no partial
  * index's predicate (locked_by IS NOT NULL) can match, so both scans stay on
  * the primary key.  Only runs whose (run, lock version) pair was found are

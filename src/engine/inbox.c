@@ -158,8 +158,8 @@ dex_insert_first_task(pg_uuid_t *run_id, int32 queue_id, int32 priority)
  * A task row that is visible is never locked or waited for (the locking
  * protocol in src/README.md); ON CONFLICT only meets a task inserted by a transaction still
  * in progress, which holds the run lock too and does not wait for us.  A run's
- * workflow task is on the run's queue: naming it lets each probe read that
- * queue's partition only, not every queue's.
+ * workflow task is on the run's queue: naming it probes the whole primary
+ * key (and kept each probe on that queue's partition up to schema 1.7).
  */
 #define ENSURE_TASKS_SQL(cols, run_cols) \
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority" cols ") " \

@@ -405,7 +405,7 @@ dex_resume_run_internal(pg_uuid_t *run_id, const char *reason)
 /*
  * [withdrawn][dex_schema_1_4()]: [1] for runs whose workflow task the caller
  * has withdrawn already (a run has at most one, on its queue): without the
- * statement on every queue's workflow task partition.
+ * statement on the workflow tasks.
  */
 static DexPlan end_runs_plans[2][2] = {
 	{

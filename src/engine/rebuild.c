@@ -3,7 +3,7 @@
  * rebuild.c
  *	  Rebuilding the task tables after a crash.
  *
- * Workflow and activity task partitions are UNLOGGED: they are derived
+ * The workflow and activity task tables are UNLOGGED: they are derived
  * data, and keeping them out of the WAL is most of what makes a workflow
  * cheap to run.  Crash recovery empties them; the scheduler then rebuilds
  * them from the logged tables before anything else, in one transaction:

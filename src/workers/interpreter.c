@@ -75,7 +75,7 @@ static DexPlan keys_plan = {
 /*
  * One probe of workflow_task_version_idx per queue and definition: the
  * ORDER BY is that index's.  Without it the planner, where statistics say one
- * workflow fills a queue, read whole partitions and joined them with the
+ * workflow fills a queue, read whole queues' tasks and joined them with the
  * definitions by hash: 290 ms a pass with a million pending tasks of an SDK
  * workflow on another queue (the probes: 1.5 ms with 63 queues).
  */

@@ -18,12 +18,12 @@
  *		follows the retry policy (a task left to a run that ended goes);
  *	  - workflow-task leases that expired: the task is pollable again as it
  *		is; the scheduler only wakes the workers waiting on its queue;
- *	  - after a crash, the UNLOGGED task partitions are empty: they are
+ *	  - after a crash, the UNLOGGED task tables are empty: they are
  *		rebuilt from runs, history and inbox (rebuild.c);
  *	  - after a logical restore (pg_restore, or psql with a plain dump), the
- *		task partitions, which the trigger on dex.queue made for the restored
- *		queues (api_queues.c), are empty; the trigger notes the restoring
- *		session in dex.lease ('restore').  The restored tables arrive one by
+ *		task tables, which a dump leaves out (api_queues.c), are empty; the
+ *		trigger on dex.queue notes the restoring session in dex.lease
+ *		('restore').  The restored tables arrive one by
  *		one, in transactions of their own or in parallel sessions, and a
  *		rebuild from some of them would make wrong tasks (an activity whose
  *		result is still to come queued again), so the scheduler waits, doing

@@ -5,7 +5,7 @@
 -- dex_client, dex_worker and dex_admin may call them, and nobody may touch the tables): the
 -- administrators' as SECURITY DEFINER, the others by switching in C, so that queue grants are
 -- checked against their caller (src/engine/access.c); the tables
--- exist, task tables are partitioned per queue and workflow-task partitions are UNLOGGED;
+-- exist, the task tables are one UNLOGGED table per kind whatever the number of queues (1.8);
 -- PUBLIC cannot write any dex table.
 --
 -- Runs in one transaction that is rolled back: the queues created here leave nothing behind.
@@ -18,7 +18,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(419);
+SELECT plan(417);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -223,8 +223,8 @@ SELECT has_table('dex', t, format('table dex.%s exists', t))
   FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait,run_debounce,definition,user_task}'::name[]) t;
 SELECT has_view('dex', 'runs', 'view dex.runs exists');
 SELECT has_sequence('dex', 'lease_version', 'sequence dex.lease_version (the fencing tokens) exists');
-SELECT is_partitioned('dex', 'workflow_task', 'dex.workflow_task is partitioned');
-SELECT is_partitioned('dex', 'activity_task', 'dex.activity_task is partitioned');
+SELECT isnt_partitioned('dex', 'workflow_task', 'dex.workflow_task is one table, not a partition per queue');
+SELECT isnt_partitioned('dex', 'activity_task', 'dex.activity_task is one table, not a partition per queue');
 SELECT is((SELECT relpersistence FROM pg_class WHERE oid = 'dex.lease'::regclass), 'u'::"char",
           'dex.lease is UNLOGGED');
 -- the run table and the history are durable: with the retry records and the
@@ -239,23 +239,29 @@ SELECT columns_are('dex', 'runs',
     '{id,workflow_name,workflow_version,queue,status,instance_id,priority,labels,concurrency_key,custom_status,parent_id,argument,result,failure,history_length,created_at,updated_at,started_at,completed_at,task_failures,last_task_failure,origin_run_id,origin}'::name[],
     'dex.runs has the documented columns');
 
--- each queue gets its own partition, UNLOGGED for both kinds of task
+-- both task tables are UNLOGGED (rebuilt from history after a crash); a queue makes no
+-- relation of its own, so a statement on one queue locks the same relations at any number
+-- of queues
+SELECT is((SELECT relpersistence FROM pg_class WHERE oid = 'dex.workflow_task'::regclass),
+          'u'::"char", 'dex.workflow_task is UNLOGGED');
+SELECT is((SELECT relpersistence FROM pg_class WHERE oid = 'dex.activity_task'::regclass),
+          'u'::"char", 'dex.activity_task is UNLOGGED (rebuilt from history after a crash)');
+SELECT count(*) AS relations_before FROM pg_class WHERE relnamespace = 'dex'::regnamespace \gset
 SELECT dex.create_queue('tap-contracts-wf', 'workflow') \gset
 SELECT dex.create_queue('tap-contracts-act', 'activity', 10) \gset
-SELECT partition AS wf_part FROM dex.queue WHERE name = 'tap-contracts-wf' \gset
-SELECT partition AS act_part FROM dex.queue WHERE name = 'tap-contracts-act' \gset
-SELECT is_partition_of('dex', :'wf_part', 'dex', 'workflow_task',
-                       'the workflow queue''s partition is a partition of dex.workflow_task');
-SELECT is_partition_of('dex', :'act_part', 'dex', 'activity_task',
-                       'the activity queue''s partition is a partition of dex.activity_task');
-SELECT is((SELECT relpersistence FROM pg_class WHERE oid = format('dex.%I', :'wf_part')::regclass),
-          'u'::"char", 'the workflow-task partition is UNLOGGED');
-SELECT is((SELECT relpersistence FROM pg_class WHERE oid = format('dex.%I', :'act_part')::regclass),
-          'u'::"char", 'the activity-task partition is UNLOGGED (rebuilt from history after a crash)');
-SELECT is((SELECT pg_get_expr(relpartbound, oid) FROM pg_class
-            WHERE oid = format('dex.%I', :'wf_part')::regclass),
-          format('FOR VALUES IN (%s)', (SELECT id FROM dex.queue WHERE name = 'tap-contracts-wf')),
-          'the workflow-task partition holds exactly its queue''s id');
+SELECT is((SELECT count(*) FROM pg_class WHERE relnamespace = 'dex'::regnamespace), :relations_before::bigint,
+          'creating two queues makes no relation');
+-- every index a poll of one queue reads leads with its queue
+SELECT is(ARRAY(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                 WHERE i.indrelid IN ('dex.workflow_task'::regclass, 'dex.activity_task'::regclass)
+                   AND c.relname ~ '_(poll|version|name)_idx$'
+                   AND i.indkey[0] <> (SELECT attnum FROM pg_attribute
+                                        WHERE attrelid = i.indrelid AND attname = 'queue_id')
+                 ORDER BY 1),
+          '{}'::text[], 'the poll indexes of both task tables lead with queue_id');
+SELECT is(ARRAY(SELECT a.attname::text FROM pg_attribute a
+                 WHERE a.attrelid = 'dex.queue'::regclass AND a.attname = 'partition' AND NOT a.attisdropped),
+          '{}'::text[], 'dex.queue has no partition column');
 SELECT is((SELECT row(kind, status, capacity)::text FROM dex.queue WHERE name = 'tap-contracts-act'),
           '(activity,ACTIVE,10)', 'the queue row records kind, status and capacity');
 
@@ -271,15 +277,6 @@ SELECT ok(NOT has_table_privilege('public', format('dex.%I', t), p),
 -- nor anything else on them
 SELECT table_privs_are('dex', t, 'public', '{}'::name[], format('PUBLIC has no privileges on dex.%s', t))
   FROM unnest('{queue,workflow_run,workflow_inbox,workflow_history,workflow_task,activity_task,lease,activity_retry,run_instance,external_event,concurrency_slot,concurrency_wait,run_debounce,definition,user_task}'::name[]) t;
--- the partitions a queue creates are not writable either
-SELECT ok(NOT has_table_privilege('public', format('dex.%I', :'wf_part'), 'INSERT')
-          AND NOT has_table_privilege('public', format('dex.%I', :'wf_part'), 'UPDATE')
-          AND NOT has_table_privilege('public', format('dex.%I', :'wf_part'), 'DELETE'),
-          'PUBLIC cannot write a new workflow-task partition directly');
-SELECT ok(NOT has_table_privilege('public', format('dex.%I', :'act_part'), 'INSERT')
-          AND NOT has_table_privilege('public', format('dex.%I', :'act_part'), 'UPDATE')
-          AND NOT has_table_privilege('public', format('dex.%I', :'act_part'), 'DELETE'),
-          'PUBLIC cannot write a new activity-task partition directly');
 -- nor the fencing-token sequence
 SELECT ok(NOT has_sequence_privilege('public', 'dex.lease_version', 'UPDATE')
           AND NOT has_sequence_privilege('public', 'dex.lease_version', 'USAGE'),
@@ -302,7 +299,7 @@ END
 $fn$;
 SELECT is(pg_temp.sqlstate_as('tap_dex_client', s), '42501', d)
   FROM (VALUES
-    ($$INSERT INTO dex.queue (name, kind, partition) VALUES ('x', 'workflow', 'x')$$,
+    ($$INSERT INTO dex.queue (name, kind) VALUES ('x', 'workflow')$$,
      'a client cannot INSERT into dex.queue'),
     ($$UPDATE dex.workflow_run SET status = 'COMPLETED'$$,
      'a client cannot UPDATE dex.workflow_run'),

@@ -1,7 +1,7 @@
 # The background workers: the launcher starts the scheduler for dex.database,
 # a client completes a workflow with one activity and a durable timer using
 # nothing but SQL, and an immediate shutdown (a crash) loses nothing: the
-# UNLOGGED workflow-task partitions are rebuilt and the runs finish.
+# UNLOGGED workflow task table is rebuilt and the runs finish.
 use strict;
 use warnings;
 use FindBin;

@@ -1,6 +1,7 @@
 # Upgrades: install dex 1.0, leave runs in flight (an activity leased, a timer
 # pending, a wait for an event), ALTER EXTENSION dex UPDATE to 1.1, finish
-# them, then UPDATE to 1.2, 1.3, 1.4, 1.5, 1.6 and to the default version (1.7); the updated database then has
+# them, then UPDATE to 1.2, 1.3, 1.4, 1.5, 1.6, 1.7 and to the default version (1.8: tasks leased on
+# 1.7's partitions are completed on 1.8's task tables); the updated database then has
 # exactly the objects of a fresh install (functions with their definitions,
 # rights and comments, tables, columns, indexes, constraints, views, grants,
 # what pg_dump dumps of the extension's tables).
@@ -173,9 +174,56 @@ is($node->safe_psql('postgres', qq{SELECT run_id FROM dex.poll_tasks('wf', 'w', 
 	names => '{to-declare}', versions => '{3}')}),
 	$run_i, 'a poll declaring its version does');
 
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE TO '1.7'});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
+	'1.7', 'dex is updated to 1.7');
+
+# 1.8: the task tables stop being partitioned by queue.  Under 1.7 run J's activity is leased,
+# run K's workflow task is leased and run L's waits; the update keeps all three, and the leases
+# taken on 1.7's partitions complete on 1.8's tables.
+$node->safe_psql('postgres', q{SELECT dex.create_queue('wf-1-7', 'workflow')});
+my $run_j = $node->safe_psql('postgres', q{SELECT dex.create_run('across-1-8', 'wf-1-7', instance_id => 'J')});
+$node->safe_psql('postgres', q{
+	SELECT dex.complete_task(run_id, 0, lock_version,
+	       '[{"id": 1, "scheduleActivity": {"name": "step", "queue": "act"}}]')
+	  FROM dex.poll_tasks('wf-1-7', 'w', 10);
+});
+my ($act_task, $act_version) = split /\|/, $node->safe_psql('postgres', qq{
+	SELECT task_id || '|' || lock_version FROM dex.poll_tasks('act', 'w', 10) WHERE run_id = '$run_j'});
+my $run_k = $node->safe_psql('postgres', q{SELECT dex.create_run('across-1-8', 'wf-1-7', instance_id => 'K')});
+my $k_version = $node->safe_psql('postgres', qq{
+	SELECT lock_version FROM dex.poll_tasks('wf-1-7', 'w', 10) WHERE run_id = '$run_k'});
+my $run_l = $node->safe_psql('postgres', q{SELECT dex.create_run('across-1-8', 'wf-1-7', instance_id => 'L')});
+ok($act_version && $k_version, 'under 1.7 an activity and a workflow task are leased');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname = 'workflow_task_q_wf_1_7'}),
+	'1', 'under 1.7 the queue has its partition');
 $node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
-	'1.7', 'dex is updated to the default version, 1.7');
+	'1.8', 'dex is updated to the default version, 1.8');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(relname || ':' || relkind::text || ':' || relpersistence::text, ' ' ORDER BY relname) FROM pg_class
+	 WHERE relnamespace = 'dex'::regnamespace AND (relname IN ('workflow_task', 'activity_task') OR relname ~ '_task_q_')}),
+	'activity_task:r:u workflow_task:r:u',
+	'1.8 has one UNLOGGED table per kind of task, and no partition');
+is($node->safe_psql('postgres', qq{
+	SELECT string_agg(r.instance_id || ':' || (t.locked_by IS NOT NULL), ' ' ORDER BY r.instance_id)
+	  FROM dex.workflow_task t JOIN dex.workflow_run r ON r.id = t.run_id WHERE r.workflow_name = 'across-1-8'}),
+	'K:true L:false', 'the workflow tasks are kept across the update, the lease with them');
+$node->safe_psql('postgres', qq{
+	SELECT dex.complete_task('$run_j', $act_task, $act_version, '"done"');
+	SELECT dex.complete_task('$run_k', 0, $k_version, '[{"completeRun": {}}]');
+});
+$node->safe_psql('postgres', q{
+	SELECT dex.complete_task(run_id, 0, lock_version, '[{"completeRun": {}}]')
+	  FROM dex.poll_tasks('wf-1-7', 'w', 10);
+});
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(instance_id || ':' || status, ' ' ORDER BY instance_id) FROM dex.workflow_run
+	 WHERE workflow_name = 'across-1-8'}),
+	'J:COMPLETED K:COMPLETED L:COMPLETED', 'the leases of 1.7 complete under 1.8, and every run ends');
+$node->safe_psql('postgres', q{SELECT dex.create_queue('WF-1.7', 'workflow')});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.queue WHERE lower(name) LIKE 'wf_1_7'}),
+	'2', 'under 1.8 queue names that 1.7 mapped to one partition name two queues');
 
 # the updated schema is the fresh schema
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
@@ -225,8 +273,8 @@ my %in_f = map { $_ => 1 } @f;
 ok(@f > 100, 'the catalog comparison sees the schema (' . scalar(@f) . ' objects)');
 
 # the same for every released version updated straight to the current one:
-# "postgres" came from 1.0 through 1.1, 1.2, 1.3, 1.4, 1.5 and 1.6; "from_1_1" starts at 1.1,
-# "from_1_3" at 1.3, "from_1_4" at 1.4, "from_1_5" at 1.5, "from_1_6" at 1.6
+# "postgres" came from 1.0 through 1.1, 1.2, 1.3, 1.4, 1.5, 1.6 and 1.7; "from_1_1" starts at 1.1,
+# "from_1_3" at 1.3, "from_1_4" at 1.4, "from_1_5" at 1.5, "from_1_6" at 1.6, "from_1_7" at 1.7
 $node->safe_psql('postgres', 'CREATE DATABASE from_1_1');
 $node->safe_psql('from_1_1', q{CREATE EXTENSION dex VERSION '1.1'; SELECT dex.create_queue('wf', 'workflow');
 	SELECT dex.create_run('w', 'wf', instance_id => 'i', concurrency_key => 'k'); ALTER EXTENSION dex UPDATE});
@@ -251,7 +299,10 @@ $node->safe_psql('from_1_5', q{CREATE EXTENSION dex VERSION '1.5'; SELECT dex.cr
 $node->safe_psql('postgres', 'CREATE DATABASE from_1_6');
 $node->safe_psql('from_1_6', q{CREATE EXTENSION dex VERSION '1.6'; SELECT dex.create_queue('wf', 'workflow');
 	SELECT dex.create_run('w', 'wf'); ALTER EXTENSION dex UPDATE});
-for my $db ('postgres', 'from_1_1', 'from_1_3', 'from_1_4', 'from_1_5', 'from_1_6')
+$node->safe_psql('postgres', 'CREATE DATABASE from_1_7');
+$node->safe_psql('from_1_7', q{CREATE EXTENSION dex VERSION '1.7'; SELECT dex.create_queue('wf', 'workflow');
+	SELECT dex.create_run('w', 'wf'); ALTER EXTENSION dex UPDATE});
+for my $db ('postgres', 'from_1_1', 'from_1_3', 'from_1_4', 'from_1_5', 'from_1_6', 'from_1_7')
 {
 	my @u = split /\n/, $node->safe_psql($db, $catalog);
 	my %in_u = map { $_ => 1 } @u;

@@ -4,7 +4,7 @@
 #             with psql and pg_restore into a new cluster (serially, in
 #             parallel into a second database, and as SQL run by a psql
 #             session that stays connected into a third): no restore error,
-#             the same rows, the queues' task partitions made again, the task
+#             the same rows, no task in the dump, the task
 #             tables rebuilt once the restoring session has ended (not
 #             before), queue grants by role name;
 #   physical: pg_basebackup (with its WAL) of the running server, started as
@@ -142,7 +142,7 @@ $src->command_ok([ 'pg_dumpall', '--globals-only', '-f', $globals ], 'pg_dumpall
 $src->command_ok([ 'pg_dump', '-Fc', '-d', 'app', '-f', $dump ], 'pg_dump -Fc');
 my $issued_before_dump = $src->safe_psql('app', q{SELECT last_value FROM dex.lease_version});
 my ($toc) = run_command([ 'pg_restore', '-l', $dump ]);
-unlike($toc, qr/_task_q_/, 'the dump holds no task partition');
+unlike($toc, qr/TABLE DATA dex (workflow|activity)_task|_task_q_/, 'the dump holds no task');
 like($toc, qr/TABLE DATA dex workflow_history/, 'the dump holds the history');
 like($toc, qr/SEQUENCE SET dex lease_version/, 'and the lock-version sequence');
 
@@ -184,12 +184,13 @@ SELECT (SELECT string_agg(r.workflow_name, ' ' ORDER BY r.workflow_name)
        (SELECT string_agg(r.workflow_name || ':' || a.attempt || ':' || (a.locked_by IS NULL), ' '
                           ORDER BY r.workflow_name)
           FROM dex.activity_task a JOIN dex.workflow_run r ON r.id = a.run_id)};
-my $partitions = q{
-SELECT string_agg(q.name || ':' || (c.relpersistence = 'u') || ':'
+# the task tables: UNLOGGED members of the extension, one per kind, none per queue
+my $task_tables = q{
+SELECT string_agg(c.relname || ':' || (c.relpersistence = 'u') || ':'
                   || EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
                                 AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'dex')
-                                AND d.deptype = 'e'), ' ' ORDER BY q.name)
-  FROM dex.queue q LEFT JOIN pg_class c ON c.relname = q.partition AND c.relnamespace = 'dex'::regnamespace};
+                                AND d.deptype = 'e'), ' ' ORDER BY c.relname)
+  FROM pg_class c WHERE c.relnamespace = 'dex'::regnamespace AND c.relname ~ '_task' AND c.relkind IN ('r', 'p')};
 
 for my $case ([ $dst, 'app', 'restored' ], [ $dst, 'app_parallel', 'restored in parallel' ],
 	[ $copy, 'app', 'physical copy' ])
@@ -202,9 +203,9 @@ for my $case ([ $dst, 'app', 'restored' ], [ $dst, 'app_parallel', 'restored in 
 	is($node->safe_psql($db, $rows), $src_rows, "$what: every logged table has its rows");
 	is($node->safe_psql($db, $contents), $src_contents, "$what: with the same contents");
 	is($node->safe_psql($db, $grants), $src_grants, "$what: the queue grants name the same roles");
-	is($node->safe_psql($db, $partitions),
-		'act:true:true tenant-wf:true:true wf:true:true',
-		"$what: every queue has its UNLOGGED partition, a member of the extension");
+	is($node->safe_psql($db, $task_tables),
+		'activity_task:true:true user_task:false:true workflow_task:true:true',
+		"$what: the task tables are UNLOGGED members of the extension, none of a queue's own");
 	is($node->safe_psql($db, $tasks),
 		'first tenant / leased:1:true pending:1:true retry:2:true',
 		"$what: tasks rebuilt for the new runs and the open activities, with their attempts");
@@ -342,13 +343,13 @@ ok($dst->poll_query_until('app_retained', q{
 $dst->safe_psql('postgres', q{ALTER SYSTEM RESET dex.retention_period;
 	ALTER SYSTEM RESET dex.maintenance_naptime; SELECT pg_reload_conf()});
 
-# a database updated from 1.1 dumps no task partition either
+# a database updated from 1.1 (through 1.7's task partitions) dumps no task either
 $src->safe_psql('postgres', 'CREATE DATABASE old');
 $src->safe_psql('old', q{CREATE EXTENSION dex VERSION '1.1'; SELECT dex.create_queue('wf', 'workflow');
 	ALTER EXTENSION dex UPDATE});
 $src->command_ok([ 'pg_dump', '-Fc', '-d', 'old', '-f', "$dir/old.dump" ], 'pg_dump of a database updated from 1.1');
 ($toc) = run_command([ 'pg_restore', '-l', "$dir/old.dump" ]);
-unlike($toc, qr/_task_q_/, 'its dump holds no task partition');
+unlike($toc, qr/TABLE DATA dex (workflow|activity)_task|_task_q_/, 'its dump holds no task');
 like($toc, qr/TABLE DATA dex queue /, 'but its queues');
 
 $copy->stop;

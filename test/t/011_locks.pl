@@ -43,7 +43,7 @@ $nobody->query_safe(qq{
 	SELECT pg_advisory_lock(6579576, $cap_id), pg_advisory_lock(6579576, $act_id),
 	       pg_advisory_xact_lock(6579576, 0), pg_advisory_lock(6579576::bigint << 32 | $cap_id);
 });
-# the tenant: ACCESS SHARE on every table, partition and sequence of schema dex
+# the tenant: ACCESS SHARE on every table and sequence of schema dex
 my $tenant = $node->background_psql('postgres', on_error_stop => 1);
 my @relations = split /\n/, $node->safe_psql('postgres', q{
 	SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

@@ -153,7 +153,7 @@ class WrongKind(ServerError):
 
 
 class AlreadyExists(ServerError):
-    """42710: a queue of that name exists (or shares its partition)."""
+    """42710: a queue of that name exists (or, on a schema up to 1.7, shares its partition)."""
 
 
 class AlreadyActive(ServerError):
