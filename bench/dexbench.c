@@ -477,6 +477,25 @@ print_top_statements(PGconn *m, int limit)
 	PQclear(r);
 }
 
+/*
+ * The statements per item since pg_stat_statements' last reset: those clients
+ * sent (top-level) and those dex's functions ran (nested: SPI), each of which
+ * starts and ends an executor.
+ */
+static void
+print_statement_counts(PGconn *m, int items)
+{
+	PGresult   *r = mon(m, "SELECT coalesce(sum(calls) FILTER (WHERE toplevel), 0), "
+						"coalesce(sum(calls) FILTER (WHERE NOT toplevel), 0) "
+						"FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database "
+						"WHERE datname = current_database()) AND query NOT LIKE '%pg_stat%'");
+
+	printf("  statements per item: %.2f top-level, %.2f nested\n",
+		   atof(PQgetvalue(r, 0, 0)) / (items > 0 ? items : 1),
+		   atof(PQgetvalue(r, 0, 1)) / (items > 0 ? items : 1));
+	PQclear(r);
+}
+
 /* ------------------------------------------------------------------ workloads */
 
 typedef enum WfKind
@@ -1832,6 +1851,7 @@ workload_throughput(PGconn *m, const char *name, const char *tag, WfKind kind, i
 	PQfinish(run.client);		/* a backend flushes its statistics when it exits */
 	d = measure_end(m, &run, n_runs);
 	print_top_statements(m, 10);
+	print_statement_counts(m, n_runs);
 	print_worker_counters(&run);
 	check_runs(m, run.wl.wf_queue,
 			   kind == WF_ACTIVITY ? "to_jsonb((argument #>> '{}')::bigint + 1)" : "argument",
@@ -1898,6 +1918,7 @@ workload_paced(PGconn *m, const char *name, const char *tag, WfKind kind, int n_
 	PQfinish(run.client);		/* a backend flushes its statistics when it exits */
 	d = measure_end(m, &run, n_runs);
 	print_top_statements(m, 10);
+	print_statement_counts(m, n_runs);
 	print_worker_counters(&run);
 	check_runs(m, wl->wf_queue,
 			   kind == WF_ACTIVITY ? "to_jsonb((argument #>> '{}')::bigint + 1)" : "argument",

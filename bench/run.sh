@@ -150,6 +150,14 @@ fi
   done
   echo
   echo "W6: items are seconds of idling (per item = per second)."
+  # W8 and W4 against their floors: F2 is W8's work by hand; a W4 workflow's four durable
+  # commits cost at least four F1 logged INSERTs
+  awk -F'|' '$2 == "W8" { w8 = $8 } $2 == "F2 hand-written W8" { f2 = $8 }
+    $2 ~ /^W4( |$)/ { w4[$2] = $8 } $2 == "F1 logged INSERT" { f1 = $8 }
+    END {
+      if (w8 != "" && f2 > 0) printf "W8 server CPU per workflow: %.2f x F2 (%s / %s ms)\n", w8 / f2, w8, f2
+      if (f1 > 0) for (k in w4) printf "%s server CPU per workflow: %.2f x four F1 logged INSERTs (%s / %.2f ms)\n", k, w4[k] / (4 * f1), w4[k], 4 * f1
+    }' "$rows"
   if [[ -s $sdk_rows ]]; then
     echo
     echo "| W1 through the SDK's worker | runs | s | runs/s | xact/run | client CPU ms/run | create runs/s | process runs/s | check |"

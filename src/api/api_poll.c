@@ -40,7 +40,15 @@
  * The LIMIT subqueries of the lease statements are MATERIALIZED CTEs: as a
  * plain subquery the planner may rescan it inside a nested loop (it does with
  * statistics taken on an empty table), and every rescan skips the rows
- * already leased and returns new ones, so max_tasks would not hold.
+ * already leased and returns new ones, so max_tasks would not hold.  The
+ * UPDATE finds the rows the CTE locked by their ctid (a TID scan per row,
+ * whatever the statistics): joined by run (and event) and queue, a generic
+ * plan made while the task table was empty scanned the whole queue for each
+ * row (W1's activity poll of 100 tasks: 69 ms).  The CTE returns the version
+ * it locked, which nobody else can change before the UPDATE; one that a
+ * concurrent transaction changed after this statement's snapshot and that
+ * still qualifies is not visible to the UPDATE, and is left for the next
+ * poll (its row lock held until this transaction ends).
  *
  *-------------------------------------------------------------------------
  */
@@ -68,36 +76,60 @@
 #define WORKFLOW_READY_AT "GREATEST(created_at, locked_until)"
 #define ACTIVITY_READY_AT "GREATEST(created_at, visible_from)"
 
-/* what the lease statements of workflow tasks do to the tasks c chose */
-#define LEASE_WORKFLOW_SET \
+/*
+ * What the lease statements of workflow tasks do to the tasks c chose, and
+ * what they return: the lease; the inbox events the task shows (read by
+ * primary key: the ids it just took); the run's row (LEFT JOIN: a task whose
+ * run is gone is leased and then dropped); when the task became ready, last.
+ * So a workflow poll reads its tasks, their inbox events and their runs in
+ * one statement, and their histories in one more.  The run's row is not
+ * locked (as dex_load_runs(ids, false) does not).  [dex_schema_1_4()]
+ */
+#define LEASE_WORKFLOW_SET(since_1_4) \
 	"UPDATE dex.workflow_task t SET locked_by = $3, locked_until = $5 + $4, " \
 	"lock_version = nextval('dex.lease_version'), started_at = $5, " \
 	"inbox_ids = ARRAY(SELECT i.id FROM dex.workflow_inbox i " \
 	"                   WHERE i.run_id = t.run_id AND i.visible_from <= clock_timestamp() " \
 	"                   ORDER BY i.visible_from, i.id) " \
-	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id " \
-	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, t.inbox_ids, c.ready_at"
+	"FROM c LEFT JOIN dex.workflow_run r ON r.id = c.run_id " \
+	"WHERE t.ctid = c.ctid AND t.queue_id = $1 " \
+	"RETURNING t.run_id, t.lock_version, t.locked_until, t.started_at, " \
+	"ARRAY(SELECT i.event FROM unnest(t.inbox_ids) WITH ORDINALITY AS u(id, n), " \
+	"      LATERAL (SELECT j.event FROM dex.workflow_inbox j " \
+	"               WHERE j.run_id = t.run_id AND j.id = u.id OFFSET 0) i ORDER BY u.n), " \
+	DEX_RUN_COLS_SQL("r.", since_1_4) ", c.ready_at"
+#define LEASE_RUN_COL 6			/* the first of the run's columns */
+
+#define LEASE_WORKFLOW_SQL(since_1_4) \
+	"WITH c AS MATERIALIZED (SELECT ctid, run_id, " WORKFLOW_READY_AT " AS ready_at FROM dex.workflow_task " \
+	"      WHERE queue_id = $1 AND (locked_until IS NULL OR locked_until <= $5) " \
+	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) " \
+	LEASE_WORKFLOW_SET(since_1_4)
 
 /* $5: the lease's start (see dex_poll_lease_start) */
-static DexPlan lease_workflow_plan = {
-	"WITH c AS MATERIALIZED (SELECT run_id, " WORKFLOW_READY_AT " AS ready_at FROM dex.workflow_task "
-	"      WHERE queue_id = $1 AND (locked_until IS NULL OR locked_until <= $5) "
-	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
-	LEASE_WORKFLOW_SET,
-	5, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}
+static DexPlan lease_workflow_plans[2] = {
+	{LEASE_WORKFLOW_SQL(DEX_RUN_COLS_BEFORE_1_4("r.")), 5,
+	{INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}},
+	{LEASE_WORKFLOW_SQL(DEX_RUN_COLS_SINCE_1_4("r.")), 5,
+	{INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID}}
 };
 
+#define LEASE_DECLARED_WORKFLOW_SQL(since_1_4) \
+	"WITH c AS MATERIALIZED (SELECT s.ctid, s.run_id, s.ready_at FROM unnest($6::text[], $7::integer[]) AS k(n, v), " \
+	"      LATERAL (SELECT t.ctid, t.run_id, t.priority, t.created_at, " WORKFLOW_READY_AT " AS ready_at " \
+	"               FROM dex.workflow_task t " \
+	"               WHERE t.queue_id = $1 AND t.workflow_name = k.n AND t.workflow_version = k.v " \
+	"               AND (t.locked_until IS NULL OR t.locked_until <= $5) " \
+	"               ORDER BY (- t.priority), t.created_at LIMIT $2 FOR UPDATE SKIP LOCKED) s " \
+	"      ORDER BY s.priority DESC, s.created_at LIMIT $2) " \
+	LEASE_WORKFLOW_SET(since_1_4)
+
 /* $6, $7: the declared (workflow, version) pairs, each once (read_declared) */
-static DexPlan lease_declared_workflow_plan = {
-	"WITH c AS MATERIALIZED (SELECT s.run_id, s.ready_at FROM unnest($6::text[], $7::integer[]) AS k(n, v), "
-	"      LATERAL (SELECT t.run_id, t.priority, t.created_at, " WORKFLOW_READY_AT " AS ready_at "
-	"               FROM dex.workflow_task t "
-	"               WHERE t.queue_id = $1 AND t.workflow_name = k.n AND t.workflow_version = k.v "
-	"               AND (t.locked_until IS NULL OR t.locked_until <= $5) "
-	"               ORDER BY (- t.priority), t.created_at LIMIT $2 FOR UPDATE SKIP LOCKED) s "
-	"      ORDER BY s.priority DESC, s.created_at LIMIT $2) "
-	LEASE_WORKFLOW_SET,
-	7, {INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID, INT4ARRAYOID}
+static DexPlan lease_declared_workflow_plans[2] = {
+	{LEASE_DECLARED_WORKFLOW_SQL(DEX_RUN_COLS_BEFORE_1_4("r.")), 7,
+	{INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID, INT4ARRAYOID}},
+	{LEASE_DECLARED_WORKFLOW_SQL(DEX_RUN_COLS_SINCE_1_4("r.")), 7,
+	{INT4OID, INT4OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID, TEXTARRAYOID, INT4ARRAYOID}}
 };
 
 #define LEASE_ACTIVITY_SET \
@@ -107,14 +139,14 @@ static DexPlan lease_declared_workflow_plan = {
 	"    $5 + make_interval(secs => coalesce(t.start_to_close_ms, 1e12) / 1000.0), " \
 	"    $5 + make_interval(secs => coalesce(t.heartbeat_timeout_ms, 1e12) / 1000.0), " \
 	"    coalesce(t.schedule_deadline, 'infinity')) " \
-	"FROM c WHERE t.queue_id = $1 AND t.run_id = c.run_id AND t.event_id = c.event_id " \
+	"FROM c WHERE t.ctid = c.ctid AND t.queue_id = $1 " \
 	"RETURNING t.run_id, t.event_id, t.lock_version, t.locked_until, t.name, t.argument, " \
 	"t.attempt, t.retry_policy, t.last_failure, t.heartbeat_details, c.ready_at"
 
 /* $6: the declared activity names, each once */
 static DexPlan lease_declared_activity_plan = {
-	"WITH c AS MATERIALIZED (SELECT s.run_id, s.event_id, s.ready_at FROM unnest($6::text[]) AS k(n), "
-	"      LATERAL (SELECT t.run_id, t.event_id, t.priority, t.created_at, " ACTIVITY_READY_AT " AS ready_at "
+	"WITH c AS MATERIALIZED (SELECT s.ctid, s.ready_at FROM unnest($6::text[]) AS k(n), "
+	"      LATERAL (SELECT t.ctid, t.priority, t.created_at, " ACTIVITY_READY_AT " AS ready_at "
 	"               FROM dex.activity_task t "
 	"               WHERE t.queue_id = $1 AND t.name = k.n AND t.status = 'QUEUED' "
 	"               AND t.locked_by IS NULL "
@@ -125,7 +157,7 @@ static DexPlan lease_declared_activity_plan = {
 };
 
 static DexPlan lease_activity_plan = {
-	"WITH c AS MATERIALIZED (SELECT run_id, event_id, " ACTIVITY_READY_AT " AS ready_at FROM dex.activity_task "
+	"WITH c AS MATERIALIZED (SELECT ctid, " ACTIVITY_READY_AT " AS ready_at FROM dex.activity_task "
 	"      WHERE queue_id = $1 AND status = 'QUEUED' AND locked_by IS NULL "
 	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
 	LEASE_ACTIVITY_SET,
@@ -397,7 +429,7 @@ lease_tasks(const DexQueue *queue, const PollArgs *args)
 	values[3] = IntervalPGetDatum(args->lease);
 	values[4] = TimestampTzGetDatum(start);
 	if (args->n_names == 0)
-		plan = queue->is_workflow ? &lease_workflow_plan : &lease_activity_plan;
+		plan = queue->is_workflow ? &lease_workflow_plans[dex_schema_1_4()] : &lease_activity_plan;
 	else
 	{
 		Datum	   *names = palloc(sizeof(Datum) * args->n_names);
@@ -415,7 +447,8 @@ lease_tasks(const DexQueue *queue, const PollArgs *args)
 			values[6] = PointerGetDatum(construct_array(versions, args->n_names, INT4OID, 4, true,
 														TYPALIGN_INT));
 		}
-		plan = queue->is_workflow ? &lease_declared_workflow_plan : &lease_declared_activity_plan;
+		plan = queue->is_workflow ? &lease_declared_workflow_plans[dex_schema_1_4()] :
+			&lease_declared_activity_plan;
 	}
 	dex_spi_exec(plan, values, NULL, 0);
 	if (SPI_processed > 0)
@@ -466,34 +499,38 @@ typedef struct Leases
 {
 	uint64		n;
 	Leased	   *tasks;
-	ArrayBuildState *inbox_runs;	/* workflow tasks: the inbox rows they show, */
-	ArrayBuildState *inbox_ids; /* as pairs (run id, inbox row id) */
+	HTAB	   *runs;			/* workflow tasks: their runs, with the inbox events shown */
 } Leases;
 
-/* Row "row" of the workflow lease statement, after its run id */
+/*
+ * Row "row" of the workflow lease statement, after its run id: the lease,
+ * and the task's run with the inbox events it shows (none if the run is
+ * gone).  The events are copied out of SPI's memory with their array.
+ */
 static void
 read_workflow_lease(uint64 row, Leased *t, Leases *leases)
 {
 	bool		isnull;
-	Datum		inbox;
+	Datum		events;
+	DexRun	   *run;
 
 	t->task_id = 0;
 	t->lock_version = dex_spi_getint64(row, 2);
 	t->locked_until = (TimestampTz) dex_spi_getint64(row, 3);
 	t->started_at = (TimestampTz) dex_spi_getint64(row, 4);
-	inbox = dex_spi_getdatum(row, 5, &isnull);
-	if (!isnull)
+	run = dex_read_run(leases->runs, row, LEASE_RUN_COL);
+	events = dex_spi_getdatum(row, 5, &isnull);
+	if (run != NULL && !isnull)
 	{
 		Datum	   *elems;
 		int			count;
 
-		deconstruct_array(DatumGetArrayTypeP(inbox), INT8OID, 8, FLOAT8PASSBYVAL,
-						  TYPALIGN_DOUBLE, &elems, NULL, &count);
+		deconstruct_array(DatumGetArrayTypeP(SPI_datumTransfer(events, false, -1)), BYTEAOID,
+						  -1, false, TYPALIGN_INT, &elems, NULL, &count);
+		run->n_inbox = count;
+		run->inbox = palloc(sizeof(bytea *) * Max(count, 1));
 		for (int k = 0; k < count; k++)
-		{
-			dex_array_add(leases->inbox_runs, UUIDPGetDatum(t->run_id), false);
-			dex_array_add(leases->inbox_ids, elems[k], false);
-		}
+			run->inbox[k] = DatumGetByteaPP(elems[k]);
 	}
 }
 
@@ -520,8 +557,7 @@ read_leases(bool is_workflow, uint64 n)
 
 	leases.n = n;
 	leases.tasks = palloc0(sizeof(Leased) * Max(n, 1));
-	leases.inbox_runs = initArrayResult(UUIDOID, CurrentMemoryContext, false);
-	leases.inbox_ids = initArrayResult(INT8OID, CurrentMemoryContext, false);
+	leases.runs = is_workflow ? dex_new_runs() : NULL;
 	for (uint64 i = 0; i < n; i++)
 	{
 		Leased	   *t = &leases.tasks[i];
@@ -612,26 +648,20 @@ load_task_histories(HTAB *runs, pg_uuid_t **run_ids, int n, const PollArgs *args
 }
 
 /*
- * Everything the leased workflow tasks show, in three statements for the
- * whole batch (four with both whole and incremental histories): their runs,
- * histories and inbox events.
+ * The histories the leased workflow tasks show, in one statement for the
+ * whole batch (two with both whole and incremental histories): the lease
+ * statement read their runs and inbox events.
  */
 static HTAB *
 load_workflow_runs(Leases *leases, const PollArgs *args)
 {
 	pg_uuid_t **run_ids = palloc(sizeof(pg_uuid_t *) * Max(leases->n, 1));
-	Datum		ids;
-	HTAB	   *runs;
 
 	for (uint64 i = 0; i < leases->n; i++)
 		run_ids[i] = leases->tasks[i].run_id;
-	ids = dex_uuid_array(run_ids, (int) leases->n);
-	runs = dex_load_runs(ids, false);
-	load_task_histories(runs, run_ids, (int) leases->n, args);
-	dex_load_inbox(runs, dex_array_result(leases->inbox_runs),
-				   dex_array_result(leases->inbox_ids), false);
-	drop_tasks_of_ended_runs(runs, leases->tasks, leases->n);
-	return runs;
+	load_task_histories(leases->runs, run_ids, (int) leases->n, args);
+	drop_tasks_of_ended_runs(leases->runs, leases->tasks, leases->n);
+	return leases->runs;
 }
 
 /*

@@ -15,10 +15,11 @@
  * raise_lost, reported as an error (fence.c).  A task of a queue the caller
  * may not use fails the whole call (access.c).
  *
- * The fence names the tasks' queue where it can, so that it probes the whole
- * primary key (run, event, queue); up to schema 1.7, whose task tables had a
- * partition per queue, that kept its plan on that queue's partition (initial
- * pruning) instead of every queue's.  An activity task stays on its queue
+ * The fence names the tasks' queue where it can, so that its probe reads the
+ * whole primary key (run, event, queue); the delete then names the runs only
+ * (as the workflow fence, complete_workflow.c); up to schema 1.7, whose task
+ * tables had a partition per queue, the queue kept the probe on that queue's
+ * partition (initial pruning) instead of every queue's.  An activity task stays on its queue
  * for good, and the backend that leased it remembers
  * that queue (dex_note_leased_activities: workers usually complete on the
  * connection that polled); an item it does not know, or that the named
@@ -100,7 +101,7 @@ static DexPlan fence_queue_activities_plan = {
 	"  LATERAL (SELECT a.run_id, a.event_id, a.lock_version FROM dex.activity_task a "
 	"           WHERE a.run_id = b.run_id AND a.event_id = b.event_id AND a.queue_id = $4 "
 	"           AND a.lock_version = b.lock_version AND num_nonnulls(a.locked_by) = 1 LIMIT 1) a) "
-	"DELETE FROM dex.activity_task t WHERE t.queue_id = $4 AND t.run_id = ANY (ARRAY(SELECT run_id FROM f)) "
+	"DELETE FROM dex.activity_task t WHERE t.run_id = ANY (ARRAY(SELECT run_id FROM f)) "
 	"AND (t.run_id, t.event_id, t.lock_version) = ANY (ARRAY(SELECT (f.run_id, f.event_id, f.lock_version) FROM f)) "
 	"AND num_nonnulls(t.locked_by) = 1 "
 	FENCE_ACTIVITIES_RETURNING,

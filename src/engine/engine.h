@@ -109,6 +109,25 @@ extern int	dex_schema_1_6(void);
  * tasks come in two forms, [dex_schema_1_6()], the second with these.
  */
 #define DEX_TASK_RUN_COLS ", workflow_name, workflow_version"
+
+/*
+ * The columns of a run that dex_read_run reads, in its order, each with the
+ * prefix p ("" or an alias and a dot); since_1_4 is one of the two macros
+ * after it, [dex_schema_1_4()]: before 1.4 the origin and the history's size
+ * are constants.
+ */
+#define DEX_RUN_COLS_SQL(p, since_1_4) \
+	p "id, " p "workflow_name, " p "workflow_version, " p "status, " p "history_length, " \
+	p "last_event_id, " p "argument, " p "created_at, " p "instance_id, " p "priority, " \
+	p "labels, " p "concurrency_key, " p "custom_status, " p "parent_id, " p "queue_id, " \
+	p "generation, " p "parent_event_id, " p "cancel_requested, " since_1_4
+#define DEX_RUN_COLS_BEFORE_1_4(p) "0, NULL::uuid, NULL::text, 0::bigint"
+#define DEX_RUN_COLS_SINCE_1_4(p) \
+	p "task_failures, " p "origin_run_id, " p "origin, " p "history_bytes"
+#define DEX_RUN_NCOLS 22
+
+extern struct HTAB *dex_new_runs(void);
+extern DexRun *dex_read_run(struct HTAB *runs, uint64 row, int col);
 extern struct HTAB *dex_load_runs(Datum ids, bool lock);
 extern DexRun *dex_find_run(struct HTAB *runs, pg_uuid_t *id);
 extern void dex_load_histories(struct HTAB *runs, Datum ids, Datum seen);

@@ -157,17 +157,20 @@ dex_insert_first_task(pg_uuid_t *run_id, int32 queue_id, int32 priority)
 /*
  * A task row that is visible is never locked or waited for (the locking
  * protocol in src/README.md); ON CONFLICT only meets a task inserted by a transaction still
- * in progress, which holds the run lock too and does not wait for us.  A run's
- * workflow task is on the run's queue: naming it probes the whole primary
- * key (and kept each probe on that queue's partition up to schema 1.7).
+ * in progress, which holds the run lock too and does not wait for us.  The
+ * probes name the run only (a run's workflow task is on the run's queue):
+ * with the queue too, a plan made on statistics that said the queue was
+ * nearly empty read the queue from a queue-led index per run; and OFFSET 0
+ * keeps each a probe per run, which a plan made while the table was small
+ * would otherwise hash whole (see END_RUNS_PROBE_SQL in lifecycle.c).
  */
 #define ENSURE_TASKS_SQL(cols, run_cols) \
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority" cols ") " \
 	"SELECT r.queue_id, r.id, r.priority" run_cols " FROM dex.workflow_run r " \
 	"WHERE r.id = ANY ($1) AND r.status = ANY ('{CREATED,RUNNING}'::text[]) " \
-	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.queue_id = r.queue_id AND t.run_id = r.id) " \
+	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id OFFSET 0) " \
 	"AND (r.concurrency_key IS NULL OR NOT EXISTS (SELECT 1 FROM dex.concurrency_wait w " \
-	"     WHERE w.key = r.concurrency_key AND w.run_id = r.id)) " \
+	"     WHERE w.key = r.concurrency_key AND w.run_id = r.id OFFSET 0)) " \
 	"ORDER BY r.id ON CONFLICT DO NOTHING RETURNING queue_id, run_id" cols
 /* [1] 1.6: the tasks with their runs' workflow and version, returned for the wake-ups */
 static DexPlan ensure_tasks_plans[2] = {

@@ -425,18 +425,33 @@ static DexPlan end_runs_plans[2][2] = {
  * observe_run_durations reads.  A run a completion ended has none, most of
  * the time: its activities were done, its events shown.  One statement of
  * index probes, where the end statement starts eight plans that modify
- * tables, activity tasks of every queue among them.
+ * tables, activity tasks of every queue among them.  Its last column says
+ * whether the run has active children (ACTIVE_CHILDREN_SQL), so that a run
+ * that has none (most runs: they never started one) is spared the statement
+ * that looks for them.  Only this transaction, which holds the runs' locks,
+ * could start a child of them, and it has by then.  Each EXISTS has OFFSET 0,
+ * which keeps it a probe of its index per run: without it a generic plan
+ * made while a table was small hashed the whole table instead, and read it
+ * all at every call once it had grown (W8 after W7: 7-8 ms a call).
  */
-#define END_RUNS_PROBE_SQL(since_1_4) \
+#define END_RUNS_PROBE_SQL(since_1_4, child_statuses) \
 	"SELECT r.workflow_name, r.created_at, " \
-	"       EXISTS (SELECT 1 FROM dex.activity_task a WHERE a.run_id = r.id) " \
-	"       OR EXISTS (SELECT 1 FROM dex.external_event e WHERE e.run_id = r.id) " \
-	"       OR EXISTS (SELECT 1 FROM dex.activity_retry x WHERE x.run_id = r.id) " since_1_4 \
-	"       OR EXISTS (SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id) " \
+	"       EXISTS (SELECT 1 FROM dex.activity_task a WHERE a.run_id = r.id OFFSET 0) " \
+	"       OR EXISTS (SELECT 1 FROM dex.external_event e WHERE e.run_id = r.id OFFSET 0) " \
+	"       OR EXISTS (SELECT 1 FROM dex.activity_retry x WHERE x.run_id = r.id OFFSET 0) " since_1_4 \
+	"       OR EXISTS (SELECT 1 FROM dex.workflow_inbox i WHERE i.run_id = r.id OFFSET 0), " \
+	"       EXISTS (SELECT 1 FROM dex.workflow_run c WHERE c.parent_id = r.id " \
+	"               AND c.status = ANY (" child_statuses ") OFFSET 0) " \
 	"FROM dex.workflow_run r WHERE r.id = ANY ($1)"
+
+/* A run's children that its end concerns: [dex_schema_1_4()] */
+#define ACTIVE_CHILDREN "'{CREATED,RUNNING,SUSPENDED}'::text[]"
+#define ACTIVE_CHILDREN_1_4 "'{CREATED,RUNNING,SUSPENDED,BLOCKED,DELAYED}'::text[]"
+
 static DexPlan end_runs_probe_plans[2] = {
-	{END_RUNS_PROBE_SQL(""), 1, {UUIDARRAYOID}},
-	{END_RUNS_PROBE_SQL("OR EXISTS (SELECT 1 FROM dex.run_timer t WHERE t.run_id = r.id) "), 1, {UUIDARRAYOID}}
+	{END_RUNS_PROBE_SQL("", ACTIVE_CHILDREN), 1, {UUIDARRAYOID}},
+	{END_RUNS_PROBE_SQL("OR EXISTS (SELECT 1 FROM dex.run_timer t WHERE t.run_id = r.id OFFSET 0) ",
+						ACTIVE_CHILDREN_1_4), 1, {UUIDARRAYOID}}
 };
 
 /* the children that ended, with a parent still there to tell */
@@ -454,10 +469,10 @@ static DexPlan ended_children_plan = {
  */
 static DexPlan active_children_plans[2] = {
 	{"SELECT id, 'REQUEST_CANCEL'::text FROM dex.workflow_run WHERE parent_id = ANY ($1) "
-		"AND status = ANY ('{CREATED,RUNNING,SUSPENDED}'::text[]) ORDER BY id",
+		"AND status = ANY (" ACTIVE_CHILDREN ") ORDER BY id",
 	1, {UUIDARRAYOID}},
 	{"SELECT id, parent_close_policy FROM dex.workflow_run WHERE parent_id = ANY ($1) "
-		"AND status = ANY ('{CREATED,RUNNING,SUSPENDED,BLOCKED,DELAYED}'::text[]) ORDER BY id",
+		"AND status = ANY (" ACTIVE_CHILDREN_1_4 ") ORDER BY id",
 	1, {UUIDARRAYOID}}
 };
 
@@ -501,15 +516,23 @@ observe_run_durations(void)
 	}
 }
 
-/* END_RUNS_PROBE_SQL: whether one of the runs has pending work; its rows in SPI_tuptable */
+/*
+ * END_RUNS_PROBE_SQL: whether one of the runs has pending work, and
+ * (*children) whether one has active children; its rows in SPI_tuptable
+ */
 static bool
-has_pending_work(Datum *values)
+has_pending_work(Datum *values, bool *children)
 {
+	bool		pending = false;
+
+	*children = false;
 	dex_spi_exec(&end_runs_probe_plans[dex_schema_1_4()], values, NULL, 0);
 	for (uint64 i = 0; i < SPI_processed; i++)
-		if (dex_spi_getbool(i, 3))
-			return true;
-	return false;
+	{
+		pending |= dex_spi_getbool(i, 3);
+		*children |= dex_spi_getbool(i, 4);
+	}
+	return pending;
 }
 
 /*
@@ -526,7 +549,9 @@ has_pending_work(Datum *values)
  * DEX_ENDED_INSTANCES unless none has an instance id (it read their rows
  * under their locks); what none has is not looked for, a statement less
  * each, and runs whose tasks were withdrawn, with no instance id, are probed
- * for pending work before the statement that withdraws it.
+ * for pending work and active children first (END_RUNS_PROBE_SQL): the
+ * statements that withdraw the one and look for the other run only if one
+ * of the runs has them.
  */
 void
 dex_end_runs(Datum run_ids, bool task_withdrawn, int may_have)
@@ -537,9 +562,10 @@ dex_end_runs(Datum run_ids, bool task_withdrawn, int may_have)
 	int			n;
 	pg_uuid_t  *children;
 	char	  **policies;
+	bool		may_have_children = true;
 
 	if (task_withdrawn && !(may_have & DEX_ENDED_INSTANCES) &&
-		!has_pending_work(values))
+		!has_pending_work(values, &may_have_children))
 		observe_run_durations();	/* the probe's rows */
 	else
 	{
@@ -570,6 +596,8 @@ dex_end_runs(Datum run_ids, bool task_withdrawn, int may_have)
 	}
 	dex_inbox_batch_flush(&inbox);
 
+	if (!may_have_children)
+		return;
 	dex_spi_exec(&active_children_plans[dex_schema_1_4()], values, NULL, 0);
 	n = (int) SPI_processed;
 	children = palloc(sizeof(pg_uuid_t) * Max(n, 1));

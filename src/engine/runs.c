@@ -27,21 +27,16 @@
 
 /* [0]: a schema before 1.4, without the origin of runs; [1]: 1.4 */
 #define LOAD_RUNS_SQL(since_1_4) \
-	"SELECT id, workflow_name, workflow_version, status, history_length, last_event_id, argument, " \
-	"created_at, instance_id, priority, labels, concurrency_key, custom_status, parent_id, queue_id, " \
-	"generation, parent_event_id, cancel_requested, " since_1_4 " " \
-	"FROM dex.workflow_run WHERE id = ANY ($1)"
-#define BEFORE_1_4 "0, NULL::uuid, NULL::text, 0::bigint"
-#define SINCE_1_4 "task_failures, origin_run_id, origin, history_bytes"
+	"SELECT " DEX_RUN_COLS_SQL("", since_1_4) " FROM dex.workflow_run WHERE id = ANY ($1)"
 
 static DexPlan load_runs_plans[2] = {
-	{LOAD_RUNS_SQL(BEFORE_1_4), 1, {UUIDARRAYOID}},
-	{LOAD_RUNS_SQL(SINCE_1_4), 1, {UUIDARRAYOID}}
+	{LOAD_RUNS_SQL(DEX_RUN_COLS_BEFORE_1_4("")), 1, {UUIDARRAYOID}},
+	{LOAD_RUNS_SQL(DEX_RUN_COLS_SINCE_1_4("")), 1, {UUIDARRAYOID}}
 };
 
 static DexPlan lock_load_runs_plans[2] = {
-	{LOAD_RUNS_SQL(BEFORE_1_4) " ORDER BY id FOR NO KEY UPDATE", 1, {UUIDARRAYOID}},
-	{LOAD_RUNS_SQL(SINCE_1_4) " ORDER BY id FOR NO KEY UPDATE", 1, {UUIDARRAYOID}}
+	{LOAD_RUNS_SQL(DEX_RUN_COLS_BEFORE_1_4("")) " ORDER BY id FOR NO KEY UPDATE", 1, {UUIDARRAYOID}},
+	{LOAD_RUNS_SQL(DEX_RUN_COLS_SINCE_1_4("")) " ORDER BY id FOR NO KEY UPDATE", 1, {UUIDARRAYOID}}
 };
 
 /*
@@ -66,6 +61,69 @@ dex_schema_1_6(void)
 	return dex_column_exists("workflow_task", "workflow_name") ? 1 : 0;
 }
 
+/* An empty table of runs, keyed by id, in the current memory context */
+HTAB *
+dex_new_runs(void)
+{
+	HASHCTL		ctl;
+
+	ctl.keysize = sizeof(pg_uuid_t);
+	ctl.entrysize = sizeof(DexRun);
+	ctl.hcxt = CurrentMemoryContext;
+	return hash_create("dex runs", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+}
+
+/*
+ * The run whose DEX_RUN_COLS_SQL start at column "col" of row "row" of the
+ * current SPI result, added to "runs" (copied out of SPI's memory); NULL if
+ * its id is NULL (a LEFT JOIN that found no run).  Its history and inbox are
+ * left empty.
+ */
+DexRun *
+dex_read_run(HTAB *runs, uint64 row, int col)
+{
+	bool		isnull;
+	Datum		d = dex_spi_getdatum(row, col, &isnull);
+	DexRun	   *run;
+
+	if (isnull)
+		return NULL;
+	run = hash_search(runs, DatumGetUUIDP(d), HASH_ENTER, NULL);
+	run->workflow_name = dex_spi_gettext_copy(row, col + 1);
+	run->workflow_version = (int32) dex_spi_getint64(row, col + 2);
+	run->status = dex_spi_gettext_copy(row, col + 3);
+	run->history_length = (int32) dex_spi_getint64(row, col + 4);
+	run->last_event_id = (int32) dex_spi_getint64(row, col + 5);
+	run->argument = dex_spi_getbytea_copy(row, col + 6);
+	run->created_at = (TimestampTz) dex_spi_getint64(row, col + 7);
+	run->instance_id = dex_spi_gettext_copy(row, col + 8);
+	run->priority = (int32) dex_spi_getint64(row, col + 9);
+	d = dex_spi_getdatum(row, col + 10, &isnull);
+	run->labels = isnull ? NULL : DatumGetJsonbP(SPI_datumTransfer(d, false, -1));
+	run->concurrency_key = dex_spi_gettext_copy(row, col + 11);
+	run->custom_status = dex_spi_gettext_copy(row, col + 12);
+	d = dex_spi_getdatum(row, col + 13, &isnull);
+	run->has_parent = !isnull;
+	if (!isnull)
+		run->parent_id = *DatumGetUUIDP(d);
+	run->queue_id = (int32) dex_spi_getint64(row, col + 14);
+	run->generation = (int32) dex_spi_getint64(row, col + 15);
+	run->parent_event_id = (int32) dex_spi_getint64(row, col + 16);
+	run->cancel_requested = dex_spi_getbool(row, col + 17);
+	run->task_failures = (int32) dex_spi_getint64(row, col + 18);
+	d = dex_spi_getdatum(row, col + 19, &isnull);
+	run->has_origin = !isnull;
+	if (!isnull)
+		run->origin_run_id = *DatumGetUUIDP(d);
+	run->origin = dex_spi_gettext_copy(row, col + 20);
+	run->history_bytes = dex_spi_getint64(row, col + 21);
+	run->history = NULL;
+	run->history_omitted = 0;
+	run->n_inbox = 0;
+	run->inbox = NULL;
+	return run;
+}
+
 /*
  * The runs with the given ids (a uuid[] datum); with "lock", locked to be
  * written, in id order (the locking protocol in src/README.md).  Runs that do
@@ -74,55 +132,13 @@ dex_schema_1_6(void)
 HTAB *
 dex_load_runs(Datum ids, bool lock)
 {
-	HASHCTL		ctl;
-	HTAB	   *runs;
+	HTAB	   *runs = dex_new_runs();
 	Datum		values[1] = {ids};
 	int			v = dex_schema_1_4();
 
-	ctl.keysize = sizeof(pg_uuid_t);
-	ctl.entrysize = sizeof(DexRun);
-	ctl.hcxt = CurrentMemoryContext;
-	runs = hash_create("dex runs", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	dex_spi_exec(lock ? &lock_load_runs_plans[v] : &load_runs_plans[v], values, NULL, 0);
 	for (uint64 i = 0; i < SPI_processed; i++)
-	{
-		bool		isnull;
-		Datum		d = dex_spi_getdatum(i, 1, &isnull);
-		DexRun	   *run = hash_search(runs, DatumGetUUIDP(d), HASH_ENTER, NULL);
-
-		run->workflow_name = dex_spi_gettext_copy(i, 2);
-		run->workflow_version = (int32) dex_spi_getint64(i, 3);
-		run->status = dex_spi_gettext_copy(i, 4);
-		run->history_length = (int32) dex_spi_getint64(i, 5);
-		run->last_event_id = (int32) dex_spi_getint64(i, 6);
-		run->argument = dex_spi_getbytea_copy(i, 7);
-		run->created_at = (TimestampTz) dex_spi_getint64(i, 8);
-		run->instance_id = dex_spi_gettext_copy(i, 9);
-		run->priority = (int32) dex_spi_getint64(i, 10);
-		d = dex_spi_getdatum(i, 11, &isnull);
-		run->labels = isnull ? NULL : DatumGetJsonbP(SPI_datumTransfer(d, false, -1));
-		run->concurrency_key = dex_spi_gettext_copy(i, 12);
-		run->custom_status = dex_spi_gettext_copy(i, 13);
-		d = dex_spi_getdatum(i, 14, &isnull);
-		run->has_parent = !isnull;
-		if (!isnull)
-			run->parent_id = *DatumGetUUIDP(d);
-		run->queue_id = (int32) dex_spi_getint64(i, 15);
-		run->generation = (int32) dex_spi_getint64(i, 16);
-		run->parent_event_id = (int32) dex_spi_getint64(i, 17);
-		run->cancel_requested = dex_spi_getbool(i, 18);
-		run->task_failures = (int32) dex_spi_getint64(i, 19);
-		d = dex_spi_getdatum(i, 20, &isnull);
-		run->has_origin = !isnull;
-		if (!isnull)
-			run->origin_run_id = *DatumGetUUIDP(d);
-		run->origin = dex_spi_gettext_copy(i, 21);
-		run->history_bytes = dex_spi_getint64(i, 22);
-		run->history = NULL;
-		run->history_omitted = 0;
-		run->n_inbox = 0;
-		run->inbox = NULL;
-	}
+		(void) dex_read_run(runs, i, 1);
 	return runs;
 }
 

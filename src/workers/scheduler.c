@@ -99,7 +99,7 @@ PGDLLEXPORT void dex_scheduler_main(Datum main_arg);
 	"INSERT INTO dex.workflow_task (queue_id, run_id, priority" cols ") " \
 	"SELECT r.queue_id, r.id, r.priority" run_cols " FROM runs r " \
 	"WHERE r.id IN (SELECT run_id FROM due) AND r.status IN ('CREATED', 'RUNNING') " \
-	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id) " \
+	"AND NOT EXISTS (SELECT 1 FROM dex.workflow_task t WHERE t.run_id = r.id OFFSET 0) " \
 	"ON CONFLICT DO NOTHING " \
 	"RETURNING queue_id, (SELECT count(*) FROM batch), run_id" cols ", " \
 	"(SELECT min(b.visible_from) FROM batch b WHERE b.run_id = workflow_task.run_id)"
