@@ -176,6 +176,10 @@ SELECT jsonb_path_query_array(task, '$.newEvents[*].keyvalue() ? (@.key != "time
 -- arguments change nothing
 SELECT pg_temp.outcome(format('SELECT dex.reset_run(%L, %s)', :'old', :cut));
 SELECT pg_temp.outcome(format('SELECT dex.reset_run(%L, 0)', :'old'));
+-- an event id past the end of the history is refused (a typo must not end a run): the run
+-- stays as it was
+SELECT pg_temp.outcome(format('SELECT dex.reset_run(%L, 100000)', :'fresh'));
+SELECT status FROM dex.get_run(:'fresh');
 SELECT pg_temp.outcome(format('SELECT dex.reset_run(%L, 1)', :'old'));
 SELECT pg_temp.outcome(format('SELECT dex.reset_run(%L, NULL)', :'old'));
 SELECT pg_temp.outcome($$SELECT dex.reset_run('00000000-0000-7000-8000-000000000000', 5)$$);
@@ -202,7 +206,8 @@ SELECT dex.complete_task(:'p', 0, :v, '[{"id": 1, "startChildRun": {"workflowNam
 SELECT dex.send_external_event(:'p', 'poke') AS sent;
 SELECT lock_version AS v FROM dex.poll_tasks('life-wf', 'w', 10) WHERE run_id = :'p' \gset
 SELECT dex.complete_task(:'p', 0, :v, '[]');
-SELECT pg_temp.outcome(format('SELECT dex.reset_run(%L, 100)', :'p'));
+SELECT pg_temp.outcome(format('SELECT dex.reset_run(%L, %s)', :'p',
+                              (SELECT history_length FROM dex.get_run(:'p'))));
 SELECT status FROM dex.get_run(:'p');
 
 --

@@ -439,7 +439,8 @@ SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 10 AS history FROM dex.run_his
 SELECT pg_catalog.octet_length(dex.run_history_pb(:'r1')) OPERATOR(pg_catalog.>) 100 AS history_pb;
 -- r1 restarted and r2 reset to its last task, each new run then terminated; r1's attempts
 SELECT dex.terminate_run(dex.restart_run(:'r1'), 'only a test');
-SELECT dex.terminate_run(dex.reset_run(:'r2', 1000, 'a test'), 'only a test');
+SELECT dex.terminate_run(dex.reset_run(:'r2', (SELECT history_length FROM dex.get_run(:'r2')), 'a test'),
+                         'only a test');
 SELECT pg_catalog.count(*) OPERATOR(pg_catalog.>) 0 AS attempts FROM dex.run_attempts(:'r1');
 CALL dex.wait_for_runs(ARRAY[:'r1', :'r2']::pg_catalog.uuid[], '1 s', 'all') \gset
 SELECT pg_catalog.cardinality(:'ended'::pg_catalog.uuid[]) AS ended;

@@ -354,6 +354,8 @@ dex_resume_run_internal(pg_uuid_t *run_id, const char *reason)
 	if (strcmp(status, "BLOCKED") == 0)
 	{
 		dex_spi_exec(&unblock_plan, values, NULL, 0);
+		/* its next workflow task shows who retried it and why, and what arrived meanwhile */
+		dex_insert_inbox(run_id, dex_event_run_resumed(now, pstrdup(reason), session_user_name()), now);
 		dex_ensure_workflow_tasks(dex_uuid_array(&run_id, 1));
 		return;
 	}
@@ -454,12 +456,16 @@ static DexPlan end_runs_probe_plans[2] = {
 						ACTIVE_CHILDREN_1_4), 1, {UUIDARRAYOID}}
 };
 
-/* the children that ended, with a parent still there to tell */
+/*
+ * The children that ended, with a parent still there to tell: an active
+ * parent, or a blocked one, whose inbox keeps the event for its next task
+ * after dex.resume_run.
+ */
 static DexPlan ended_children_plan = {
 	"SELECT r.parent_id, r.parent_event_id, r.status, r.result, r.failure "
 	"FROM dex.workflow_run r JOIN dex.workflow_run p ON p.id = r.parent_id "
 	"WHERE r.id = ANY ($1) AND r.parent_id IS NOT NULL "
-	"AND p.status = ANY ('{CREATED,RUNNING,SUSPENDED}'::text[]) ORDER BY r.parent_id",
+	"AND p.status = ANY ('{CREATED,RUNNING,SUSPENDED,BLOCKED}'::text[]) ORDER BY r.parent_id",
 	1, {UUIDARRAYOID}
 };
 

@@ -9,8 +9,9 @@
  * them from the logged tables before anything else, in one transaction:
  *	  - a workflow task for every run that is new (and not waiting for its
  *		concurrency key) or has visible unseen events;
- *	  - an activity task for every activity a running or suspended run has
- *		created (held back for a suspended run, as dex.suspend_run holds it)
+ *	  - an activity task for every activity a running, blocked or suspended
+ *		run has created (held back for a suspended run, as dex.suspend_run
+ *		holds it)
  *		(ActivityTaskCreated in its history) whose outcome (completed or
  *		failed) is neither in the history nor in the inbox.  Its attempt and
  *		backoff come from dex.activity_retry, the logged record of retries;
@@ -81,9 +82,12 @@ static DexPlan rebuild_workflow_tasks_plans[3] = {
 							DEX_TASK_RUN_COLS, ", r.workflow_name, r.workflow_version"), 0, {0}}
 };
 
-/* the runs whose activities are rebuilt: running ones, and suspended ones (held) */
+/*
+ * The runs whose activities are rebuilt: running ones, blocked ones (their
+ * activities run on while the run is parked) and suspended ones (held).
+ */
 static DexPlan running_runs_plan = {
-	"SELECT id FROM dex.workflow_run WHERE status IN ('RUNNING', 'SUSPENDED') AND id > $1 "
+	"SELECT id FROM dex.workflow_run WHERE status IN ('RUNNING', 'BLOCKED', 'SUSPENDED') AND id > $1 "
 	"ORDER BY id LIMIT $2",
 	2, {UUIDOID, INT4OID}
 };

@@ -371,6 +371,12 @@ dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason)
 				 errmsg("event id must be positive"),
 				 errhint("Name an event by its sequence number in dex.run_history.")));
 	old = dex_find_run(dex_load_runs(dex_uuid_array(&run_id, 1), false), run_id);
+	if (event_id > old->history_length)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("workflow run %s has no event %d", dex_uuid_to_cstring(run_id), event_id),
+				 errdetail("Its history has %d events.", old->history_length),
+				 errhint("Name an event by its sequence number in dex.run_history.")));
 
 	/* task X: the last batch whose workflowTaskCompleted is at or before event_id */
 	values[0] = UUIDPGetDatum(run_id);

@@ -122,6 +122,16 @@ dex_schedule_check(DexSchedule *s)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("every must be at least 1 second")));
 	s->tz = dex_time_zone(s->timezone);
+	if (s->cron_text)
+	{
+		TimestampTz tick;
+
+		if (!dex_cron_next(&s->cron, s->tz, GetCurrentTransactionStartTimestamp(), &tick))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("cron expression \"%s\" never fires", s->cron_text),
+					 errdetail("No day matches both its day of month and its month.")));
+	}
 	if (strcmp(s->overlap, "skip") != 0 && strcmp(s->overlap, "buffer_one") != 0 &&
 		strcmp(s->overlap, "allow_all") != 0 && strcmp(s->overlap, "cancel_other") != 0 &&
 		strcmp(s->overlap, "terminate_other") != 0)
