@@ -643,6 +643,13 @@ grant_or_revoke(FunctionCallInfo fcinfo, bool grant)
 	values[1] = PG_GETARG_DATUM(1);
 	dex_spi_exec(grant ? &grant_plan : &revoke_plan, values, NULL, 0);
 	dex_queue_cache_reset();
+	/*
+	 * Calls waiting for the queue's tasks look again when a revoke commits:
+	 * those of the role it concerns are refused at that look (42501) and
+	 * leave, so that no later task wakes a call that may no longer take it.
+	 */
+	if (!grant)
+		dex_queue_tasks_added(queue.id, -1);
 	SPI_finish();
 	PG_RETURN_VOID();
 }

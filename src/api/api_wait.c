@@ -53,6 +53,7 @@
 #include "funcapi.h"
 #include "nodes/parsenodes.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
 #include "utils/timestamp.h"
 
 #include "api/api_tasks.h"
@@ -698,8 +699,13 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 			 * The next look runs in the transaction SPI_commit began before
 			 * the sleep (its snapshot is taken by its first statement, after
 			 * it); its leases start now, not at that transaction's start,
-			 * which would shorten them by the sleep.
+			 * which would shorten them by the sleep.  That transaction took
+			 * in the invalidations sent before the sleep only: those of the
+			 * commits made while it slept are taken in now, so that a queue
+			 * or a grant that changed meanwhile (a revoke) is looked up
+			 * again, not served from the backend's cache (engine/queues.c).
 			 */
+			AcceptInvalidationMessages();
 			look.args.lease_start = GetCurrentTimestamp();
 		}
 	}
