@@ -88,12 +88,27 @@ keys_have_slots(void)
  * none): a probe of the primary key per slot, in order (generate_series
  * returns them so; no sort), up to the first free one.
  */
+#define LOWEST_FREE_SLOT_SQL \
+	"(SELECT s FROM generate_series(0, lim.n - 1) s " \
+	" WHERE NOT EXISTS (SELECT 1 FROM dex.concurrency_slot c " \
+	"                   WHERE c.queue_id = $2 AND c.key = $1 AND c.slot = s) LIMIT 1)"
+
+/*
+ * ...for a new holder: none while the key has as many holders as its limit,
+ * whatever slots they hold (a limit lowered under its holders leaves some
+ * above it, and a slot under it may be free: it is not to be taken).
+ */
 static DexPlan free_slot_plan = {
-	"SELECT lim.n, (SELECT s FROM generate_series(0, lim.n - 1) s "
-	"               WHERE NOT EXISTS (SELECT 1 FROM dex.concurrency_slot c "
-	"                                 WHERE c.queue_id = $2 AND c.key = $1 AND c.slot = s) "
-	"               LIMIT 1) "
+	"SELECT lim.n, CASE WHEN (SELECT count(*) FROM dex.concurrency_slot c "
+	"                         WHERE c.queue_id = $2 AND c.key = $1) < lim.n "
+	"              THEN " LOWEST_FREE_SLOT_SQL " END "
 	"FROM (SELECT " KEY_LIMIT_SQL " AS n) lim",
+	2, {TEXTOID, INT4OID}
+};
+
+/* ...whoever holds the others */
+static DexPlan lowest_free_slot_plan = {
+	"SELECT lim.n, " LOWEST_FREE_SLOT_SQL " FROM (SELECT " KEY_LIMIT_SQL " AS n) lim",
 	2, {TEXTOID, INT4OID}
 };
 
@@ -105,17 +120,17 @@ static DexPlan claim_slot_plan = {
 };
 
 /*
- * $1 key, $2 queue, $3 limit: lock the rows of the key's slots under its
- * limit, to be waited for by the runs ending that hold them; how many are
- * still there (a row deleted by a commit since the snapshot is not).  FOR
- * UPDATE, as the claim of one slot locked its holder's row before 1.7:
- * creates of a key with no room wait for one another, and enter its wait
- * queue in the order they got there.
+ * $1 key, $2 queue: lock the rows of the key's slots, to be waited for by
+ * the runs ending that hold them; how many are still there (a row deleted by
+ * a commit since the snapshot is not).  FOR UPDATE, as the claim of one slot
+ * locked its holder's row before 1.7: creates of a key with no room wait for
+ * one another, and enter its wait queue in the order they got there.  Every
+ * holder counts, those above a lowered limit too.
  */
 static DexPlan lock_slots_plan = {
 	"SELECT count(*) FROM (SELECT 1 FROM dex.concurrency_slot "
-	"                      WHERE queue_id = $2 AND key = $1 AND slot < $3 FOR UPDATE) s",
-	3, {TEXTOID, INT4OID, INT4OID}
+	"                      WHERE queue_id = $2 AND key = $1 FOR UPDATE) s",
+	2, {TEXTOID, INT4OID}
 };
 
 /* The key's limit and its lowest free slot (-1: none) */
@@ -158,7 +173,6 @@ admit_into_slot(pg_uuid_t *run_id, int32 queue_id, const char *key, int32 priori
 		else
 		{
 			values[1] = Int32GetDatum(queue_id);
-			values[2] = Int32GetDatum(limit);
 			dex_spi_exec(&lock_slots_plan, values, NULL, 1);
 			if (dex_spi_getint64(0, 1) >= limit)
 			{
@@ -346,7 +360,75 @@ pass_slot(const char *key, int32 queue_id, int32 slot)
 	}
 }
 
-/* 1.7: the slots freed go to the next waiting runs, those under their key's limit */
+/*
+ * $1 key, $2 queue, $3 a free slot under the limit, $4 a slot above it: its
+ * holder moves down into $3.  An UPDATE, so that the row stays the holder's:
+ * the end of that holder in another transaction, which deletes its row by
+ * run, waits for this and then deletes the moved row.
+ */
+static DexPlan move_down_plan = {
+	"UPDATE dex.concurrency_slot SET slot = $3 WHERE queue_id = $2 AND key = $1 AND slot = $4",
+	4, {TEXTOID, INT4OID, INT4OID, INT4OID}
+};
+
+/* $1 key, $2 queue, $3 limit: the highest slot held above the limit (none: no row) */
+static DexPlan above_limit_plan = {
+	"SELECT slot FROM dex.concurrency_slot WHERE queue_id = $2 AND key = $1 AND slot >= $3 "
+	"ORDER BY slot DESC LIMIT 1",
+	3, {TEXTOID, INT4OID, INT4OID}
+};
+
+/*
+ * A key's holders ended: its free slots under its limit are filled, first by
+ * the holders above it (a limit lowered under its holders: they run on, and
+ * take the place of those that end, so that nobody is admitted until the key
+ * is under its limit), then by the runs waiting for it, in their order.
+ *
+ * Two transactions that end holders of one key at once meet on the row of a
+ * holder above the limit: if the mover came first, the end of that holder
+ * waits for it and deletes the moved row; if the end came first, the mover
+ * waits, finds the row gone, and looks again with a new snapshot.  Without
+ * such a holder the slots each frees are under the limit and each fills its
+ * own (test/isolation/specs/key_limit_lowered.spec).  A raise of the limit
+ * committed between this look and the move, admitting a run into the very
+ * slot, makes the move fail (23505); the call can be retried.
+ */
+static void
+refill_slots(const char *key, int32 queue_id)
+{
+	for (;;)
+	{
+		Datum		values[4];
+		bool		isnull;
+		Datum		d;
+		int32		limit;
+		int32		slot;
+
+		values[0] = CStringGetTextDatum(key);
+		values[1] = Int32GetDatum(queue_id);
+		dex_spi_exec(&lowest_free_slot_plan, values, NULL, 1);
+		limit = (int32) dex_spi_getint64(0, 1);
+		d = dex_spi_getdatum(0, 2, &isnull);
+		if (isnull)
+			return;				/* every slot under the limit is held */
+		slot = DatumGetInt32(d);
+
+		values[2] = Int32GetDatum(limit);
+		dex_spi_exec(&above_limit_plan, values, NULL, 1);
+		if (SPI_processed > 0)
+		{
+			values[3] = Int32GetDatum((int32) dex_spi_getint64(0, 1));
+			values[2] = Int32GetDatum(slot);
+			dex_spi_exec(&move_down_plan, values, NULL, 1);
+			/* moved, taken by a claim, or gone meanwhile: look again */
+		}
+		else if (pass_slot(key, queue_id, slot) == SLOT_NOBODY_WAITS)
+			return;
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/* 1.7: the slots freed are filled again (refill_slots), once per key */
 static void
 release_slots(Datum run_ids)
 {
@@ -355,11 +437,15 @@ release_slots(Datum run_ids)
 
 	for (uint64 i = 0; i < freed.n; i++)
 	{
-		int32		slot = (int32) dex_rows_getint64(freed, i, 3);
+		char	   *key = dex_rows_gettext_copy(freed, i, 1);
+		int32		queue_id = (int32) dex_rows_getint64(freed, i, 2);
+		bool		seen = false;
 
-		if (slot < (int32) dex_rows_getint64(freed, i, 4))
-			(void) pass_slot(dex_rows_gettext_copy(freed, i, 1),
-							 (int32) dex_rows_getint64(freed, i, 2), slot);
+		for (uint64 k = 0; k < i && !seen; k++)
+			seen = dex_rows_getint64(freed, k, 2) == queue_id &&
+				strcmp(dex_rows_gettext_copy(freed, k, 1), key) == 0;
+		if (!seen)
+			refill_slots(key, queue_id);
 	}
 }
 
