@@ -700,12 +700,15 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 			 * the sleep (its snapshot is taken by its first statement, after
 			 * it); its leases start now, not at that transaction's start,
 			 * which would shorten them by the sleep.  That transaction took
-			 * in the invalidations sent before the sleep only: those of the
-			 * commits made while it slept are taken in now, so that a queue
-			 * or a grant that changed meanwhile (a revoke) is looked up
-			 * again, not served from the backend's cache (engine/queues.c).
+			 * in the invalidations sent before the sleep only, so those of
+			 * the commits made while it slept are taken in now; and the
+			 * queue is looked up again, not served from the backend's cache
+			 * (engine/queues.c), so that a grant revoked meanwhile holds at
+			 * once: the commit that woke us sets our latch before it sends
+			 * its invalidations, which may not have arrived yet.
 			 */
 			AcceptInvalidationMessages();
+			dex_queue_cache_reset();
 			look.args.lease_start = GetCurrentTimestamp();
 		}
 	}
