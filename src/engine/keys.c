@@ -21,12 +21,12 @@
  * and looks again if a concurrent claim took it first); when it finds all
  * n slots held it locks their rows FOR UPDATE before it enters the wait
  * queue, so that a run ending meanwhile (which deletes its slot row) waits
- * for its commit and then sees its wait row, as with one slot above.  A run
- * that ends passes its slot to the next waiting run; a slot at or above the
- * key's limit (the limit was lowered) is not passed on, so that the runs
- * above the limit drain.  A raised limit admits waiting runs into the new
- * slots at once (dex_admit_waiting_runs).  A schema before 1.7 keeps one
- * run per key, with the statements above.
+ * for its commit and then sees its wait row, as with one slot above.  When
+ * runs end, or a limit is raised, the key's free slots under its limit are
+ * filled (refill_slots): first by the runs that hold slots above it (the
+ * limit was lowered under them: they run on, and nobody is admitted until
+ * the key is under its limit), then by the next waiting runs.  A schema
+ * before 1.7 keeps one run per key, with the statements above.
  *
  *-------------------------------------------------------------------------
  */
@@ -278,16 +278,13 @@ static DexPlan admit_plans[3] = {
 	3, {TEXTOID, UUIDOID, INT4OID}}
 };
 
-/* 1.7: the slots the runs that ended held, with their numbers and keys' limits */
+/* 1.7: the keys whose slots the runs that ended held, each once */
 static DexPlan release_slots_plan = {
 	"WITH w AS (DELETE FROM dex.concurrency_wait w USING dex.workflow_run r "
 	"           WHERE r.id = ANY ($1) AND w.queue_id = r.queue_id AND w.key = r.concurrency_key "
 	"             AND w.run_id = r.id), "
-	"     s AS (DELETE FROM dex.concurrency_slot WHERE run_id = ANY ($1) RETURNING key, queue_id, slot) "
-	"SELECT s.key, s.queue_id, s.slot, "
-	"       coalesce((SELECT l.max_runs FROM dex.concurrency_limit l WHERE l.queue_id = s.queue_id AND l.key = s.key), "
-	"                (SELECT q.concurrency_limit FROM dex.queue q WHERE q.id = s.queue_id), 1) "
-	"FROM s",
+	"     s AS (DELETE FROM dex.concurrency_slot WHERE run_id = ANY ($1) RETURNING key, queue_id) "
+	"SELECT DISTINCT s.key, s.queue_id FROM s ORDER BY s.queue_id, s.key",
 	1, {UUIDARRAYOID}
 };
 
@@ -436,17 +433,7 @@ release_slots(Datum run_ids)
 	DexRows		freed = dex_spi_rows(&release_slots_plan, values, NULL, 0);
 
 	for (uint64 i = 0; i < freed.n; i++)
-	{
-		char	   *key = dex_rows_gettext_copy(freed, i, 1);
-		int32		queue_id = (int32) dex_rows_getint64(freed, i, 2);
-		bool		seen = false;
-
-		for (uint64 k = 0; k < i && !seen; k++)
-			seen = dex_rows_getint64(freed, k, 2) == queue_id &&
-				strcmp(dex_rows_gettext_copy(freed, k, 1), key) == 0;
-		if (!seen)
-			refill_slots(key, queue_id);
-	}
+		refill_slots(dex_rows_gettext_copy(freed, i, 1), (int32) dex_rows_getint64(freed, i, 2));
 }
 
 /* $1 queue, $2 key (NULL: all): the keys of the queue that runs wait for */
@@ -458,7 +445,7 @@ static DexPlan waited_keys_plan = {
 /*
  * A limit was raised (dex.alter_queue's concurrency_limit, or
  * dex.set_concurrency_limit for "key"; NULL: every key of the queue): the
- * runs waiting for those keys fill their free slots, in their order.
+ * free slots of those keys are filled as when runs end (refill_slots).
  */
 void
 dex_admit_waiting_runs(int32 queue_id, const char *key)
@@ -470,19 +457,7 @@ dex_admit_waiting_runs(int32 queue_id, const char *key)
 		return;
 	keys = dex_spi_rows(&waited_keys_plan, values, key ? NULL : " n", 0);
 	for (uint64 i = 0; i < keys.n; i++)
-	{
-		char	   *k = dex_rows_gettext_copy(keys, i, 1);
-
-		for (;;)
-		{
-			int32		limit;
-			int32		slot = free_slot(k, queue_id, &limit);
-
-			if (slot < 0 || pass_slot(k, queue_id, slot) == SLOT_NOBODY_WAITS)
-				break;
-			CHECK_FOR_INTERRUPTS();
-		}
-	}
+		refill_slots(dex_rows_gettext_copy(keys, i, 1), queue_id);
 }
 
 /*
