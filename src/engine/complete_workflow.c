@@ -348,7 +348,7 @@ load_shown_events(DexWorkflowCompletion *items, int n, HTAB *runs)
 		n_done++;
 	}
 	if (n_done > 0)
-		dex_load_inbox(runs, dex_array_result(inbox_runs), dex_array_result(inbox_ids), true);
+		dex_consume_inbox(runs, dex_array_result(inbox_runs), dex_array_result(inbox_ids));
 	return n_done;
 }
 

@@ -96,7 +96,7 @@ typedef struct DexRun
 	int64		history_bytes;	/* encoded size of its history (1.4) */
 	bytea	   *history;		/* dex_load_histories: one encoded EventBatch */
 	int32		history_omitted;	/* events at its start a poll leaves out: the worker has them */
-	int			n_inbox;		/* dex_load_inbox: encoded WorkflowEvents */
+	int			n_inbox;		/* encoded WorkflowEvents shown (dex_consume_inbox, the poll) */
 	bytea	  **inbox;
 } DexRun;
 
@@ -131,7 +131,7 @@ extern DexRun *dex_read_run(struct HTAB *runs, uint64 row, int col);
 extern struct HTAB *dex_load_runs(Datum ids, bool lock);
 extern DexRun *dex_find_run(struct HTAB *runs, pg_uuid_t *id);
 extern void dex_load_histories(struct HTAB *runs, Datum ids, Datum seen);
-extern void dex_load_inbox(struct HTAB *runs, Datum run_ids, Datum inbox_ids, bool consume);
+extern void dex_consume_inbox(struct HTAB *runs, Datum run_ids, Datum inbox_ids);
 extern Dex__V1__RunStatus dex_run_status_enum(const char *status);
 extern Dex__V1__WorkflowEvent *dex_run_created_event(DexRun *run);
 extern Dex__V1__WorkflowEvent **dex_build_new_events(DexRun *run, const char *worker_id,

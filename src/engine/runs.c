@@ -204,11 +204,6 @@ dex_load_histories(HTAB *runs, Datum ids, Datum seen)
 	"CROSS JOIN LATERAL (SELECT j.ctid, j.event, j.visible_from FROM dex.workflow_inbox j " \
 	"                    WHERE j.run_id = u.run_id AND j.id = u.id OFFSET 0) i"
 
-static DexPlan inbox_plan = {
-	INBOX_ROWS_SQL("u.run_id, i.event") " ORDER BY u.run_id, i.visible_from, u.id",
-	2, {UUIDARRAYOID, INT8ARRAYOID}
-};
-
 static DexPlan consume_inbox_plan = {
 	"WITH consumed AS (DELETE FROM dex.workflow_inbox "
 	"                  WHERE ctid = ANY (ARRAY(" INBOX_ROWS_SQL("i.ctid") ")) "
@@ -218,17 +213,19 @@ static DexPlan consume_inbox_plan = {
 };
 
 /*
- * The inbox events named by the (run id, inbox id) pairs, into run->inbox;
- * deleted from the inbox if "consume".  A run's events are in the order they
- * became visible, not of their rows: a wait's timeout is written when the
- * wait starts, and an event that came before the deadline goes first.
+ * The inbox events named by the (run id, inbox id) pairs, into run->inbox,
+ * deleted from the inbox (a completion consumes what its task showed; a
+ * poll reads them in its lease statement, api/api_poll.c).  A run's events
+ * are in the order they became visible, not of their rows: a wait's timeout
+ * is written when the wait starts, and an event that came before the
+ * deadline goes first.
  */
 void
-dex_load_inbox(HTAB *runs, Datum run_ids, Datum inbox_ids, bool consume)
+dex_consume_inbox(HTAB *runs, Datum run_ids, Datum inbox_ids)
 {
 	Datum		values[2] = {run_ids, inbox_ids};
 
-	dex_spi_exec(consume ? &consume_inbox_plan : &inbox_plan, values, NULL, 0);
+	dex_spi_exec(&consume_inbox_plan, values, NULL, 0);
 	for (uint64 i = 0; i < SPI_processed; i++)
 	{
 		bool		isnull;
