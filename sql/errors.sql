@@ -112,16 +112,22 @@ RESET dex.max_payload_size;
 SELECT dex.complete_task(:'run', 0, :v, '[{"completeRun": {}}]');
 SELECT status FROM dex.get_run(:'run');
 
--- a completion that reuses a command id did not replay deterministically: none
--- of its commands is applied, and the run fails with a non-determinism failure
+-- a completion that reuses a command id did not replay deterministically (a bad
+-- deploy): none of its commands is applied, and its workflow task fails (not the
+-- run), recorded as an attempt and retried after a backoff; the warning names the run
+SET client_min_messages = error;
 SELECT dex.create_run('errors', 'errors-wf') AS run \gset
 SELECT lock_version AS v FROM dex.poll_tasks('errors-wf', 'w') \gset
 SELECT dex.complete_task(:'run', 0, :v,
     '[{"id": 1, "scheduleActivity": {"name": "a", "queue": "payments.activities"}},
       {"id": 1, "startTimer": {"delay": "1s"}}]');
-SELECT status, failure FROM dex.get_run(:'run');
+SELECT status, task_failures, last_task_failure FROM dex.runs WHERE id = :'run';
 SELECT (SELECT count(*) FROM dex.activity_task WHERE run_id = :'run') AS activities,
-       (SELECT count(*) FROM dex.workflow_inbox WHERE run_id = :'run') AS timers;
+       (SELECT count(*) FROM dex.workflow_inbox WHERE run_id = :'run') AS timers,
+       (SELECT locked_until > now() FROM dex.workflow_task WHERE run_id = :'run') AS backing_off;
+SELECT task, event_id, attempt, outcome, failure->>'type' AS type FROM dex.run_attempts(:'run');
+-- the lease is gone: the same completion again is a lost lease
+SELECT pg_temp.error_of(format('SELECT dex.complete_task(%L, 0, %s, ''[{"completeRun": {}}]'')', :'run', :v));
 -- the same for an id recorded by an earlier task
 SELECT dex.create_run('errors', 'errors-wf') AS run \gset
 SELECT lock_version AS v FROM dex.poll_tasks('errors-wf', 'w') \gset
@@ -129,4 +135,5 @@ SELECT dex.complete_task(:'run', 0, :v, '[{"id": 1, "recordSideEffect": {"name":
 SELECT dex.send_external_event(:'run', 'go');
 SELECT lock_version AS v FROM dex.poll_tasks('errors-wf', 'w') \gset
 SELECT dex.complete_task(:'run', 0, :v, '[{"id": 1, "recordSideEffect": {"name": "x"}}]');
-SELECT status, failure->>'type' AS type FROM dex.get_run(:'run');
+SELECT status, task_failures, last_task_failure->>'type' AS type FROM dex.runs WHERE id = :'run';
+RESET client_min_messages;

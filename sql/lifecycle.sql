@@ -253,6 +253,25 @@ SELECT task, event_id, name, attempt, worker_id, leased_at <= ended_at AS ordere
        failure->>'message' AS failure
   FROM dex.run_attempts(:'tr');
 SELECT pg_temp.outcome($$SELECT * FROM dex.run_attempts('00000000-0000-7000-8000-000000000000')$$);
+-- a workflow task whose lease expired and that another worker took over:
+-- LEASE_EXPIRED, at the attempt the run's next task has; the late completion
+-- of the first worker is refused
+SELECT dex.create_run('expiring', 'life-wf') AS ex \gset
+SELECT lock_version AS v1 FROM dex.poll_tasks('life-wf', 'w-slow', 10, '0.2 s') WHERE run_id = :'ex' \gset
+SELECT pg_sleep(0.3);
+SELECT lock_version AS v2 FROM dex.poll_tasks('life-wf', 'w-next', 10) WHERE run_id = :'ex' \gset
+SELECT regexp_replace(pg_temp.outcome(format($$SELECT dex.complete_task(%L, 0, %s, '[{"completeRun": {}}]')$$,
+                                             :'ex', :v1)), 'version [0-9]+', 'version <n>') AS late;
+SELECT dex.complete_task(:'ex', 0, :v2, '[{"id": 1, "scheduleActivity": {"name": "ship", "queue": "life-act"}}]');
+SELECT task, attempt, worker_id, leased_at < ended_at AS ordered, outcome, failure->>'type' AS type
+  FROM dex.run_attempts(:'ex');
+-- an activity that completed before its run was terminated, its result not yet
+-- seen by the workflow: the history keeps it, and so do the attempts
+SELECT lock_version AS av FROM dex.poll_tasks('life-act', 'a-ship', 10) WHERE run_id = :'ex' \gset
+SELECT dex.complete_task(:'ex', 1, :av, '"shipped"');
+SELECT dex.terminate_run(:'ex', 'operator');
+SELECT pg_temp.kinds(:'ex') AS history;
+SELECT task, name, attempt, worker_id, outcome FROM dex.run_attempts(:'ex') WHERE task = 'activity';
 
 --
 -- 7. Waiting for several runs

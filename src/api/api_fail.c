@@ -34,51 +34,6 @@ static DexPlan lock_activity_plan = {
 	3, {UUIDOID, INT4OID, INT8OID}
 };
 
-static DexPlan count_task_failure_plan = {
-	"UPDATE dex.workflow_run SET task_failures = task_failures + 1, last_task_failure = $2, "
-	"       updated_at = now() WHERE id = $1 RETURNING task_failures",
-	2, {UUIDOID, BYTEAOID}
-};
-
-/* the fence: the failing worker's lease is withdrawn (a new lock version) */
-static DexPlan fence_failed_workflow_task_plan = {
-	"UPDATE dex.workflow_task t SET lock_version = nextval('dex.lease_version'), locked_until = 'infinity' "
-	"WHERE t.run_id = $1 AND t.lock_version = $2 AND t.locked_by IS NOT NULL "
-	"RETURNING t.run_id, t.queue_id, " DEX_QUEUE_LIMITED_SQL,
-	2, {UUIDOID, INT8OID}
-};
-
-/*
- * A run whose workflow task failed dex.max_workflow_task_failures times in a
- * row is parked: BLOCKED, with no workflow task, until dex.resume_run (after a
- * fix is deployed).  Its activities run on; what arrives waits in its inbox.
- */
-static DexPlan park_run_plan = {
-	"WITH t AS (DELETE FROM dex.workflow_task WHERE run_id = $1) "
-	"UPDATE dex.workflow_run SET status = 'BLOCKED', updated_at = now() WHERE id = $1",
-	1, {UUIDOID}
-};
-
-/* whether the schema can park runs: BLOCKED came with 1.3 */
-static DexPlan schema_parks_plan = {
-	"SELECT extversion <> ALL ('{1.0,1.1,1.2}'::text[]) FROM pg_catalog.pg_extension "
-	"WHERE extname = 'dex'",
-	0, {0}
-};
-
-static bool
-schema_parks_runs(void)
-{
-	dex_spi_exec(&schema_parks_plan, NULL, NULL, 1);
-	return SPI_processed > 0 && dex_spi_getbool(0, 1);
-}
-
-/* ...and the task can be leased again when the backoff ends */
-static DexPlan back_off_workflow_task_plan = {
-	"UPDATE dex.workflow_task SET locked_until = $2 WHERE run_id = $1",
-	2, {UUIDOID, TIMESTAMPTZOID}
-};
-
 /*
  * Lock the task's run first (the locking protocol, src/README.md): to write
  * it (a workflow task's failure), or to add events to it (an activity's).
@@ -125,49 +80,14 @@ lease_not_held(pg_uuid_t *run_id, int32 task_id, int64 lock_version, bool raise_
 	return false;
 }
 
-/*
- * A workflow task that failed (the worker could not run the workflow code:
- * a crash loop, a missing workflow, a bug) is handed out again after a
- * backoff that grows with the run's consecutive task failures, per the
- * dex.retry_* settings; the count and the last failure are on the run, and
- * a completed task resets them, and after dex.max_workflow_task_failures
- * of them in a row the run is parked (BLOCKED).  The workflow's own errors
- * fail the run instead (the failRun command).
- */
+/* A workflow task's failure (engine/retry.c), once its run is locked */
 static bool
 fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *failure,
 				   bool raise_lost)
 {
-	Datum		values[2] = {UUIDPGetDatum(run_id), Int64GetDatum(lock_version)};
-	int32		failures;
-	TimestampTz retry_at;
-	bool		held = false;
-
 	/* a task left to an ended or suspended run is refused */
-	if (run_takes_failure(run_id, true))
-	{
-		held = take_failing_lease(&fence_failed_workflow_task_plan, values, 0, 2);
-		dex_queue_room_freed_spi(2, 3);
-	}
-	if (!held)
+	if (!run_takes_failure(run_id, true) || !dex_fail_workflow_task(run_id, lock_version, failure))
 		return lease_not_held(run_id, 0, lock_version, raise_lost);
-
-	values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure));
-	dex_record_workflow_attempt(run_id, DatumGetByteaPP(values[1]));
-	dex_spi_exec(&count_task_failure_plan, values, NULL, 1);
-	failures = (int32) dex_spi_getint64(0, 1);
-	if (dex_max_workflow_task_failures > 0 && failures >= dex_max_workflow_task_failures &&
-		schema_parks_runs())
-	{
-		dex_spi_exec(&park_run_plan, values, NULL, 0);
-		return true;
-	}
-
-	retry_at = dex_retry_time(dex_effective_retry_policy(NULL), failures);
-	values[1] = TimestampTzGetDatum(retry_at);
-	dex_spi_exec(&back_off_workflow_task_plan, values, NULL, 0);
-	/* the scheduler tells waiting workers when the backoff ends */
-	dex_wake_scheduler_at_commit(retry_at);
 	return true;
 }
 

@@ -97,11 +97,21 @@
 	"ARRAY(SELECT i.event FROM unnest(t.inbox_ids) WITH ORDINALITY AS u(id, n), " \
 	"      LATERAL (SELECT j.event FROM dex.workflow_inbox j " \
 	"               WHERE j.run_id = t.run_id AND j.id = u.id OFFSET 0) i ORDER BY u.n), " \
+	"c.prev_by, c.prev_started, c.prev_until, " \
 	DEX_RUN_COLS_SQL("r.", since_1_4) ", c.ready_at"
-#define LEASE_RUN_COL 6			/* the first of the run's columns */
+#define LEASE_PREV_COL 6		/* the lease the task had before, if any */
+#define LEASE_RUN_COL 9			/* the first of the run's columns */
+
+/*
+ * The lease a task had before (c's prev_* columns): a lease that expired
+ * unless its start is NULL (a failed task's backoff, engine/retry.c).
+ */
+#define PREV_LEASE_COLS(t) \
+	t "locked_by AS prev_by, " t "started_at AS prev_started, " t "locked_until AS prev_until"
 
 #define LEASE_WORKFLOW_SQL(since_1_4) \
-	"WITH c AS MATERIALIZED (SELECT ctid, run_id, " WORKFLOW_READY_AT " AS ready_at FROM dex.workflow_task " \
+	"WITH c AS MATERIALIZED (SELECT ctid, run_id, " WORKFLOW_READY_AT " AS ready_at, " PREV_LEASE_COLS("") " " \
+	"      FROM dex.workflow_task " \
 	"      WHERE queue_id = $1 AND (locked_until IS NULL OR locked_until <= $5) " \
 	"      ORDER BY priority DESC, created_at LIMIT $2 FOR UPDATE SKIP LOCKED) " \
 	LEASE_WORKFLOW_SET(since_1_4)
@@ -115,8 +125,10 @@ static DexPlan lease_workflow_plans[2] = {
 };
 
 #define LEASE_DECLARED_WORKFLOW_SQL(since_1_4) \
-	"WITH c AS MATERIALIZED (SELECT s.ctid, s.run_id, s.ready_at FROM unnest($6::text[], $7::integer[]) AS k(n, v), " \
-	"      LATERAL (SELECT t.ctid, t.run_id, t.priority, t.created_at, " WORKFLOW_READY_AT " AS ready_at " \
+	"WITH c AS MATERIALIZED (SELECT s.ctid, s.run_id, s.ready_at, s.prev_by, s.prev_started, s.prev_until " \
+	"      FROM unnest($6::text[], $7::integer[]) AS k(n, v), " \
+	"      LATERAL (SELECT t.ctid, t.run_id, t.priority, t.created_at, " WORKFLOW_READY_AT " AS ready_at, " \
+	"               " PREV_LEASE_COLS("t.") " " \
 	"               FROM dex.workflow_task t " \
 	"               WHERE t.queue_id = $1 AND t.workflow_name = k.n AND t.workflow_version = k.v " \
 	"               AND (t.locked_until IS NULL OR t.locked_until <= $5) " \
@@ -485,6 +497,9 @@ typedef struct Leased
 	int64		lock_version;
 	TimestampTz locked_until;
 	TimestampTz started_at;		/* workflow tasks */
+	char	   *expired_by;		/* workflow tasks: the expired lease taken over */
+	TimestampTz expired_started;
+	TimestampTz expired_until;
 	char	   *name;			/* activity tasks */
 	bytea	   *argument;
 	int32		attempt;
@@ -518,6 +533,13 @@ read_workflow_lease(uint64 row, Leased *t, Leases *leases)
 	t->lock_version = dex_spi_getint64(row, 2);
 	t->locked_until = (TimestampTz) dex_spi_getint64(row, 3);
 	t->started_at = (TimestampTz) dex_spi_getint64(row, 4);
+	(void) dex_spi_getdatum(row, LEASE_PREV_COL + 1, &isnull);
+	if (!isnull)
+	{
+		t->expired_by = dex_spi_gettext_copy(row, LEASE_PREV_COL);
+		t->expired_started = (TimestampTz) dex_spi_getint64(row, LEASE_PREV_COL + 1);
+		t->expired_until = (TimestampTz) dex_spi_getint64(row, LEASE_PREV_COL + 2);
+	}
 	run = dex_read_run(leases->runs, row, LEASE_RUN_COL);
 	events = dex_spi_getdatum(row, 5, &isnull);
 	if (run != NULL && !isnull)
@@ -549,6 +571,34 @@ read_activity_lease(uint64 row, Leased *t)
 	t->heartbeat_details = dex_spi_getbytea_copy(row, 10);
 }
 
+/*
+ * Workflow tasks leased over an expired lease: the attempts of the workers
+ * that lost them, for dex.run_attempts (LEASE_EXPIRED).  Recorded when the
+ * task is taken over, not when the lease ends: until then, the worker's late
+ * completion is still accepted.
+ */
+static void
+record_expired_leases(Leases *leases)
+{
+	DexExpiredLease *expired = palloc(sizeof(DexExpiredLease) * Max(leases->n, 1));
+	int			n = 0;
+
+	for (uint64 i = 0; i < leases->n; i++)
+	{
+		Leased	   *t = &leases->tasks[i];
+
+		if (t->expired_by == NULL)
+			continue;
+		expired[n].run_id = t->run_id;
+		expired[n].worker_id = t->expired_by;
+		expired[n].leased_at = t->expired_started;
+		expired[n].ended_at = t->expired_until;
+		n++;
+	}
+	if (n > 0)
+		dex_record_expired_workflow_leases(expired, n);
+}
+
 /* Read the n leases back before the next statement replaces SPI_tuptable. */
 static Leases
 read_leases(bool is_workflow, uint64 n)
@@ -572,6 +622,8 @@ read_leases(bool is_workflow, uint64 n)
 		/* the scheduler reclaims expired activity leases and announces expired workflow ones */
 		dex_wake_scheduler_at_commit(t->locked_until);
 	}
+	if (is_workflow)
+		record_expired_leases(&leases);
 	return leases;
 }
 

@@ -5,8 +5,8 @@
  *	  kind of command applied.
  *
  * dex_apply_workflow_task records what the task was shown (dex_build_new_events)
- * and WorkflowTaskCompleted, checks that the command ids replay the history
- * (determinism), applies the commands in order, then starts the run over
+ * and WorkflowTaskCompleted (the command ids were checked against the
+ * history before the fence), applies the commands in order, then starts the run over
  * after continueAsNew.  A cancellation request does not end the run by
  * itself: the workflow ends it with cancelRun (apply_cancel_run).
  * Each command records its event, with the command's id, and adds the rows
@@ -536,40 +536,6 @@ apply_command(DexAppliedTask *c, const Dex__V1__Command *cmd)
 	}
 }
 
-/*
- * Command ids grow over the life of a run: a workflow that replays
- * deterministically gives every new command an id above those already in its
- * history.  A completion that reuses an id, or gives them out of order, did
- * not replay the recorded history: none of its commands is applied, and the
- * run fails with a non-determinism failure.  Returns whether all is well.
- */
-static bool
-check_determinism(DexAppliedTask *c, Dex__V1__WorkflowTaskCompletion *completion)
-{
-	int32		last = c->last_event_id;
-
-	for (size_t i = 0; i < completion->n_commands; i++)
-	{
-		const Dex__V1__Command *cmd = completion->commands[i];
-
-		if (cmd->id == 0)
-			continue;
-		if (cmd->id > last)
-		{
-			last = cmd->id;
-			continue;
-		}
-		c->failure = dex_new_failure(psprintf("command %s has id %d, but ids up to %d are already used: "
-											  "the workflow did not replay its history deterministically",
-											  dex_command_name(cmd), cmd->id, last),
-									 "dex.NonDeterminism", true);
-		record_event(c, 0, dex_event_run_failed(c->now, c->failure));
-		c->new_status = "FAILED";
-		return false;
-	}
-	return true;
-}
-
 /* The encoded size of the task's batch of events */
 static int64
 batch_bytes(DexAppliedTask *c)
@@ -663,8 +629,7 @@ dex_apply_workflow_task(DexAppliedTask *c, DexWorkflowCompletion *item, DexRun *
 	c->max_events = c->n_events + n_commands + 2;
 
 	record_event(c, 0, dex_event_workflow_task_completed(c->now));
-	if (!check_determinism(c, item->completion))
-		n_commands = 0;
+	/* command ids were checked before the fence (complete_workflow.c) */
 	for (int i = 0; i < n_commands; i++)
 		apply_command(c, item->completion->commands[i]);
 	if (c->continued)

@@ -13,6 +13,10 @@
  *				then each task row is deleted only with its current lock
  *				version.  A task of a queue the caller may not use (access.c)
  *				fails the whole call.
+ *				A completion whose command ids do not follow its run's
+ *				history (the workflow did not replay it) is not fenced: the
+ *				task fails instead (failed = true), as dex.fail_task would
+ *				fail it, so that a bad deploy fails no run for good.
  *	  check		a task whose lease is lost, or whose run ended meanwhile, is
  *				skipped (done = false) before anything is written for it, or,
  *				with raise_lost, reported as an error (fence.c); a completion
@@ -125,7 +129,8 @@ note_fenced_task(DexWorkflowCompletion *items, int n, uint64 r)
 
 /*
  * Delete the task rows of the items that are on queue queue_id (-1: of the
- * items whose run was not found; see FENCE_WORKFLOW_SQL) with their lock
+ * items whose run was not found; see FENCE_WORKFLOW_SQL; -2 is the mark of
+ * the items failed instead, which are not fenced again) with their lock
  * versions, and note which were (item->done).
  */
 static void
@@ -153,10 +158,54 @@ fence_queue(DexWorkflowCompletion *items, int n, const int32 *queues, int32 queu
 }
 
 /*
+ * Command ids grow over the life of a run: a workflow that replays
+ * deterministically gives every new command an id above those already in its
+ * history.  A completion that reuses an id, or gives them out of order, did
+ * not replay the recorded history (a bad deploy, or a worker's bug): none of
+ * its commands is applied, and its workflow task fails (dex.NonDeterminism,
+ * naming the command), to be retried after a backoff and the run parked
+ * BLOCKED after dex.max_workflow_task_failures (engine/retry.c), so that
+ * deploying a fix, or rolling back, lets the run go on.  A run that takes no
+ * tasks is left to the check that refuses its task as a lost lease.
+ */
+static void
+fail_nondeterministic(DexWorkflowCompletion *item, DexRun *run)
+{
+	const Dex__V1__WorkflowTaskCompletion *completion = item->completion;
+	int32		last = run->last_event_id;
+
+	if (!dex_status_takes_tasks(run->status))
+		return;
+	for (size_t i = 0; i < completion->n_commands; i++)
+	{
+		const Dex__V1__Command *cmd = completion->commands[i];
+		Dex__V1__Failure *failure;
+
+		if (cmd->id == 0 || cmd->id > last)
+		{
+			last = Max(last, cmd->id);
+			continue;
+		}
+		failure = dex_new_failure(psprintf("command %s has id %d, but ids up to %d are already used: "
+										   "the workflow did not replay its history deterministically",
+										   dex_command_name(cmd), cmd->id, last),
+								  "dex.NonDeterminism", false);
+		item->failed = dex_fail_workflow_task(item->run_id, item->lock_version, failure);
+		if (item->failed)
+			ereport(WARNING,
+					(errcode(ERRCODE_DATA_EXCEPTION),
+					 errmsg("workflow task of run %s failed: %s",
+							dex_uuid_to_cstring(item->run_id), failure->message),
+					 errhint("Deploy workflow code that replays the run's history; the task is retried after a backoff.")));
+		return;
+	}
+}
+
+/*
  * Fence: the items sorted by run id, their runs loaded and locked in that
- * order, their task rows deleted with their lock versions (item->done), a
- * statement per queue of their runs (a worker's batch is of one queue).
- * Returns the runs.
+ * order, those that did not replay their histories failed, the others' task
+ * rows deleted with their lock versions (item->done), a statement per queue
+ * of their runs (a worker's batch is of one queue).  Returns the runs.
  */
 static HTAB *
 fence_workflow_tasks(DexWorkflowCompletion *items, int n)
@@ -170,6 +219,7 @@ fence_workflow_tasks(DexWorkflowCompletion *items, int n)
 	{
 		items[i].done = false;
 		items[i].superseded = false;
+		items[i].failed = false;
 		items[i].has_inbox = false;
 		dex_array_add(run_ids, UUIDPGetDatum(items[i].run_id), false);
 	}
@@ -182,7 +232,10 @@ fence_workflow_tasks(DexWorkflowCompletion *items, int n)
 	{
 		DexRun	   *run = dex_find_run(runs, items[i].run_id);
 
-		queues[i] = run ? run->queue_id : -1;
+		if (run != NULL)
+			fail_nondeterministic(&items[i], run);
+		/* a failed task is not fenced again */
+		queues[i] = items[i].failed ? -2 : run ? run->queue_id : -1;
 	}
 	for (int i = 0; i < n; i++)
 	{
@@ -190,7 +243,7 @@ fence_workflow_tasks(DexWorkflowCompletion *items, int n)
 
 		for (int j = 0; j < i && !seen; j++)
 			seen = queues[j] == queues[i];
-		if (!seen)
+		if (!seen && queues[i] != -2)
 			fence_queue(items, n, queues, queues[i]);
 	}
 	pfree(queues);
@@ -217,10 +270,10 @@ refuse_lost_tasks(DexWorkflowCompletion *items, int n, HTAB *runs, bool raise_lo
 			items[i].done = false;	/* left to a run that ended, was deleted or suspended */
 	}
 	for (int i = 0; i < n; i++)
-		dex_stat_add(0, DEX_STAT_LEASES_LOST, items[i].done ? 0 : 1);
+		dex_stat_add(0, DEX_STAT_LEASES_LOST, items[i].done || items[i].failed ? 0 : 1);
 	if (raise_lost)
 		for (int i = 0; i < n; i++)
-			if (!items[i].done)
+			if (!items[i].done && !items[i].failed)
 				dex_report_lost_lease(items[i].run_id, 0, items[i].lock_version);
 }
 

@@ -188,6 +188,7 @@ extern void dex_admit_waiting_runs(int32 queue_id, const char *key);
 /* retry.c */
 extern Dex__V1__RetryPolicy *dex_effective_retry_policy(const Dex__V1__RetryPolicy *given);
 extern TimestampTz dex_retry_time(const Dex__V1__RetryPolicy *policy, int attempt);
+extern bool dex_fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *failure);
 extern void dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id,
 										int32 attempt, bytea *retry_policy,
 										TimestampTz deadline,
@@ -211,6 +212,9 @@ typedef struct DexWorkflowCompletion
 	bool		done;			/* out: false if not applied (lease lost, run
 								 * ended, or superseded) */
 	bool		superseded;		/* out: set aside, as new events came (see
+								 * complete_workflow.c) */
+	bool		failed;			/* out: failed as a task, as its commands did
+								 * not replay the history (see
 								 * complete_workflow.c) */
 	TimestampTz started_at;		/* internal: from the fenced task row */
 	char	   *worker_id;
@@ -328,6 +332,15 @@ extern int	dex_fire_schedules(int limit);
 /* attempts.c: attempts that did not succeed (1.4) */
 extern void dex_record_activity_attempt(pg_uuid_t *run_id, int32 event_id, Dex__V1__Failure *failure);
 extern void dex_record_workflow_attempt(pg_uuid_t *run_id, bytea *failure);
+/* a workflow task's lease that expired and was taken over */
+typedef struct DexExpiredLease
+{
+	pg_uuid_t  *run_id;
+	char	   *worker_id;
+	TimestampTz leased_at;
+	TimestampTz ended_at;
+} DexExpiredLease;
+extern void dex_record_expired_workflow_leases(const DexExpiredLease *leases, int n);
 
 /* reset.c: restart and reset (1.4) */
 extern pg_uuid_t *dex_restart_run_internal(pg_uuid_t *run_id);

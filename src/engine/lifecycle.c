@@ -56,14 +56,16 @@ static DexPlan end_run_now_plan = {
  */
 /*
  * 1.4 records the attempt of a leased task so withdrawn (dex.task_attempt):
- * VOIDED, or LEASE_EXPIRED if its lease had run out.  $1 the runs.
+ * VOIDED, or LEASE_EXPIRED if its lease had run out (a failed task waiting
+ * out its backoff, with no start, was recorded as it failed).  $1 the runs.
  */
 #define WITHDRAWN_OUTCOME \
 	"CASE WHEN d.locked_until < now() THEN 'LEASE_EXPIRED' ELSE 'VOIDED' END"
 #define RECORD_WITHDRAWN_WORKFLOW_TASKS \
 	"INSERT INTO dex.task_attempt (run_id, event_id, attempt, worker_id, leased_at, ended_at, outcome) " \
 	"SELECT d.run_id, 0, r.task_failures + 1, d.locked_by, d.started_at, now(), " WITHDRAWN_OUTCOME " " \
-	"FROM wt d JOIN dex.workflow_run r ON r.id = d.run_id WHERE d.locked_by IS NOT NULL"
+	"FROM wt d JOIN dex.workflow_run r ON r.id = d.run_id " \
+	"WHERE d.locked_by IS NOT NULL AND d.started_at IS NOT NULL"
 #define RECORD_WITHDRAWN_ACTIVITIES \
 	"INSERT INTO dex.task_attempt (run_id, event_id, attempt, worker_id, leased_at, ended_at, outcome) " \
 	"SELECT d.run_id, d.event_id, d.attempt, d.locked_by, d.attempt_started_at, now(), " WITHDRAWN_OUTCOME " " \
@@ -137,6 +139,14 @@ lock_run(pg_uuid_t *run_id, bool *cancel_requested, bool for_caller)
 	return status;
 }
 
+static Dex__V1__WorkflowEvent *
+unpack_event(bytea *data)
+{
+	return (Dex__V1__WorkflowEvent *)
+		dex_pb_unpack(&dex__v1__workflow_event__descriptor, (uint8 *) VARDATA_ANY(data),
+					  VARSIZE_ANY_EXHDR(data), "inbox event");
+}
+
 /* Who an operator's change is recorded as done by */
 static char *
 session_user_name(void)
@@ -154,10 +164,25 @@ illegal_transition(pg_uuid_t *run_id, const char *action, const char *status)
 }
 
 /*
+ * The events that arrived for a run that ends at once and its workflow never
+ * saw, taken out of its inbox in the order a task would show them: activity
+ * results, external events, children's ends, timers that fired.  Its history
+ * keeps them, so that what happened before the end (an activity that
+ * completed, dex.run_attempts) is not lost with the inbox.
+ */
+static DexPlan take_arrived_events_plan = {
+	"WITH d AS (DELETE FROM dex.workflow_inbox WHERE run_id = $1 AND visible_from <= clock_timestamp() "
+	"           RETURNING id, visible_from, event) "
+	"SELECT event FROM d ORDER BY visible_from, id",
+	1, {UUIDOID}
+};
+
+/*
  * End the run "run_id", locked and of status "status", at once as
- * "end_status": its history gets end_event (after runCreated for a run whose
- * history is empty: one that never started), its failure "failure", and
- * everything it had pending is withdrawn (dex_end_runs).
+ * "end_status": its history gets the events that arrived for it and
+ * end_event (after runCreated for a run whose history is empty: one that
+ * never started), its failure "failure", and everything it had pending is
+ * withdrawn (dex_end_runs).
  */
 static void
 end_run_now(pg_uuid_t *run_id, const char *status, const char *end_status,
@@ -165,12 +190,20 @@ end_run_now(pg_uuid_t *run_id, const char *status, const char *end_status,
 {
 	Datum		ids = dex_uuid_array(&run_id, 1);
 	Dex__V1__EventBatch batch;
-	Dex__V1__WorkflowEvent *events[2];
+	Dex__V1__WorkflowEvent **events;
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', failure ? ' ' : 'n'};
+	uint64		n_arrived;
 
+	values[0] = UUIDPGetDatum(run_id);
+	dex_spi_exec(&take_arrived_events_plan, values, NULL, 0);
+	n_arrived = SPI_processed;
+	events = palloc(sizeof(*events) * (n_arrived + 2));
 	dex__v1__event_batch__init(&batch);
 	batch.events = events;
+	/* the arrived events at the end of the array, until the history is known */
+	for (uint64 i = 0; i < n_arrived; i++)
+		events[i + 1] = unpack_event(dex_spi_getbytea_copy(i, 1));
 	if (strcmp(status, "RUNNING") != 0 && strcmp(status, "SUSPENDED") != 0)
 	{
 		/* CREATED, or BLOCKED before its first task completed: no history yet */
@@ -179,9 +212,11 @@ end_run_now(pg_uuid_t *run_id, const char *status, const char *end_status,
 		if (run->history_length == 0)
 			events[batch.n_events++] = dex_run_created_event(run);
 	}
+	if (batch.n_events == 0)
+		memmove(events, events + 1, sizeof(*events) * n_arrived);
+	batch.n_events += n_arrived;
 	events[batch.n_events++] = end_event;
 
-	values[0] = UUIDPGetDatum(run_id);
 	values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &batch));
 	values[2] = Int32GetDatum((int32) batch.n_events);
 	values[3] = CStringGetTextDatum(end_status);

@@ -1,8 +1,8 @@
 /*-------------------------------------------------------------------------
  *
  * retry.c
- *	  Activity retries: the effective retry policy, the backoff, and what
- *	  happens when an attempt fails.
+ *	  Retries: the effective retry policy, the backoff, and what happens
+ *	  when an activity's attempt or a workflow task fails.
  *
  * A retry is two rows: the activity task, made visible again at the retry
  * time, and its logged record in dex.activity_retry, from which the rebuild
@@ -11,6 +11,10 @@
  * Runs in the caller's transaction and SPI connection; the caller has
  * fenced and locked the task row and locked its run (the locking protocol
  * in src/README.md: dex.fail_task, or the scheduler for an expired lease).
+ *
+ * A failed workflow task (dex_fail_workflow_task) is its row leased again
+ * after a backoff, or its run parked BLOCKED; the caller has locked the run,
+ * and the fence is here.
  *
  *-------------------------------------------------------------------------
  */
@@ -214,4 +218,105 @@ dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id, int32 attempt,
 		dex_spi_exec(&delete_activity_plan, values, NULL, 0);
 		dex_insert_inbox(run_id, dex_event_activity_task_failed(now, event_id, failure, attempt), now);
 	}
+}
+
+/* ----------------------------------------------------------------
+ * Workflow tasks
+ * ----------------------------------------------------------------
+ */
+
+/* the fence: the failing worker's lease is withdrawn (a new lock version) */
+static DexPlan fence_failed_workflow_task_plan = {
+	"UPDATE dex.workflow_task t SET lock_version = nextval('dex.lease_version'), locked_until = 'infinity' "
+	"WHERE t.run_id = $1 AND t.lock_version = $2 AND t.locked_by IS NOT NULL "
+	"RETURNING t.run_id, t.queue_id, " DEX_QUEUE_LIMITED_SQL,
+	2, {UUIDOID, INT8OID}
+};
+
+static DexPlan count_task_failure_plan = {
+	"UPDATE dex.workflow_run SET task_failures = task_failures + 1, last_task_failure = $2, "
+	"       updated_at = now() WHERE id = $1 RETURNING task_failures",
+	2, {UUIDOID, BYTEAOID}
+};
+
+/*
+ * A run whose workflow task failed dex.max_workflow_task_failures times in a
+ * row is parked: BLOCKED, with no workflow task, until dex.resume_run (after a
+ * fix is deployed).  Its activities run on; what arrives waits in its inbox.
+ */
+static DexPlan park_run_plan = {
+	"WITH t AS (DELETE FROM dex.workflow_task WHERE run_id = $1) "
+	"UPDATE dex.workflow_run SET status = 'BLOCKED', updated_at = now() WHERE id = $1",
+	1, {UUIDOID}
+};
+
+/* whether the schema can park runs: BLOCKED came with 1.3 */
+static DexPlan schema_parks_plan = {
+	"SELECT extversion <> ALL ('{1.0,1.1,1.2}'::text[]) FROM pg_catalog.pg_extension "
+	"WHERE extname = 'dex'",
+	0, {0}
+};
+
+static bool
+schema_parks_runs(void)
+{
+	dex_spi_exec(&schema_parks_plan, NULL, NULL, 1);
+	return SPI_processed > 0 && dex_spi_getbool(0, 1);
+}
+
+/*
+ * ...and the task can be leased again when the backoff ends.  The row keeps
+ * the failed worker's name, as an expired lease does (the scheduler then
+ * tells waiting workers when it ends), but no start: it is no lease that
+ * expires, and a poll that takes it records no LEASE_EXPIRED attempt.
+ */
+static DexPlan back_off_workflow_task_plan = {
+	"UPDATE dex.workflow_task SET locked_until = $2, started_at = NULL WHERE run_id = $1",
+	2, {UUIDOID, TIMESTAMPTZOID}
+};
+
+/*
+ * A workflow task failed: the worker could not run the workflow code (a
+ * crash loop, a missing workflow, a bug), or its replay did not match the
+ * history (non-determinism, a bad deploy).  It is handed out again after a
+ * backoff that grows with the run's consecutive task failures, per the
+ * dex.retry_* settings; the count and the last failure are on the run, a
+ * completed task resets them, and after dex.max_workflow_task_failures of
+ * them in a row the run is parked (BLOCKED).  The workflow's own errors fail
+ * the run instead (the failRun command).
+ *
+ * The caller has locked the run and checked that it takes tasks.  Returns
+ * whether the lease (lock_version) was held; if not, nothing is written.
+ */
+bool
+dex_fail_workflow_task(pg_uuid_t *run_id, int64 lock_version, Dex__V1__Failure *failure)
+{
+	Datum		values[2] = {UUIDPGetDatum(run_id), Int64GetDatum(lock_version)};
+	int32		failures;
+	TimestampTz retry_at;
+
+	dex_spi_exec(&fence_failed_workflow_task_plan, values, NULL, 0);
+	dex_check_queue_use_spi(2);
+	if (SPI_processed == 0)
+		return false;
+	dex_stat_add((int32) dex_spi_getint64(0, 2), DEX_STAT_TASKS_FAILED, 1);
+	dex_queue_room_freed_spi(2, 3);
+
+	values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure));
+	dex_record_workflow_attempt(run_id, DatumGetByteaPP(values[1]));
+	dex_spi_exec(&count_task_failure_plan, values, NULL, 1);
+	failures = (int32) dex_spi_getint64(0, 1);
+	if (dex_max_workflow_task_failures > 0 && failures >= dex_max_workflow_task_failures &&
+		schema_parks_runs())
+	{
+		dex_spi_exec(&park_run_plan, values, NULL, 0);
+		return true;
+	}
+
+	retry_at = dex_retry_time(dex_effective_retry_policy(NULL), failures);
+	values[1] = TimestampTzGetDatum(retry_at);
+	dex_spi_exec(&back_off_workflow_task_plan, values, NULL, 0);
+	/* the scheduler tells waiting workers when the backoff ends */
+	dex_wake_scheduler_at_commit(retry_at);
+	return true;
 }
