@@ -19,7 +19,8 @@
 # for it) counts as one failure.
 #
 # Environment: DEX_SKIP_DEPS=1 skips test/deps.sh; DEX_PYTHON is the interpreter for pytest
-# (default /usr/bin/python3, which has the Debian psycopg and pytest); DEX_SUITES=regress,tap runs
+# (default /usr/bin/python3, which has the Debian psycopg and pytest), DEX_PYTEST_FILES the files it
+# runs (default all of tests/, e.g. "tests/test_flow.py tests/test_cache.py"); DEX_SUITES=regress,tap runs
 # only those suites and DEX_TAP_TESTS="t/009_upgrade.pl t/021_many_queues.pl" only those TAP tests
 # (while working on them; the suites left out count as skipped); see test/lib.sh for the rest.
 # shellcheck disable=SC2317 # suite_* are called through run_suite
@@ -189,7 +190,7 @@ suite_pytest() {
   [[ -d $dir/tests ]] || { skip pytest "no clients/python/tests"; return; }
   # From clients/python, so the client package there is importable; PG* point at our cluster.
   run_logged pytest "$dir" env PYTHONDONTWRITEBYTECODE=1 \
-    "$py" -m pytest -q -p no:cacheprovider tests
+    "$py" -m pytest -q -p no:cacheprovider ${DEX_PYTEST_FILES:-tests}
   ((rc != 5)) || { skip pytest "no tests collected"; return; }
   # Summary line: "2 failed, 5 passed, 1 skipped in 1.2s"; errors count as failures.
   line=$(grep -E '[0-9]+ (passed|failed|errors?)([ ,]|$)' "$out" | tail -n 1 || true)

@@ -14,16 +14,18 @@ and returns the commands of the new workflow task:
   with what the task recorded.  Every command carries an id, 1, 2, 3, ... in the
   order workflow code issues them over the run's life; a command whose id is in
   the history is matched against the recorded event (same kind and name, same
-  task) and not sent again; anything else during replay is non-determinism and
-  fails the run with a ``dex.NonDeterminism`` failure naming both sides;
+  task) and not sent again; anything else during replay is non-determinism: the
+  workflow task fails (``dex.NonDeterminism``, naming both sides), and is retried
+  after a backoff until code that matches is deployed (the run parks BLOCKED after
+  ``dex.max_workflow_task_failures``; ``dex.resume_run`` retries it), or, for a
+  workflow declared with ``nondeterminism_fails_run``, the run fails;
 * the last task is the new one: its commands go to the engine.
 
 Patches change workflow code under running runs: ``ctx.patched("id")`` records a
 ``dex.patch:id`` marker where new code first takes the new path, and on replay returns
 whether the run recorded it there; the old path keeps the command ids the old code used.
-A replay that meets a patch marker where the code has none (or another) is
-non-determinism of the workflow task, which fails (and is retried after the operator
-deploys code that matches), not of the run.
+A replay that meets a patch marker where the code has none (or another) always fails
+the workflow task, whatever the workflow's declaration.
 
 Workflow code is an ``async def`` run by a small deterministic event loop of our
 own (not asyncio): ready callbacks run in FIFO order, and nothing but dex
@@ -1064,10 +1066,14 @@ class _Replayer:
             self.finished = True
             log.error("run %s: %s", task.get("runId"), e)
             change_id = getattr(e, "change_id", None)
-            if change_id is not None:
-                raise WorkflowTaskFailure({"message": str(e), "type": NON_DETERMINISM,
-                                           "details": encode({"changeId": change_id})})
-            return [fail_run_command(str(e), NON_DETERMINISM)]
+            if self.definition is not None and self.definition.nondeterminism_fails_run \
+                    and change_id is None:
+                return [fail_run_command(str(e), NON_DETERMINISM)]
+            # the task fails, not the run: retried after a backoff, BLOCKED after
+            # dex.max_workflow_task_failures, so that a fixed deploy lets the run go on
+            details = {"changeId": change_id} if change_id is not None else None
+            raise WorkflowTaskFailure({"message": str(e), "type": NON_DETERMINISM,
+                                       **({"details": encode(details)} if details else {})})
         except BaseException:
             self.finished = True
             raise

@@ -17,6 +17,7 @@ class WorkflowDefinition:
     fn: Callable
     activity_queue: Optional[str]   # default queue of the activities it calls
     takes_arg: bool
+    nondeterminism_fails_run: bool = False
 
 
 @dataclass
@@ -75,19 +76,24 @@ def _positional_params(fn: Callable) -> int:
 
 
 def workflow(name: Union[str, Callable, None] = None, version: int = 1, *,
-             activity_queue: Optional[str] = None):
+             activity_queue: Optional[str] = None, nondeterminism_fails_run: bool = False):
     """Declare a workflow: ``async def fn(ctx, arg)`` (or ``fn(ctx)``).
 
     ``name`` defaults to the function's name; runs are started with that name and
     version.  ``activity_queue`` is the queue its activities go to when neither the
-    call nor the activity's declaration names one."""
+    call nor the activity's declaration names one.  A replay that does not match the
+    history (non-determinism: a bad deploy) fails the workflow task, which is retried
+    after a backoff and parks the run BLOCKED after ``dex.max_workflow_task_failures``,
+    so that deploying a fix lets the run go on; with ``nondeterminism_fails_run`` it
+    fails the run instead (``dex.NonDeterminism``)."""
 
     def deco(fn: Callable) -> Callable:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"workflow {fn.__qualname__} must be an 'async def' function")
         d = WorkflowDefinition(name=wname or fn.__name__, version=int(version), fn=fn,
                                activity_queue=activity_queue,
-                               takes_arg=_positional_params(fn) >= 2)
+                               takes_arg=_positional_params(fn) >= 2,
+                               nondeterminism_fails_run=bool(nondeterminism_fails_run))
         register(WORKFLOWS, d)
         fn.__dex_workflow__ = d
         return fn

@@ -822,6 +822,9 @@ class Worker:
             task, skipped = wire.workflow_task(raw, max(0, state.history_seen - omitted))
             try:
                 cmds = state.resume(task, task.get("history") or [], omitted + skipped)
+            except WorkflowTaskFailure:
+                state.close()
+                raise
             except Exception:           # a bug of the SDK: the full replay may do better
                 log.exception("run %s: resuming its cached state failed; replaying", run_id)
                 cmds = None

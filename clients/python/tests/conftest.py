@@ -47,7 +47,8 @@ def queues(client):
 
 @pytest.fixture
 def start_worker(conninfo, queues):
-    """start_worker(**options): a started Worker on the test's queues, shut down at the end."""
+    """start_worker(**options): a started Worker on the test's queues (on the suite's database,
+    or ``conninfo=``), shut down at the end."""
     workers = []
 
     def start(**kw):
@@ -56,7 +57,7 @@ def start_worker(conninfo, queues):
         kw.setdefault("concurrency", 8)
         kw.setdefault("poll_timeout", 5)
         kw.setdefault("shutdown_timeout", 5)
-        w = dex.Worker(conninfo, **kw).start()
+        w = dex.Worker(kw.pop("conninfo", conninfo), **kw).start()
         workers.append(w)
         return w
 

@@ -117,7 +117,9 @@ async def nd_v2(ctx):                  # the same workflow, edited: a timer wher
     await ctx.wait_event("go")
 
 
-def test_changed_workflow_code_fails_the_run_with_non_determinism(client, queues, start_worker):
+def test_changed_code_of_a_workflow_that_asks_for_it_fails_the_run(client, queues, start_worker):
+    # by default non-determinism fails the workflow task (test_bad_deploy.py); a workflow
+    # declared with nondeterminism_fails_run fails the run instead
     v1 = dex.workflow("nd-flow")(nd_v1)
     w = start_worker(workflows=[v1])
     run_id = client.start("nd-flow", queue=queues[0])
@@ -129,7 +131,7 @@ def test_changed_workflow_code_fails_the_run_with_non_determinism(client, queues
     # the next deployment, a process where v1 was never defined (in this one, defining another
     # function under the same name and version is refused)
     dex.registry.WORKFLOWS.pop(("nd-flow", 1))
-    v2 = dex.workflow("nd-flow")(nd_v2)
+    v2 = dex.workflow("nd-flow", nondeterminism_fails_run=True)(nd_v2)
     start_worker(workflows=[v2])
     client.send_event(run_id, "go")
     with pytest.raises(dex.RunFailedError) as err:

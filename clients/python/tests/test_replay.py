@@ -6,6 +6,7 @@ import json
 import pytest
 
 import dex
+from dex._runtime import WorkflowTaskFailure
 from dex.registry import workflow_definition
 
 TS = "2026-01-01T00:00:0{}Z"
@@ -62,25 +63,42 @@ def test_replay_matches_recorded_commands_and_sends_only_new_ones():
     assert run(two_steps, history, new) == [{"completeRun": {"result": {"json": "\"done\""}}}]
 
 
-def test_mismatch_fails_the_run_naming_both():
+def failed_task(fn, history, new):
+    """The failure of a workflow task whose replay does not match its history."""
+    with pytest.raises(WorkflowTaskFailure) as err:
+        run(fn, history, new)
+    assert err.value.failure["type"] == "dex.NonDeterminism"
+    return err.value.failure["message"]
+
+
+def test_mismatch_fails_the_workflow_task_naming_both():
     history = first_task(5) + [
         completed(), {"id": 1, "timerCreated": {"name": "nap"}}]
     new = [started(1), {"timerElapsed": {"timerCreatedEventId": 1}}]
-    (cmd,) = run(two_steps, history, new)
+    msg = failed_task(two_steps, history, new)
+    assert "timerCreated 'nap' (id 1)" in msg
+    assert "scheduleActivity 'a' (id 1)" in msg
+
+
+async def strict(ctx, arg):
+    return await ctx.activity("a", arg)
+
+
+def test_a_workflow_may_have_non_determinism_fail_its_run():
+    d = workflow_definition(dex.workflow("replay-strict", nondeterminism_fails_run=True)(strict))
+    history = first_task(5) + [completed(), {"id": 1, "timerCreated": {"name": "nap"}}]
+    (cmd,) = dex.replay(task(history, [started(1)]), d, "acts")
     failure = cmd["failRun"]["failure"]
     assert failure["type"] == "dex.NonDeterminism"
     assert "timerCreated 'nap' (id 1)" in failure["message"]
-    assert "scheduleActivity 'a' (id 1)" in failure["message"]
 
 
 def test_other_activity_name_is_a_mismatch():
     history = first_task(5) + [
         completed(), {"id": 1, "activityTaskCreated": {"name": "charge", "queue": "acts"}}]
-    new = [started(1)]
-    (cmd,) = run(two_steps, history, new)
-    assert cmd["failRun"]["failure"]["type"] == "dex.NonDeterminism"
-    assert "'charge'" in cmd["failRun"]["failure"]["message"]
-    assert "'a'" in cmd["failRun"]["failure"]["message"]
+    msg = failed_task(two_steps, history, [started(1)])
+    assert "'charge'" in msg
+    assert "'a'" in msg
 
 
 def test_missing_and_extra_commands_are_mismatches():
@@ -88,13 +106,11 @@ def test_missing_and_extra_commands_are_mismatches():
     history = first_task(5) + [
         completed(), {"id": 1, "activityTaskCreated": {"name": "a", "queue": "acts"}},
         {"id": 2, "activityTaskCreated": {"name": "a2", "queue": "acts"}}]
-    (cmd,) = run(two_steps, history, [started(1)])
-    msg = cmd["failRun"]["failure"]["message"]
+    msg = failed_task(two_steps, history, [started(1)])
     assert "activityTaskCreated 'a2' (id 2)" in msg and "did not issue it" in msg
     # the history recorded nothing in the first task; the code issues an activity
     history = first_task(5) + [completed()]
-    (cmd,) = run(two_steps, history, [started(1)])
-    msg = cmd["failRun"]["failure"]["message"]
+    msg = failed_task(two_steps, history, [started(1)])
     assert "scheduleActivity 'a' (id 1)" in msg and "does not have" in msg
 
 
