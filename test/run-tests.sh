@@ -20,7 +20,8 @@
 #
 # Environment: DEX_SKIP_DEPS=1 skips test/deps.sh; DEX_PYTHON is the interpreter for pytest
 # (default /usr/bin/python3, which has the Debian psycopg and pytest), DEX_PYTEST_FILES the files it
-# runs (default all of tests/, e.g. "tests/test_flow.py tests/test_cache.py"); DEX_SUITES=regress,tap runs
+# runs (default all of tests/, e.g. "tests/test_flow.py tests/test_cache.py"), DEX_NODE_TESTS those
+# of node (e.g. "dist/test/worker.test.js"); DEX_SUITES=regress,tap runs
 # only those suites and DEX_TAP_TESTS="t/009_upgrade.pl t/021_many_queues.pl" only those TAP tests
 # (while working on them; the suites left out count as skipped); see test/lib.sh for the rest.
 # shellcheck disable=SC2317 # suite_* are called through run_suite
@@ -210,7 +211,7 @@ suite_node() {
   [[ -d $dir/node_modules ]] || { record node 0 1 "no clients/typescript/node_modules (test/deps.sh installs it)"; return; }
   run_logged node "$dir" env TMPDIR="$DEX_SCRATCH" DEX_PGDATA="$DEX_PGDATA" DEX_LOG="$DEX_LOG" PG_BINDIR="$PG_BINDIR" \
     DEX_PYTHON="${DEX_PYTHON:-/usr/bin/python3}" sh -c 'node_modules/.bin/tsc -p . &&
-      node_modules/.bin/tsc -p ../../examples/typescript && node --test --test-concurrency=1 --test-reporter=tap dist/test/*.test.js'
+      node_modules/.bin/tsc -p ../../examples/typescript && node --test --test-concurrency=1 --test-reporter=tap ${DEX_NODE_TESTS:-dist/test/*.test.js}'
   settle node "$(tap_count pass)" "$(tap_count fail)"
 }
 

@@ -11,6 +11,13 @@ export interface WorkflowOptions {
   version?: number;
   /** The queue of the activities it calls when neither the call nor the activity names one. */
   activityQueue?: string;
+  /**
+   * A replay that does not match the history (non-determinism: a bad deploy) fails the
+   * workflow task, which is retried after a backoff and parks the run BLOCKED after
+   * dex.max_workflow_task_failures, so that deploying a fix lets the run go on; with
+   * `nonDeterminismFailsRun: true` it fails the run instead (dex.NonDeterminism).
+   */
+  nonDeterminismFailsRun?: boolean;
 }
 
 export interface WorkflowDefinition<A = any, R = any> {
@@ -19,6 +26,7 @@ export interface WorkflowDefinition<A = any, R = any> {
   readonly version: number;
   readonly fn: WorkflowFunction<A, R>;
   readonly activityQueue: string | undefined;
+  readonly nonDeterminismFailsRun: boolean;
 }
 
 export interface ActivityOptions {
@@ -50,7 +58,10 @@ export function workflow<A = any, R = any>(name: string, fn: WorkflowFunction<A,
   if (typeof fn !== "function") throw new TypeError(`workflow '${name}': its code must be a function (ctx, arg) => Promise`);
   const version = options.version ?? 1;
   if (!Number.isInteger(version) || version < 1) throw new RangeError(`workflow '${name}': version must be an integer >= 1, not ${version}`);
-  return Object.freeze({ kind: "workflow", name, version, fn, activityQueue: options.activityQueue });
+  return Object.freeze({
+    kind: "workflow", name, version, fn, activityQueue: options.activityQueue,
+    nonDeterminismFailsRun: options.nonDeterminismFailsRun === true,
+  });
 }
 
 /**

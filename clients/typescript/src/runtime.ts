@@ -12,7 +12,10 @@
  *   recorded.  Every command carries an id, 1, 2, 3, ... in the order workflow code issues
  *   them over the run's life; a command whose id is in the history is matched against the
  *   recorded event (same kind and name, same task) and not sent again; anything else during
- *   replay is non-determinism and fails the run (type dex.NonDeterminism) naming both sides;
+ *   replay is non-determinism: the workflow task fails (type dex.NonDeterminism, naming both
+ *   sides) and is retried after a backoff until code that matches is deployed (the run parks
+ *   BLOCKED after dex.max_workflow_task_failures; dex.resume_run retries it), or, for a
+ *   workflow declared with `nonDeterminismFailsRun`, the run fails;
  * - the last task is the new one: its commands go to the engine.
  *
  * Workflow code is an `async` function on JavaScript's own promises.  Its awaitables are dex
@@ -890,10 +893,15 @@ export class Replayer {
       this.finished = true;
       if (e instanceof NonDeterminismError) {
         console.error(`dex: run ${task.runId}: ${e.message}`);
-        if (this.patchOfFatal !== undefined) {
-          throw new WorkflowTaskFailure({ message: e.message, type: NON_DETERMINISM, details: encode({ changeId: this.patchOfFatal }) });
+        if (this.patchOfFatal === undefined && this.definition?.nonDeterminismFailsRun) {
+          return [failRunCommand(e.message, NON_DETERMINISM)];
         }
-        return [failRunCommand(e.message, NON_DETERMINISM)];
+        // the task fails, not the run: retried after a backoff, BLOCKED after
+        // dex.max_workflow_task_failures, so that a fixed deploy lets the run go on
+        throw new WorkflowTaskFailure({
+          message: e.message, type: NON_DETERMINISM,
+          ...(this.patchOfFatal !== undefined ? { details: encode({ changeId: this.patchOfFatal }) } : {}),
+        });
       }
       throw e;
     } finally {

@@ -627,6 +627,10 @@ export class Worker {
       try {
         cmds = await cached.resume(task, task.history ?? [], omitted);
       } catch (e) {
+        if (e instanceof WorkflowTaskFailure) {
+          cached.close();
+          throw e;
+        }
         this.#log.warn(`dex: run ${row.runId}: resuming its cached state failed; replaying:`, e);
       }
       if (cmds) {

@@ -218,19 +218,41 @@ const changing = workflow("changing", async (ctx) => {
   else await ctx.activity(ndOther);
   return "done";
 });
+const strict = workflow("changing-strict", changing.fn, { nonDeterminismFailsRun: true });
 
-test("non-determinism: a replay that issues another command fails the run, naming both commands", async (t) => {
+async function deployChange(t: TestContext, def: typeof changing): Promise<[string, string[]]> {
   const qs = await queues();
   variant = "a";
   const running = new Promise<void>((resolve) => { started = resolve; });
-  await startWorker(t, qs, { workflows: [changing], activities: [ndStep, ndOther], workflowCacheSize: 0 });
-  const id = await client().start(changing, null, { queue: qs[0] });
+  await startWorker(t, qs, { workflows: [def], activities: [ndStep, ndOther], workflowCacheSize: 0 });
+  const id = await client().start(def, null, { queue: qs[0] });
   await running;
   variant = "b";                                     // "deploy" other code mid-run
   gate();
+  return [id, qs];
+}
+
+const NAMES_BOTH = /the history has activityTaskCreated 'nd-step' \(id 1\), recorded by workflow task 1, but on replay the workflow issues scheduleActivity 'nd-other' \(id 1\) in workflow task 1/;
+
+test("non-determinism: a replay that issues another command fails the workflow task, naming both; the rollback completes the run", async (t) => {
+  const [id] = await deployChange(t, changing);
+  const failed = async () => (await sql(
+    "SELECT failure->>'message' AS message, failure->>'type' AS type FROM dex.run_attempts($1) " +
+    "WHERE task = 'workflow' AND outcome = 'FAILED'", [id])).rows;
+  await eventually(async () => (await failed()).length > 0, "a failed workflow task");
+  const [f] = await failed();
+  assert.equal(f.type, "dex.NonDeterminism");
+  assert.match(f.message, NAMES_BOTH);
+  assert.equal((await client().get(id)).status, "RUNNING");      // the task failed, not the run
+  variant = "a";                                     // the rollback: the retried task completes it
+  assert.equal(await client().result(id, { timeout: 30 }), "done");
+});
+
+test("non-determinism: a workflow declared with nonDeterminismFailsRun fails its run", async (t) => {
+  const [id] = await deployChange(t, strict);
   const err = await client().result(id, { timeout: 20 }).catch((e) => e);
   assert.equal(err.type, "dex.NonDeterminism");
-  assert.match(err.message, /the history has activityTaskCreated 'nd-step' \(id 1\), recorded by workflow task 1, but on replay the workflow issues scheduleActivity 'nd-other' \(id 1\) in workflow task 1/);
+  assert.match(err.message, NAMES_BOTH);
 });
 
 test("server restart mid-run: the worker reconnects and the run finishes, nothing done twice", async (t) => {
