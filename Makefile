@@ -9,7 +9,7 @@ DATA = dex--1.0.sql dex--1.1.sql dex--1.2.sql dex--1.3.sql dex--1.0--1.1.sql dex
        dex--1.2--1.3.sql dex--1.4.sql dex--1.3--1.4.sql \
        dex--1.5.sql dex--1.4--1.5.sql \
        dex--1.6.sql dex--1.5--1.6.sql \
-       dex--1.7.sql dex--1.6--1.7.sql dex--1.7--1.8.sql
+       dex--1.7.sql dex--1.6--1.7.sql dex--1.7--1.8.sql dex--1.8--1.9.sql
 MODULE_big = dex
 
 PROTOS = common event command task

@@ -62,6 +62,25 @@ SELECT count(*) FROM dex.api_tokens;
 \set VERBOSITY default
 RESET ROLE;
 
+-- who acted: the token sets dex.actor for its transaction, and the run's history records
+-- the token's role and name as the actor; no other client may set it, and it ends with the
+-- transaction
+SELECT dex.create_queue('tok-wf', 'workflow');
+SELECT dex.create_run('w', 'tok-wf') AS tok_run \gset
+SET ROLE regress_tok_server;
+BEGIN;
+SELECT dex.authenticate_api_token(:'t1') AS role, current_setting('dex.actor') AS actor;
+SET LOCAL ROLE regress_tok_tenant;
+SELECT dex.cancel_run(:'tok_run', 'through the API');
+COMMIT;
+SELECT current_setting('dex.actor') AS actor_after_commit;
+\set VERBOSITY sqlstate
+SET dex.actor = 'regress_tok_tenant (token forged)';
+SELECT set_config('dex.actor', 'regress_tok_tenant (token forged)', true);
+\set VERBOSITY default
+RESET ROLE;
+SELECT event->'runCancelled' AS cancelled FROM dex.run_history(:'tok_run') WHERE event ? 'runCancelled';
+
 -- an expired token authenticates nobody (made to expire here by the owner)
 UPDATE dex.api_token SET expires_at = now() - interval '1 s' WHERE name = 'tenant-2';
 SET ROLE regress_tok_server;

@@ -38,6 +38,7 @@
 
 /* Settings (util/settings.c says what they mean, and their defaults). */
 extern char *dex_database;
+extern char *dex_actor;
 extern int	dex_scheduler_naptime_ms;
 extern int	dex_retry_max_attempts;
 extern int	dex_retry_initial_delay_ms;

@@ -147,10 +147,16 @@ unpack_event(bytea *data)
 					  VARSIZE_ANY_EXHDR(data), "inbox event");
 }
 
-/* Who an operator's change is recorded as done by */
+/*
+ * Who an operator's change is recorded as done by: dex.actor, which the REST
+ * API's token sets for its transaction (a superuser setting, so no client
+ * can claim it), else the session user.
+ */
 static char *
-session_user_name(void)
+actor_name(void)
 {
+	if (dex_actor != NULL && dex_actor[0] != '\0')
+		return pstrdup(dex_actor);
 	return GetUserNameFromId(GetSessionUserId(), false);
 }
 
@@ -235,7 +241,7 @@ dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
 	char	   *status;
 	bool		cancel_requested;
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	char	   *by = if_active ? pstrdup("dex") : session_user_name();
+	char	   *by = if_active ? pstrdup("dex") : actor_name();
 
 	/* if_active: a parent's end cancels its children, the engine's doing */
 	status = lock_run(run_id, &cancel_requested, !if_active);
@@ -265,14 +271,14 @@ dex_cancel_run_internal(pg_uuid_t *run_id, const char *reason, bool if_active)
  * Terminate a run (see dex.terminate_run): it ends TERMINATED at once,
  * whatever it was doing, without its workflow code: its failure says so,
  * for a parent and for dex.get_run, and runTerminated records the reason and
- * the session user.
+ * who acted (actor_name).
  */
 void
 dex_terminate_run_internal(pg_uuid_t *run_id, const char *reason)
 {
 	char	   *status = lock_run(run_id, NULL, true);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	char	   *by = session_user_name();
+	char	   *by = actor_name();
 
 	if (dex_status_is_terminal(status))
 		illegal_transition(run_id, "terminate", status);
@@ -359,7 +365,7 @@ dex_suspend_run_internal(pg_uuid_t *run_id, const char *reason)
 	dex_spi_exec(&withdraw_task_plans[dex_schema_1_4()], values, NULL, 0);
 	dex_spi_exec(&hold_activities_plan, values, NULL, 0);
 	/* delivered with the next task, after the run is resumed */
-	dex_insert_inbox(run_id, dex_event_run_suspended(now, pstrdup(reason), session_user_name()), now);
+	dex_insert_inbox(run_id, dex_event_run_suspended(now, pstrdup(reason), actor_name()), now);
 }
 
 /*
@@ -390,7 +396,7 @@ dex_resume_run_internal(pg_uuid_t *run_id, const char *reason)
 	{
 		dex_spi_exec(&unblock_plan, values, NULL, 0);
 		/* its next workflow task shows who retried it and why, and what arrived meanwhile */
-		dex_insert_inbox(run_id, dex_event_run_resumed(now, pstrdup(reason), session_user_name()), now);
+		dex_insert_inbox(run_id, dex_event_run_resumed(now, pstrdup(reason), actor_name()), now);
 		dex_ensure_workflow_tasks(dex_uuid_array(&run_id, 1));
 		return;
 	}
@@ -412,7 +418,7 @@ dex_resume_run_internal(pg_uuid_t *run_id, const char *reason)
 		}
 	}
 	/* the new workflow task shows what arrived while the run was suspended */
-	dex_insert_inbox(run_id, dex_event_run_resumed(now, pstrdup(reason), session_user_name()), now);
+	dex_insert_inbox(run_id, dex_event_run_resumed(now, pstrdup(reason), actor_name()), now);
 }
 
 /*

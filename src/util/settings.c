@@ -20,6 +20,7 @@
 #include "dex.h"
 
 char	   *dex_database = NULL;
+char	   *dex_actor = NULL;
 int			dex_scheduler_naptime_ms = 600000;
 int			dex_retry_max_attempts = 6;
 int			dex_retry_initial_delay_ms = 5000;
@@ -175,6 +176,15 @@ dex_define_settings(void)
 							   &dex_database,
 							   "postgres",
 							   PGC_SIGHUP, GUC_LIST_INPUT,
+							   NULL, NULL, NULL);
+
+	DefineCustomStringVariable("dex.actor",
+							   "Who an operator's actions in this transaction are recorded as done by.",
+							   "Set by dex.authenticate_api_token (the REST API's token) for the rest of the "
+							   "transaction; empty: the session user.",
+							   &dex_actor,
+							   "",
+							   PGC_SUSET, GUC_NOT_IN_SAMPLE,
 							   NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("dex");

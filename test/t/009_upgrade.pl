@@ -1,7 +1,7 @@
 # Upgrades: install dex 1.0, leave runs in flight (an activity leased, a timer
 # pending, a wait for an event), ALTER EXTENSION dex UPDATE to 1.1, finish
-# them, then UPDATE to 1.2, 1.3, 1.4, 1.5, 1.6, 1.7 and to the default version (1.8: tasks leased on
-# 1.7's partitions are completed on 1.8's task tables); the updated database then has
+# them, then UPDATE to 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8 (tasks leased on 1.7's partitions are
+# completed on 1.8's task tables) and to the default version, 1.9; the updated database then has
 # exactly the objects of a fresh install (functions with their definitions,
 # rights and comments, tables, columns, indexes, constraints, views, grants,
 # what pg_dump dumps of the extension's tables).
@@ -197,9 +197,9 @@ my $run_l = $node->safe_psql('postgres', q{SELECT dex.create_run('across-1-8', '
 ok($act_version && $k_version, 'under 1.7 an activity and a workflow task are leased');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_class WHERE relname = 'workflow_task_q_wf_1_7'}),
 	'1', 'under 1.7 the queue has its partition');
-$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE TO '1.8'});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
-	'1.8', 'dex is updated to the default version, 1.8');
+	'1.8', 'dex is updated to 1.8');
 is($node->safe_psql('postgres', q{
 	SELECT string_agg(relname || ':' || relkind::text || ':' || relpersistence::text, ' ' ORDER BY relname) FROM pg_class
 	 WHERE relnamespace = 'dex'::regnamespace AND (relname IN ('workflow_task', 'activity_task') OR relname ~ '_task_q_')}),
@@ -224,6 +224,11 @@ is($node->safe_psql('postgres', q{
 $node->safe_psql('postgres', q{SELECT dex.create_queue('WF-1.7', 'workflow')});
 is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.queue WHERE lower(name) LIKE 'wf_1_7'}),
 	'2', 'under 1.8 queue names that 1.7 mapped to one partition name two queues');
+
+# 1.9: a token's requests record who acted
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
+	'1.9', 'dex is updated to the default version, 1.9');
 
 # the updated schema is the fresh schema
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
