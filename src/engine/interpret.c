@@ -42,8 +42,10 @@
  * SQL steps run in the transaction that records the task's completion,
  * with the privileges of the definition's owner as a security-restricted
  * operation (as PostgreSQL runs the functions of an index it maintains: no
- * SET ROLE, no temporary objects, nothing left in the interpreter's session;
- * every setting the statement changed is undone after it), search_path
+ * SET ROLE, no temporary objects; every setting the statement changed is
+ * undone after it, and what else it could leave in the interpreter's
+ * session is undone too, forget_session_state; the caller runs each
+ * owner's definitions in transactions of their own), search_path
  * pinned to pg_catalog, the definition's searchPath (default public), pg_temp: so their
  * effects commit exactly when the step is recorded.  The variables are $1
  * (jsonb).  A statement is prepared the first time it runs and kept in its
@@ -61,9 +63,12 @@
 
 #include "access/htup_details.h"
 #include "catalog/pg_type.h"
+#include "commands/prepare.h"
+#include "commands/trigger.h"
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/guc.h"
@@ -74,7 +79,11 @@
 
 #include "engine/engine.h"
 
-/* the most steps one task takes before it decides the definition loops */
+/*
+ * The most steps one task takes, beyond the definition's number of steps,
+ * before it decides the definition loops: a long linear definition (each
+ * step once) never trips it, a loop without a wait does, at any size.
+ */
 #define MAX_STEPS_PER_TASK 10000
 
 typedef struct Token
@@ -512,7 +521,7 @@ execute_step_statement(SPIPlanPtr plan, Datum *values)
 }
 
 static Jsonb *
-run_sql(Interp *in, const DexStep *step)
+run_sql_as_owner(Interp *in, const DexStep *step)
 {
 	Oid			user;
 	int			sec;
@@ -557,6 +566,72 @@ run_sql(Interp *in, const DexStep *step)
 	SetUserIdAndSecContext(user, sec);
 	/* every setting the statement changed goes back, as after a restricted operation */
 	AtEOXact_GUC(false, level);
+	return result;
+}
+
+/*
+ * Constraints are checked at the end of each statement of a step: PostgreSQL
+ * refuses to leave a deferred check past the end of a security-restricted
+ * operation (42501 "cannot fire deferred trigger within security-restricted
+ * operation"), which a step is.  So, before each step, every constraint is
+ * made IMMEDIATE for the transaction: INITIALLY DEFERRED foreign keys (as
+ * Django makes them) are checked when the statement ends instead of failing,
+ * and a SET CONSTRAINTS ... DEFERRED of an earlier step no longer applies.
+ * (Nothing is pending then: no step can leave a deferred check, and dex's
+ * own tables have no deferrable constraint.)
+ */
+static void
+check_constraints_at_once(void)
+{
+	ConstraintsSetStmt all_immediate;
+
+	memset(&all_immediate, 0, sizeof(all_immediate));
+	all_immediate.type = T_ConstraintsSetStmt;
+	all_immediate.constraints = NIL;
+	all_immediate.deferred = false;
+	AfterTriggerSetState(&all_immediate);
+}
+
+/*
+ * What a step may leave in the interpreter's session beyond its transaction
+ * (its settings go back with the statement, run_sql_as_owner; temporary
+ * objects, LISTEN and SET ROLE are refused to a security-restricted
+ * operation): session advisory locks are released, prepared statements
+ * dropped, and the random seed that setseed() may have set replaced by a
+ * random one, so that no other step, of this owner or another, meets them.
+ */
+static void
+forget_session_state(void)
+{
+	uint64		seed;
+
+	LockReleaseSession(USER_LOCKMETHOD);
+	DropAllPreparedStatements();
+	if (!pg_strong_random(&seed, sizeof(seed)))
+		seed = (uint64) GetCurrentTimestamp() ^ (uint64) MyProcPid;
+	/* setseed takes a seed in [-1, 1]: 53 random bits of it */
+	(void) DirectFunctionCall1(setseed, Float8GetDatum((double) (seed >> 11) / (double) (UINT64CONST(1) << 52) - 1.0));
+}
+
+/*
+ * A SQL step's statement, run as the definition's owner (run_sql_as_owner);
+ * whether it succeeds or fails, nothing of it stays in the session.
+ */
+static Jsonb *
+run_sql(Interp *in, const DexStep *step)
+{
+	Jsonb	   *volatile result = NULL;
+
+	check_constraints_at_once();
+	PG_TRY();
+	{
+		result = run_sql_as_owner(in, step);
+	}
+	PG_FINALLY();
+	{
+		forget_session_state();
+	}
+	PG_END_TRY();
 	return result;
 }
 
@@ -962,6 +1037,20 @@ failed(Interp *in, Token *t, const char *what, Dex__V1__Failure *failure)
 			 "dex.StepFailed");
 }
 
+/*
+ * A user task that no longer waits has no row: dex.user_tasks lists what
+ * waits.  dex.complete_user_task deleted it already; a timeout or the plain
+ * event "user:<step>:<wait id>" (dex.send_external_event) did not.
+ */
+static void
+drop_user_task(Interp *in, const DexStep *step, int32 wait)
+{
+	Datum		values[3] = {DirectFunctionCall1(uuid_in, CStringGetDatum(in->task->run_id)),
+	CStringGetTextDatum(step->id), Int32GetDatum(wait)};
+
+	dex_spi_exec(&drop_user_task_plan, values, NULL, 0);
+}
+
 /* A waiting token's step timed out (its timer, or its wait's) */
 static void
 timed_out(Interp *in, Token *t)
@@ -974,12 +1063,7 @@ timed_out(Interp *in, Token *t)
 		return;
 	}
 	if (step->type == DEX_STEP_USER)
-	{
-		Datum		values[3] = {DirectFunctionCall1(uuid_in, CStringGetDatum(in->task->run_id)),
-		CStringGetTextDatum(step->id), Int32GetDatum(t->wait)};
-
-		dex_spi_exec(&drop_user_task_plan, values, NULL, 0);
-	}
+		drop_user_task(in, step, t->wait);
 	if (step->timeout_next >= 0)
 		go_on(t, step->timeout_next);
 	else
@@ -999,6 +1083,7 @@ external_event(Interp *in, Dex__V1__ExternalEventReceived *e)
 
 		if (t != NULL && in->def->steps[t->step].type == DEX_STEP_USER)
 		{
+			drop_user_task(in, &in->def->steps[t->step], t->wait);
 			merge_result(in, &in->def->steps[t->step], p);
 			go_on(t, in->def->steps[t->step].next);
 		}
@@ -1174,10 +1259,10 @@ dex_interpret(const DexDefinition *def, const Dex__V1__WorkflowTask *task)
 				ready = i;
 		if (ready < 0)
 			break;
-		if (++steps > MAX_STEPS_PER_TASK)
+		if (++steps > MAX_STEPS_PER_TASK + def->n_steps)
 		{
-			fail_run(&in, psprintf("the definition took %d steps without waiting: it loops",
-								   MAX_STEPS_PER_TASK), "dex.Loop");
+			fail_run(&in, psprintf("the definition took %d steps without waiting, %d more than it has: it loops",
+								   MAX_STEPS_PER_TASK + def->n_steps, MAX_STEPS_PER_TASK), "dex.Loop");
 			break;
 		}
 		take_step(&in, ready);

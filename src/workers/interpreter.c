@@ -9,10 +9,12 @@
  *	  lifecycle controls, retention, metrics and the dashboard apply as to any
  *	  run.
  *
- * A pass, one transaction: the workflow queues that hold ready tasks of
- * runs of definitions; for each, a poll (dex.poll_tasks_pb) that declares
- * every (definition, version) pair, so that it takes nothing else, up to
- * BATCH tasks, whose definitions are loaded once per pass.  Then the fast
+ * A pass, one transaction per owner of definitions (so that nothing a SQL
+ * step leaves in its transaction reaches another owner's steps): the
+ * workflow queues that hold ready tasks of runs of the owner's definitions;
+ * for each, a poll (dex.poll_tasks_pb) that declares every (definition,
+ * version) pair of that owner, so that it takes nothing else, up to BATCH
+ * tasks, whose definitions are loaded once per transaction.  Then the fast
  * path, in one subtransaction: each task's commands (SQL steps run there,
  * with the owner's privileges) in a subtransaction of its own, undone on an
  * error, which fails the run instead; then one completion of them all
@@ -66,9 +68,9 @@ PGDLLEXPORT void dex_interpreter_main(Datum main_arg);
 #define WORKER_ID "dex interpreter"
 #define LEASE "1 minute"
 
+/* every (definition, version) pair, by owner */
 static DexPlan keys_plan = {
-	"SELECT array_agg(name ORDER BY name, version), array_agg(version ORDER BY name, version) "
-	"FROM dex.definition",
+	"SELECT name, version, owner::oid FROM dex.definition ORDER BY owner, name, version",
 	0, {0}
 };
 
@@ -345,86 +347,142 @@ run_batch(Leased *tasks, int n)
 	return dex_subtransaction(complete_batch, &b, NULL);
 }
 
-/*
- * Say which (definition, version) pairs this pass serves, from the arrays of
- * their names and versions: commits that make other tasks do not wake it.
- */
-static void
-serve(Datum names, Datum versions)
+/* The (definition, version) pairs of the definitions of one owner */
+typedef struct OwnerKeys
 {
-	Datum	   *name_items;
-	Datum	   *version_items;
-	int			n;
-	int			n_versions;
-	uint64	   *task_keys;
+	Oid			owner;
+	Datum		names;			/* text[] */
+	Datum		versions;		/* integer[] */
+} OwnerKeys;
 
-	deconstruct_array(DatumGetArrayTypeP(names), TEXTOID, -1, false, TYPALIGN_INT,
-					  &name_items, NULL, &n);
-	deconstruct_array(DatumGetArrayTypeP(versions), INT4OID, sizeof(int32), true, TYPALIGN_INT,
-					  &version_items, NULL, &n_versions);
-	Assert(n == n_versions);
-	task_keys = palloc(sizeof(uint64) * n);
-	for (int i = 0; i < n; i++)
-		task_keys[i] = dex_task_key(TextDatumGetCString(name_items[i]),
-									DatumGetInt32(version_items[i]));
-	dex_interpreter_serves(task_keys, n);
+/*
+ * Every (definition, version) pair, grouped by owner, in memory context cxt
+ * (they outlive the transaction and its SPI connection): their number in
+ * *n_owners; and the keys of them all said to shared memory, so that commits
+ * that make other tasks do not wake the interpreter (before it polls: a
+ * commit after this wakes it, wakeup.c).
+ */
+static OwnerKeys *
+load_keys(MemoryContext cxt, int *n_owners)
+{
+	DexRows		rows = dex_spi_rows(&keys_plan, NULL, NULL, 0);
+	MemoryContext spi_context = MemoryContextSwitchTo(cxt);
+	OwnerKeys  *owners = palloc(sizeof(OwnerKeys) * Max(rows.n, 1));
+	uint64	   *task_keys = palloc(sizeof(uint64) * Max(rows.n, 1));
+	ArrayBuildState *names = NULL;
+	ArrayBuildState *versions = NULL;
+	int			n = 0;
+
+	for (uint64 r = 0; r < rows.n; r++)
+	{
+		bool		isnull;
+		char	   *name = dex_rows_gettext_copy(rows, r, 1);
+		int32		version = (int32) dex_rows_getint64(rows, r, 2);
+		Oid			owner = DatumGetObjectId(dex_rows_getdatum(rows, r, 3, &isnull));
+
+		task_keys[r] = dex_task_key(name, version);
+		if (n == 0 || owners[n - 1].owner != owner)
+		{
+			if (n > 0)
+			{
+				owners[n - 1].names = dex_array_result(names);
+				owners[n - 1].versions = dex_array_result(versions);
+			}
+			owners[n++].owner = owner;
+			names = initArrayResult(TEXTOID, CurrentMemoryContext, false);
+			versions = initArrayResult(INT4OID, CurrentMemoryContext, false);
+		}
+		dex_array_add(names, CStringGetTextDatum(name), false);
+		dex_array_add(versions, Int32GetDatum(version), false);
+	}
+	if (n > 0)
+	{
+		owners[n - 1].names = dex_array_result(names);
+		owners[n - 1].versions = dex_array_result(versions);
+	}
+	dex_interpreter_serves(task_keys, (int) rows.n);
+	MemoryContextSwitchTo(spi_context);
+	*n_owners = n;
+	return owners;
 }
 
-/* One pass (see the header): returns now if it found work, else DT_NOEND */
+/*
+ * The ready tasks of one owner's definitions, on every queue that has some:
+ * leased, decided and completed in the current transaction.  Returns how
+ * many.
+ */
+static int
+run_owner_tasks(const OwnerKeys *keys)
+{
+	Datum		key_values[2] = {keys->names, keys->versions};
+	DexRows		queues = dex_spi_rows(&queues_plan, key_values, NULL, 0);
+	int			n_tasks = 0;
+
+	for (uint64 q = 0; q < queues.n; q++)
+	{
+		bool		isnull;
+		Datum		values[3] = {dex_rows_getdatum(queues, q, 1, &isnull), keys->names, keys->versions};
+		DexRows		rows = dex_spi_rows(&poll_plan, values, NULL, 0);
+		Leased	   *tasks;
+
+		if (rows.n == 0)
+			continue;
+		tasks = palloc(sizeof(Leased) * rows.n);
+		for (uint64 r = 0; r < rows.n; r++)
+		{
+			bytea	   *data = dex_rows_getbytea_copy(rows, r, 3);
+
+			tasks[r].run_id = *DatumGetUUIDP(dex_rows_getdatum(rows, r, 1, &isnull));
+			tasks[r].lock_version = dex_rows_getint64(rows, r, 2);
+			tasks[r].task = (Dex__V1__WorkflowTask *)
+				dex_pb_unpack(&dex__v1__workflow_task__descriptor, (uint8 *) VARDATA_ANY(data),
+							  VARSIZE_ANY_EXHDR(data), "workflow task");
+			tasks[r].def = definition(tasks[r].task->workflow_name,
+									  tasks[r].task->workflow_version);
+		}
+		if (!run_batch(tasks, (int) rows.n))
+			for (uint64 r = 0; r < rows.n; r++)
+				run_task(&tasks[r]);
+		n_tasks += rows.n;
+	}
+	return n_tasks;
+}
+
+/*
+ * One pass (see the header): returns now if it found work, else DT_NOEND.
+ *
+ * Each owner's definitions run in a transaction of their own, so that
+ * nothing a step leaves in its transaction (deferred constraints, advisory
+ * locks held to the end of the transaction, SET LOCAL, the locks it took)
+ * reaches another owner's steps; what outlives a transaction is undone after
+ * each step (engine/interpret.c).
+ */
 static TimestampTz
 interpreter_pass(bool *installed)
 {
+	MemoryContext pass_context = CurrentMemoryContext;
 	int			n_tasks = 0;
 
 	*installed = dex_worker_begin();
 	loaded = NIL;
 	if (*installed && dex_column_exists("definition", "owner"))
 	{
-		bool		isnull;
-		Datum		keys[2];
-		DexRows		queues;
+		int			n_owners;
+		OwnerKeys  *owners = load_keys(pass_context, &n_owners);
 
-		dex_spi_exec(&keys_plan, NULL, NULL, 1);
-		keys[0] = dex_spi_getdatum(0, 1, &isnull);
-		if (isnull)
-			dex_interpreter_serves(NULL, 0);
-		else
+		for (int i = 0; i < n_owners; i++)
 		{
-			keys[1] = dex_spi_getdatum(0, 2, &isnull);
-			keys[0] = SPI_datumTransfer(keys[0], false, -1);
-			keys[1] = SPI_datumTransfer(keys[1], false, -1);
-			/* before it polls: a commit after this wakes it (wakeup.c) */
-			serve(keys[0], keys[1]);
-			queues = dex_spi_rows(&queues_plan, keys, NULL, 0);
-			for (uint64 q = 0; q < queues.n; q++)
+			if (i > 0)
 			{
-				Datum		values[3] = {dex_rows_getdatum(queues, q, 1, &isnull), keys[0], keys[1]};
-				DexRows		rows = dex_spi_rows(&poll_plan, values, NULL, 0);
-				Leased	   *tasks;
-
-				if (rows.n == 0)
-					continue;
-				tasks = palloc(sizeof(Leased) * rows.n);
-				for (uint64 r = 0; r < rows.n; r++)
-				{
-					bytea	   *data = dex_rows_getbytea_copy(rows, r, 3);
-
-					tasks[r].run_id = *DatumGetUUIDP(dex_rows_getdatum(rows, r, 1, &isnull));
-					tasks[r].lock_version = dex_rows_getint64(rows, r, 2);
-					tasks[r].task = (Dex__V1__WorkflowTask *)
-						dex_pb_unpack(&dex__v1__workflow_task__descriptor, (uint8 *) VARDATA_ANY(data),
-									  VARSIZE_ANY_EXHDR(data), "workflow task");
-					tasks[r].def = definition(tasks[r].task->workflow_name,
-											  tasks[r].task->workflow_version);
-				}
-				if (!run_batch(tasks, (int) rows.n))
-					for (uint64 r = 0; r < rows.n; r++)
-						run_task(&tasks[r]);
-				n_tasks += rows.n;
+				dex_worker_commit();
+				(void) dex_worker_begin();
+				loaded = NIL;
 			}
+			n_tasks += run_owner_tasks(&owners[i]);
 		}
 	}
 	dex_worker_commit();
+	MemoryContextSwitchTo(pass_context);
 	loaded = NIL;
 	return n_tasks > 0 ? GetCurrentTimestamp() : DT_NOEND;
 }

@@ -1,0 +1,117 @@
+# The interpreter runs the SQL steps of definitions of different owners, and
+# nothing one owner's step leaves behind reaches another's: a dex_admin's
+# definition defers every constraint, seeds random() and takes a session
+# advisory lock; a superuser's definition, run in the same pass, inserts into
+# tables with a DEFERRABLE INITIALLY IMMEDIATE and an INITIALLY DEFERRED
+# foreign key (both work) and draws a random number that is not the one
+# after the admin's seed; the advisory lock is gone once the admin's step
+# ends.  Also: a plain event that completes a user task takes it off
+# dex.user_tasks, and a 12,000-step linear definition completes (the loop
+# guard counts steps beyond the definition's size).
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use DexCluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = dex_cluster('owners');
+$node->safe_psql('postgres', q{
+	CREATE EXTENSION dex;
+	SELECT dex.create_queue('own-wf', 'workflow');
+	CREATE TABLE parent (id integer PRIMARY KEY);
+	INSERT INTO parent VALUES (1);
+	CREATE TABLE child_immediate (parent_id integer REFERENCES parent DEFERRABLE INITIALLY IMMEDIATE);
+	CREATE TABLE child_deferred (parent_id integer REFERENCES parent DEFERRABLE INITIALLY DEFERRED);
+	CREATE ROLE owner_admin LOGIN IN ROLE dex_admin;
+	SET ROLE owner_admin;
+	SELECT dex.create_definition('admin-steps', 1, '{"steps": [
+	  {"id": "defer", "type": "sql", "sql": "SET CONSTRAINTS ALL DEFERRED", "next": "seed"},
+	  {"id": "seed", "type": "sql", "sql": "SELECT setseed(0.25)", "next": "lock"},
+	  {"id": "lock", "type": "sql", "sql": "SELECT pg_advisory_lock(770077)", "next": "done"},
+	  {"id": "done", "type": "end"}]}');
+	RESET ROLE;
+	SELECT dex.create_definition('super-steps', 1, '{"steps": [
+	  {"id": "immediate", "type": "sql", "sql": "INSERT INTO child_immediate VALUES (1)", "next": "deferred"},
+	  {"id": "deferred", "type": "sql", "sql": "INSERT INTO child_deferred VALUES (1)", "next": "draw"},
+	  {"id": "draw", "type": "sql", "sql": "SELECT random() AS r", "next": "done"},
+	  {"id": "done", "type": "end"}]}');
+});
+
+sub wait_for_runs
+{
+	my ($ids, $what) = @_;
+	ok($node->poll_query_until('postgres',
+		"SELECT bool_and(status NOT IN ('CREATED', 'RUNNING')) FROM dex.workflow_run WHERE id = ANY ('{$ids}')"),
+		$what);
+}
+
+sub failures
+{
+	my ($ids) = @_;
+	return $node->safe_psql('postgres', qq{
+		SELECT string_agg(workflow_name || ': ' || status || coalesce(' ' || (dex.to_json('dex.v1.Failure', failure)->>'message'), ''),
+		                  E'\n' ORDER BY workflow_name, id)
+		  FROM dex.workflow_run WHERE id = ANY ('{$ids}') AND status <> 'COMPLETED'});
+}
+
+# the runs of both owners made in one transaction: the interpreter's next pass takes them all
+my $runs = $node->safe_psql('postgres', q{
+	SELECT string_agg(id::text, ',') FROM (
+	  SELECT dex.create_run('admin-steps', 'own-wf') AS id
+	  UNION ALL SELECT dex.create_run('super-steps', 'own-wf')
+	  UNION ALL SELECT dex.create_run('super-steps', 'own-wf')) r});
+wait_for_runs($runs, 'the runs of both owners end');
+is(failures($runs), '', "every run completed: the admin's deferred constraints did not reach the superuser's steps, "
+	. 'and an INITIALLY DEFERRED foreign key works in a step');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM child_immediate') . ' '
+	. $node->safe_psql('postgres', 'SELECT count(*) FROM child_deferred'), '2 2', 'both inserts of both runs are there');
+
+# the admin's session advisory lock did not outlive its step
+is($node->safe_psql('postgres', 'SELECT pg_try_advisory_lock(770077)'), 't',
+	"another session takes the advisory lock the admin's step took");
+is($node->safe_psql('postgres', q{
+	SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+	 WHERE l.locktype = 'advisory' AND a.backend_type = 'dex interpreter'}),
+	'0', 'the interpreter holds no advisory lock');
+
+# random() after the admin's setseed(0.25) is not predictable from it
+my $after_seed = $node->safe_psql('postgres', 'SELECT setseed(0.25); SELECT random()');
+my $admin = $node->safe_psql('postgres', q{SELECT dex.create_run('admin-steps', 'own-wf')});
+wait_for_runs($admin, "the admin's run ends");
+my $super = $node->safe_psql('postgres', q{SELECT dex.create_run('super-steps', 'own-wf')});
+wait_for_runs($super, "then the superuser's run ends");
+is(failures("$admin,$super"), '', 'both completed');
+my $drawn = $node->safe_psql('postgres', qq{SELECT dex.to_json('dex.v1.Payload', result)->>'json' FROM dex.workflow_run WHERE id = '$super'});
+ok($drawn =~ /"r":\s*([0-9.e-]+)/, "the superuser's step drew a number ($drawn)");
+isnt($1, $after_seed, "it is not the number that follows the admin's seed ($after_seed)");
+
+# a user task completed by the plain event is no longer listed
+$node->safe_psql('postgres', q{
+	SELECT dex.create_definition('two-approvals', 1, '{"steps": [
+	  {"id": "first", "type": "user", "next": "second"},
+	  {"id": "second", "type": "user", "next": "done"},
+	  {"id": "done", "type": "end"}]}');
+});
+my $approvals = $node->safe_psql('postgres', q{SELECT dex.create_run('two-approvals', 'own-wf')});
+ok($node->poll_query_until('postgres', "SELECT count(*) = 1 FROM dex.user_tasks('$approvals')"),
+	'the first user task waits');
+my $event = $node->safe_psql('postgres', qq{
+	SELECT event->'externalEventWaitStarted'->>'eventId' FROM dex.run_history('$approvals')
+	 WHERE event ? 'externalEventWaitStarted'});
+like($event, qr/^user:first:\d+$/, 'its event id');
+$node->safe_psql('postgres', qq{SELECT dex.send_external_event('$approvals', '$event', '{}')});
+ok($node->poll_query_until('postgres',
+	"SELECT string_agg(step, ',') = 'second' FROM dex.user_tasks('$approvals')"),
+	'after the plain event only the second user task is listed');
+
+# a linear definition longer than the loop guard completes
+my $steps = join(',', map { qq({"id": "s$_", "type": "sql", "sql": "SELECT $_ AS n", "next": "s) . ($_ + 1) . '"}' } 1 .. 11999)
+	. ',{"id": "s12000", "type": "end"}';
+$node->safe_psql('postgres', "SELECT dex.create_definition('long', 1, '{\"steps\": [$steps]}')");
+my $long = $node->safe_psql('postgres', q{SELECT dex.create_run('long', 'own-wf')});
+wait_for_runs($long, 'the 12,000-step run ends');
+is(failures($long), '', 'it completed: no step loops');
+
+done_testing();
