@@ -68,6 +68,8 @@
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
 #include "storage/lock.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
@@ -491,17 +493,68 @@ row_result(void)
 }
 
 /*
+ * A step that traps the statement timeout's cancel (a plpgsql block with
+ * EXCEPTION WHEN query_canceled) could run on for ever, holding up every run
+ * of the database.  RUNAWAY_GRACE_MS past the timeout the interpreter stops
+ * itself (FATAL, which no step can trap; its transaction, the work of the
+ * owner's runs in the pass, is undone), noting the run and the step in
+ * shared memory as it exits; the interpreter the launcher starts next fails
+ * that run with 57014 instead of running the step again
+ * (workers/interpreter.c).
+ */
+#define RUNAWAY_GRACE_MS 1000
+
+static TimeoutId runaway_timeout = MAX_TIMEOUTS;
+static volatile sig_atomic_t runaway = false;
+static pg_uuid_t running_run;
+static char running_step[NAMEDATALEN];
+
+/* The timeout handler: a signal handler, so it only asks for the exit */
+static void
+runaway_step_timeout(void)
+{
+	runaway = true;
+	ProcDiePending = true;
+	InterruptPending = true;
+	SetLatch(MyLatch);
+}
+
+/* On the way out (before_shmem_exit): the note for the next interpreter */
+static void
+note_runaway_at_exit(int code, Datum arg)
+{
+	if (!runaway)
+		return;
+	dex_interpreter_note_runaway(&running_run, running_step);
+	ereport(LOG,
+			(errmsg("dex interpreter stops: SQL step \"%s\" of run %s ran past dex.sql_step_timeout and trapped its cancel",
+					running_step, dex_uuid_to_cstring(&running_run)),
+			 errdetail("The run fails with SQLSTATE 57014 when the interpreter starts again.")));
+}
+
+/*
  * A step holds up every run of the database while it runs (one
  * interpreter per database): dex.sql_step_timeout bounds its statement,
- * with PostgreSQL's own statement timeout, which ends it with an ERROR.
+ * with PostgreSQL's own statement timeout, which ends it with an ERROR, and
+ * for a step that traps that, with the interpreter's exit (above).
  */
 static int
-execute_step_statement(SPIPlanPtr plan, Datum *values)
+execute_step_statement(Interp *in, const DexStep *step, SPIPlanPtr plan, Datum *values)
 {
 	volatile int rc = 0;
 
 	if (dex_sql_step_timeout_ms > 0)
+	{
+		if (runaway_timeout == MAX_TIMEOUTS)
+		{
+			runaway_timeout = RegisterTimeout(USER_TIMEOUT, runaway_step_timeout);
+			before_shmem_exit(note_runaway_at_exit, (Datum) 0);
+		}
+		running_run = *DatumGetUUIDP(DirectFunctionCall1(uuid_in, CStringGetDatum(in->task->run_id)));
+		strlcpy(running_step, step->id, NAMEDATALEN);
 		enable_timeout_after(STATEMENT_TIMEOUT, dex_sql_step_timeout_ms);
+		enable_timeout_after(runaway_timeout, dex_sql_step_timeout_ms + RUNAWAY_GRACE_MS);
+	}
 	PG_TRY();
 	{
 		rc = SPI_execute_plan(plan, values, NULL, false, 1);
@@ -510,6 +563,7 @@ execute_step_statement(SPIPlanPtr plan, Datum *values)
 	{
 		if (dex_sql_step_timeout_ms > 0)
 		{
+			disable_timeout(runaway_timeout, false);
 			disable_timeout(STATEMENT_TIMEOUT, false);
 			/* it fired as the statement finished: the step is done, nothing to cancel */
 			if (get_timeout_indicator(STATEMENT_TIMEOUT, true))
@@ -556,7 +610,7 @@ run_sql_as_owner(Interp *in, const DexStep *step)
 					 errmsg("the statement of SQL step \"%s\" failed: %s", step->id,
 							SPI_result_code_string(SPI_result))));
 	}
-	rc = execute_step_statement(prepared->sql_plan, values);
+	rc = execute_step_statement(in, step, prepared->sql_plan, values);
 	if (rc < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

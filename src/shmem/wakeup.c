@@ -152,6 +152,14 @@ typedef struct DexDatabaseState
 	 */
 	int			interpreter_n_keys;
 	uint64		interpreter_keys[DEX_WAIT_KEYS];
+	/*
+	 * A SQL step that trapped the cancel of dex.sql_step_timeout and ran on:
+	 * the interpreter stopped itself, and its successor fails the run
+	 * (engine/interpret.c).  Its run and step, while has_runaway.
+	 */
+	bool		has_runaway;
+	pg_uuid_t	runaway_run;
+	char		runaway_step[NAMEDATALEN];
 	bool		no_extension;	/* a worker found dex not installed, and left */
 	bool		dropping;		/* DROP DATABASE is under way: do not start workers */
 	pg_atomic_uint64 scheduler_next_wake;	/* TimestampTz */
@@ -372,6 +380,7 @@ database_entry(Oid dbid, bool create)
 	free_entry->interpreter_latch = NULL;
 	free_entry->interpreter_pid = 0;
 	free_entry->interpreter_n_keys = -1;
+	free_entry->has_runaway = false;
 	free_entry->no_extension = false;
 	free_entry->dropping = false;
 	pg_atomic_write_u64(&free_entry->scheduler_next_wake, (uint64) DT_NOEND);
@@ -553,6 +562,52 @@ wake_interpreter(bool always)
 		SpinLockRelease(&dex_shared->mutex);
 		return;
 	}
+}
+
+/*
+ * The interpreter stops because the SQL step "step" of run "run" trapped its
+ * cancel and ran past dex.sql_step_timeout: noted for the interpreter that
+ * the launcher starts next (not from a signal handler: from the exit).
+ */
+void
+dex_interpreter_note_runaway(const pg_uuid_t *run, const char *step)
+{
+	DexDatabaseState *db;
+
+	SpinLockAcquire(&dex_shared->mutex);
+	db = database_entry(MyDatabaseId, false);
+	if (db != NULL)
+	{
+		db->has_runaway = true;
+		db->runaway_run = *run;
+		strlcpy(db->runaway_step, step, NAMEDATALEN);
+	}
+	SpinLockRelease(&dex_shared->mutex);
+}
+
+/*
+ * The run whose SQL step stopped the last interpreter of this database, and
+ * the step (a buffer of NAMEDATALEN): false if none.  With forget, the note
+ * goes.
+ */
+bool
+dex_interpreter_runaway(pg_uuid_t *run, char *step, bool forget)
+{
+	DexDatabaseState *db;
+	bool		found = false;
+
+	SpinLockAcquire(&dex_shared->mutex);
+	db = database_entry(MyDatabaseId, false);
+	if (db != NULL && db->has_runaway)
+	{
+		found = true;
+		*run = db->runaway_run;
+		strlcpy(step, db->runaway_step, NAMEDATALEN);
+		if (forget)
+			db->has_runaway = false;
+	}
+	SpinLockRelease(&dex_shared->mutex);
+	return found;
 }
 
 /* A worker found dex not installed in its database and leaves: say so. */

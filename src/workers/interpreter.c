@@ -233,6 +233,31 @@ error_completion(const Leased *t, ErrorData *error)
 							  psprintf("SQLSTATE %s", unpack_sql_state(error->sqlerrcode)));
 }
 
+/* whether this transaction failed the run of the note below */
+static bool runaway_failed = false;
+
+/*
+ * The run whose SQL step stopped the last interpreter (it trapped the
+ * cancel of dex.sql_step_timeout and ran on: engine/interpret.c) fails,
+ * without running the step again; NULL for any other run.  The note goes
+ * once that commits (commit_owner).
+ */
+static Dex__V1__WorkflowTaskCompletion *
+runaway_failure(const Leased *t)
+{
+	pg_uuid_t	run;
+	char		step[NAMEDATALEN];
+
+	if (!dex_interpreter_runaway(&run, step, false) || memcmp(&run, &t->run_id, sizeof(run)) != 0)
+		return NULL;
+	runaway_failed = true;
+	return failure_completion(t->task,
+							  psprintf("step \"%s\": canceling statement due to statement timeout "
+									   "(dex.sql_step_timeout); the step trapped the cancel and ran on, "
+									   "so the interpreter stopped it", step),
+							  "SQLSTATE 57014");
+}
+
 static Dex__V1__WorkflowTaskCompletion *
 missing_definition(const Leased *t)
 {
@@ -256,7 +281,7 @@ run_task(const Leased *t)
 	if (t->def == NULL)
 		outcome = complete(run_id, t->lock_version, t->task, NULL, missing_definition(t), &error);
 	else
-		outcome = complete(run_id, t->lock_version, t->task, t->def, NULL, &error);
+		outcome = complete(run_id, t->lock_version, t->task, t->def, runaway_failure(t), &error);
 
 	if (outcome == SUPERSEDED)
 		outcome = complete(run_id, t->lock_version, t->task, t->def, completion_of(NULL), &error);
@@ -302,6 +327,8 @@ decide(const Leased *t)
 
 	if (t->def == NULL)
 		return missing_definition(t);
+	if ((d.completion = runaway_failure(t)) != NULL)
+		return d.completion;
 	if (!dex_subtransaction(decide_one, &d, &error))
 		return error_completion(t, error);
 	return d.completion;
@@ -448,6 +475,19 @@ run_owner_tasks(const OwnerKeys *keys)
 	return n_tasks;
 }
 
+/* Commit an owner's transaction; a runaway step's run failed in it needs its note no more */
+static void
+commit_owner(void)
+{
+	pg_uuid_t	run;
+	char		step[NAMEDATALEN];
+
+	dex_worker_commit();
+	if (runaway_failed)
+		(void) dex_interpreter_runaway(&run, step, true);
+	runaway_failed = false;
+}
+
 /*
  * One pass (see the header): returns now if it found work, else DT_NOEND.
  *
@@ -465,6 +505,7 @@ interpreter_pass(bool *installed)
 
 	*installed = dex_worker_begin();
 	loaded = NIL;
+	runaway_failed = false;
 	if (*installed && dex_column_exists("definition", "owner"))
 	{
 		int			n_owners;
@@ -474,14 +515,14 @@ interpreter_pass(bool *installed)
 		{
 			if (i > 0)
 			{
-				dex_worker_commit();
+				commit_owner();
 				(void) dex_worker_begin();
 				loaded = NIL;
 			}
 			n_tasks += run_owner_tasks(&owners[i]);
 		}
 	}
-	dex_worker_commit();
+	commit_owner();
 	MemoryContextSwitchTo(pass_context);
 	loaded = NIL;
 	return n_tasks > 0 ? GetCurrentTimestamp() : DT_NOEND;

@@ -7,7 +7,10 @@
 # after the admin's seed; the advisory lock is gone once the admin's step
 # ends.  Also: a plain event that completes a user task takes it off
 # dex.user_tasks, and a 12,000-step linear definition completes (the loop
-# guard counts steps beyond the definition's size).
+# guard counts steps beyond the definition's size).  A step that traps the
+# cancel of dex.sql_step_timeout fails all the same, and holds nobody up
+# beyond the timeout: the interpreter stops itself and its successor fails
+# that run.
 use strict;
 use warnings;
 use FindBin;
@@ -113,5 +116,34 @@ $node->safe_psql('postgres', "SELECT dex.create_definition('long', 1, '{\"steps\
 my $long = $node->safe_psql('postgres', q{SELECT dex.create_run('long', 'own-wf')});
 wait_for_runs($long, 'the 12,000-step run ends');
 is(failures($long), '', 'it completed: no step loops');
+
+# a step that traps the cancel of dex.sql_step_timeout fails with 57014 all the same, and
+# holds up the other runs no longer than the timeout and the interpreter's restart
+$node->append_conf('postgresql.conf', "dex.sql_step_timeout = '2s'");
+$node->reload;
+$node->safe_psql('postgres', q{
+	SET ROLE owner_admin;
+	SELECT dex.create_definition('trap', 1, '{"steps": [
+	  {"id": "stubborn", "type": "sql",
+	   "sql": "DO $$ BEGIN LOOP BEGIN PERFORM pg_sleep(0.2); EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END $$",
+	   "next": "done"},
+	  {"id": "done", "type": "end"}]}');
+});
+my $started = time;
+my ($trap, $behind) = split /,/, $node->safe_psql('postgres', q{
+	SELECT string_agg(id::text, ',' ORDER BY n) FROM (
+	  SELECT 1 AS n, dex.create_run('trap', 'own-wf') AS id
+	  UNION ALL SELECT 2, dex.create_run('admin-steps', 'own-wf')) r});
+wait_for_runs("$trap,$behind", 'the trapping run and the run behind it end');
+my $took = time - $started;
+is($node->safe_psql('postgres', qq{
+	SELECT status || ' ' || (dex.to_json('dex.v1.Failure', failure)->>'type') FROM dex.workflow_run WHERE id = '$trap'}),
+	'FAILED SQLSTATE 57014', 'the step that trapped its cancel failed its run with 57014');
+like($node->safe_psql('postgres', qq{
+	SELECT dex.to_json('dex.v1.Failure', failure)->>'message' FROM dex.workflow_run WHERE id = '$trap'}),
+	qr/step "stubborn".*trapped the cancel/, 'the failure says what happened');
+is(failures($behind), '', 'the run behind it completed');
+ok($took < 30, "both ended within 30 s of their start ($took s): nobody waits beyond the timeout and a restart");
+ok($node->log_contains('ran past dex.sql_step_timeout and trapped its cancel'), 'the server log says why the interpreter stopped');
 
 done_testing();
