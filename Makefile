@@ -38,7 +38,7 @@ SHLIB_LINK = -lprotobuf-c
 # sql/setup.sql creates the extension there; the isolation specs then run in that same
 # database. The TAP tests start their own clusters. bash test/run-tests.sh runs the same
 # suites, and more, on a throwaway cluster.
-REGRESS = setup codec queues runs tasks errors batch events control suspend terminate blocked lifecycle history_cache listing children keys timeouts capacity monitoring bad_input roles queue_access instances versions api_tokens security batch_forms debounce schedules flow_control definitions
+REGRESS = setup codec queues runs tasks errors batch events control suspend terminate blocked lifecycle history_cache listing children keys timeouts capacity monitoring bad_input roles queue_access instances versions api_tokens security batch_forms debounce schedules flow_control definitions definition_grants
 # the database pg_regress makes is UTF8 with the C locale, as in test/lib.sh's cluster, whatever
 # the server's defaults
 REGRESS_OPTS = --encoding=UTF8 --no-locale

@@ -83,6 +83,11 @@ SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "a", "type": "service"
 SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "a", "type": "service", "activity": "x", "queue": "q", "retryPolicy": 3, "next": "b"}, {"id": "b", "type": "end"}]}');
 SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "g", "type": "gateway", "conditions": ["$.x"]}, {"id": "b", "type": "end"}]}');
 SELECT dex.create_definition('bad', 1, '{"steps": [{"id": "e", "type": "end"}], "searchPath": ["public"]}');
+-- a definition is no larger than a payload may be (54000)
+SET dex.max_payload_size = 1024;
+SELECT dex.create_definition('bad', 1, jsonb_build_object('steps', jsonb_build_array(
+    jsonb_build_object('id', 'e', 'type', 'end', 'description', repeat('x', 2000)))));
+RESET dex.max_payload_size;
 -- nothing was stored
 SELECT count(*) FROM dex.list_definitions();
 

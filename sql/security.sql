@@ -504,6 +504,9 @@ SELECT dex.create_definition('sec-def', 1, '{"steps": [
 SELECT dex.get_definition('sec-def') OPERATOR(pg_catalog.->) 'steps' OPERATOR(pg_catalog.->) 0
        OPERATOR(pg_catalog.->>) 'id' AS first_step;
 SELECT name, version, steps FROM dex.list_definitions('sec-def');
+SELECT dex.grant_definition('sec-def', 'dex_client'), dex.revoke_definition('sec-def', 'dex_client');
+SELECT pg_catalog.count(*) AS grants FROM dex.definition_privileges WHERE name OPERATOR(pg_catalog.=) 'sec-def';
+SELECT * FROM dex.step_context();
 SELECT pg_catalog.count(*) FROM dex.user_tasks(:'r5');
 \set VERBOSITY sqlstate
 SELECT dex.complete_user_task(:'r5', 'ask', '{}');

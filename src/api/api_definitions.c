@@ -30,6 +30,8 @@
 #include "executor/spi.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "access/htup_details.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/uuid.h"
@@ -37,6 +39,14 @@
 #include "api/api.h"
 
 static void require_1_7(void);
+static bool grants_exist(void);
+
+/* the grants of a definition whose last version was deleted */
+static DexPlan drop_grants_plan = {
+	"DELETE FROM dex.definition_grant g WHERE g.name = $1 "
+	"AND NOT EXISTS (SELECT 1 FROM dex.definition d WHERE d.name = $1)",
+	1, {TEXTOID}
+};
 
 /* the role that called dex.create_definition (see the header) */
 static Oid	definition_caller = InvalidOid;
@@ -46,6 +56,41 @@ static DexPlan insert_definition_plan = {
 	"ON CONFLICT DO NOTHING",
 	4, {TEXTOID, INT4OID, JSONBOID, OIDOID}
 };
+
+/* the owners of a definition's versions, each once */
+static DexPlan definition_owners_plan = {
+	"SELECT DISTINCT owner::oid FROM dex.definition WHERE name = $1",
+	1, {TEXTOID}
+};
+
+/*
+ * Refuse (42501) a role that is not a member of the owner of every version of
+ * definition "name" (none: 42704), for "action": grants, and new versions,
+ * are the owners' to give, since a grant names every version.
+ */
+static void
+check_owns_definition(const char *name, Oid role, const char *action)
+{
+	Datum		values[1] = {CStringGetTextDatum(name)};
+
+	dex_spi_exec(&definition_owners_plan, values, NULL, 0);
+	if (SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("definition \"%s\" does not exist", name)));
+	for (uint64 r = 0; r < SPI_processed; r++)
+	{
+		bool		isnull;
+		Oid			owner = DatumGetObjectId(dex_spi_getdatum(r, 1, &isnull));
+
+		if (!superuser_arg(role) && !has_privs_of_role(role, owner))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied to %s definition \"%s\"", action, name),
+					 errdetail("It belongs to role %s; role %s is not a member of it.",
+							   GetUserNameFromId(owner, false), GetUserNameFromId(role, false))));
+	}
+}
 
 static Datum
 create_definition(PG_FUNCTION_ARGS)
@@ -64,6 +109,8 @@ create_definition(PG_FUNCTION_ARGS)
 				 errmsg("a definition's version must be positive, not %d", version)));
 	dex_arg_not_null(fcinfo, 2, "definition");
 	doc = PG_GETARG_JSONB_P(2);
+	/* a definition is read at every workflow task of its runs: as large as a payload may be */
+	dex_check_payload_size(VARSIZE_ANY_EXHDR(doc), "a definition");
 	(void) dex_parse_definition(doc, true);
 
 	values[0] = CStringGetTextDatum(name);
@@ -71,12 +118,16 @@ create_definition(PG_FUNCTION_ARGS)
 	values[2] = JsonbPGetDatum(doc);
 	values[3] = ObjectIdGetDatum(definition_caller);
 	SPI_connect();
+	/* a new version is its owners' to make: grants name every version */
+	if (dex_is_definition(name))
+		check_owns_definition(name, definition_caller, "create a version of");
 	dex_spi_exec(&insert_definition_plan, values, NULL, 0);
 	if (SPI_processed == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
 				 errmsg("definition \"%s\" version %d exists", name, version),
 				 errhint("Definitions do not change: create the next version.")));
+	dex_definitions_changed();
 	SPI_finish();
 	dex_wake_interpreter_at_commit();	/* it serves the new pair from its next pass */
 	PG_RETURN_VOID();
@@ -183,6 +234,13 @@ require_1_7(void)
 				 errhint("ALTER EXTENSION dex UPDATE TO '1.7'.")));
 }
 
+/* whether the schema has grants of definitions (1.9) */
+static bool
+grants_exist(void)
+{
+	return dex_column_exists("definition_grant", "granted_by");
+}
+
 static DexPlan get_definition_plan = {
 	"SELECT definition FROM dex.definition WHERE name = $1 AND ($2::integer IS NULL OR version = $2) "
 	"ORDER BY version DESC LIMIT 1",
@@ -275,8 +333,100 @@ delete_definition(PG_FUNCTION_ARGS)
 				 errmsg("definition \"%s\" version %d is used by runs that have not ended", name, version),
 				 errhint("Wait for them to end, or cancel or terminate them.")));
 	dex_spi_exec(&delete_definition_plan, values, NULL, 0);
+	/* the grants go with the last version: a definition made later under the name starts with none */
+	if (grants_exist())
+		dex_spi_exec(&drop_grants_plan, values, NULL, 0);
+	dex_definitions_changed();
 	SPI_finish();
 	PG_RETURN_VOID();
+}
+
+/* ----------------------------------------------------------------
+ * Grants (1.9) and the run of a step
+ * ----------------------------------------------------------------
+ */
+
+static DexPlan grant_definition_plan = {
+	"INSERT INTO dex.definition_grant (name, role, granted_by) VALUES ($1, $2, $3) "
+	"ON CONFLICT (name, role) DO NOTHING",
+	3, {TEXTOID, OIDOID, OIDOID}
+};
+
+static DexPlan revoke_definition_plan = {
+	"DELETE FROM dex.definition_grant WHERE name = $1 AND role = $2",
+	2, {TEXTOID, OIDOID}
+};
+
+/* dex.grant_definition(name, role) and dex.revoke_definition(name, role) */
+static Datum
+grant_or_revoke(FunctionCallInfo fcinfo, bool grant)
+{
+	char	   *name = dex_arg_name(fcinfo, 0, "definition name");
+	Oid			role;
+	Datum		values[3];
+
+	dex_arg_not_null(fcinfo, 1, "role");
+	role = PG_GETARG_OID(1);
+	if (!grants_exist())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("grants of definitions need dex 1.9"),
+				 errhint("ALTER EXTENSION dex UPDATE TO '1.9'.")));
+	SPI_connect();
+	check_owns_definition(name, dex_access_caller(), grant ? "grant" : "revoke");
+	values[0] = CStringGetTextDatum(name);
+	values[1] = ObjectIdGetDatum(role);
+	values[2] = ObjectIdGetDatum(dex_access_caller());
+	dex_spi_exec(grant ? &grant_definition_plan : &revoke_definition_plan, values, NULL, 0);
+	if (!grant && SPI_processed == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("role %s has no grant of definition \"%s\"", GetUserNameFromId(role, false), name)));
+	dex_definitions_changed();
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+static Datum
+grant_definition(PG_FUNCTION_ARGS)
+{
+	return grant_or_revoke(fcinfo, true);
+}
+
+static Datum
+revoke_definition(PG_FUNCTION_ARGS)
+{
+	return grant_or_revoke(fcinfo, false);
+}
+
+/*
+ * dex.step_context(): the run, definition, version and step of the SQL step
+ * that calls it (engine/interpret.c), NULLs outside one.  It runs with the
+ * caller's rights: it reads no table.
+ */
+PG_FUNCTION_INFO_V1(dex_step_context);
+Datum
+dex_step_context(PG_FUNCTION_ARGS)
+{
+	TupleDesc	desc;
+	Datum		values[4];
+	bool		nulls[4] = {true, true, true, true};
+	const char *run_id;
+	const char *definition;
+	int32		version;
+	const char *step;
+
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "dex.step_context must return a record");
+	if (dex_interpret_step_context(&run_id, &definition, &version, &step))
+	{
+		values[0] = DirectFunctionCall1(uuid_in, CStringGetDatum(run_id));
+		values[1] = CStringGetTextDatum(definition);
+		values[2] = Int32GetDatum(version);
+		values[3] = CStringGetTextDatum(step);
+		memset(nulls, false, sizeof(nulls));
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls)));
 }
 
 static DexPlan user_tasks_plan = {
@@ -316,3 +466,5 @@ DEX_API_ENTRY_POINT(dex_get_definition, get_definition);
 DEX_API_ENTRY_POINT(dex_list_definitions, list_definitions);
 DEX_API_ENTRY_POINT(dex_delete_definition, delete_definition);
 DEX_API_ENTRY_POINT(dex_user_tasks, user_tasks);
+DEX_API_ENTRY_POINT(dex_grant_definition, grant_definition);
+DEX_API_ENTRY_POINT(dex_revoke_definition, revoke_definition);

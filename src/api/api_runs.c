@@ -210,6 +210,7 @@ create_run(PG_FUNCTION_ARGS)
 	SPI_connect();
 	dex_wait_for_rebuild();
 	queue = dex_require_queue(queue_name, true);
+	dex_check_definition_start(workflow_name, version, dex_access_caller());
 	payload = dex_payload_from_jsonb(argument);
 
 	memset(nulls, ' ', sizeof(nulls));
@@ -689,6 +690,7 @@ create_runs(PG_FUNCTION_ARGS)
 	SPI_connect();
 	dex_wait_for_rebuild();
 	queue = dex_require_queue(queue_name, true);
+	dex_check_definition_start(workflow_name, version, dex_access_caller());
 	if (n > 0 && each)
 		create_each_run(fcinfo, workflow_name, version, &queue, priority, labels, &sched,
 						sched.has_deadline ? PG_GETARG_INTERVAL_P(7) : NULL,

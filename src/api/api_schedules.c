@@ -10,9 +10,13 @@
  * that does not exist 42704, a name taken 42710) before it changes
  * anything, then works in the caller's transaction through
  * engine/schedules.c, which says how ticks fire.  A change that moves a
- * schedule's due time sooner wakes the scheduler at commit.  Like the queue
- * functions they are SECURITY DEFINER, for dex_admin; a schedule's queue must
- * be a workflow queue.  Each locks the schedule's row FOR UPDATE first, so
+ * schedule's due time sooner wakes the scheduler at commit.  They are for
+ * dex_admin; the four that start runs or choose what a schedule starts
+ * (create, alter, trigger, backfill) take their owner's rights in C
+ * (api_call.c, SECURITY INVOKER from 1.9), so that the caller's right to
+ * start runs of a definition is checked (engine/definition_access.c); the
+ * others, like the queue functions, are SECURITY DEFINER.  A schedule's
+ * queue must be a workflow queue.  Each locks the schedule's row FOR UPDATE first, so
  * it waits for a scheduler pass that is firing it, and the pass skips it
  * while the call's transaction is open.
  *
@@ -29,13 +33,9 @@
 
 #include "api/api.h"
 
-PG_FUNCTION_INFO_V1(dex_create_schedule);
-PG_FUNCTION_INFO_V1(dex_alter_schedule);
 PG_FUNCTION_INFO_V1(dex_pause_schedule);
 PG_FUNCTION_INFO_V1(dex_unpause_schedule);
 PG_FUNCTION_INFO_V1(dex_delete_schedule);
-PG_FUNCTION_INFO_V1(dex_trigger_schedule);
-PG_FUNCTION_INFO_V1(dex_backfill_schedule);
 PG_FUNCTION_INFO_V1(dex_schedule_next_times);
 
 /* room in an instance id ("<name>@<tick>") for the tick */
@@ -136,8 +136,8 @@ encoded_argument(FunctionCallInfo fcinfo, int arg)
  *	   timezone, overlap, catchup_window, jitter, start_at, end_at, paused,
  *	   labels) returns timestamptz: the next fire time
  */
-Datum
-dex_create_schedule(PG_FUNCTION_ARGS)
+static Datum
+create_schedule(PG_FUNCTION_ARGS)
 {
 	DexSchedule *s = palloc0(sizeof(DexSchedule));
 	char	   *queue_name;
@@ -171,6 +171,8 @@ dex_create_schedule(PG_FUNCTION_ARGS)
 	s->next_tick = s->buffered_tick = s->last_tick = DT_NOEND;
 
 	SPI_connect();
+	/* the runs it will start are the caller's to start (definition_access.c) */
+	dex_check_definition_start(s->workflow_name, s->workflow_version, dex_access_caller());
 	s->argument = encoded_argument(fcinfo, 5);
 	s->queue_id = workflow_queue(queue_name);
 	memset(nulls, ' ', sizeof(nulls));
@@ -234,8 +236,8 @@ usecs_interval(int64 us)
  *	   catchup_window, jitter, start_at, end_at, labels, workflow, queue)
  * returns timestamptz: the next fire time
  */
-Datum
-dex_alter_schedule(PG_FUNCTION_ARGS)
+static Datum
+alter_schedule(PG_FUNCTION_ARGS)
 {
 	char	   *name = schedule_name_arg(fcinfo);
 	DexSchedule *s;
@@ -280,6 +282,8 @@ dex_alter_schedule(PG_FUNCTION_ARGS)
 	if (!PG_ARGISNULL(13))
 		s->queue_id = workflow_queue(dex_arg_name(fcinfo, 13, "queue"));
 	dex_schedule_check(s);
+	/* whoever changes a schedule takes on the runs it will start */
+	dex_check_definition_start(s->workflow_name, s->workflow_version, dex_access_caller());
 
 	memset(nulls, ' ', sizeof(nulls));
 	values[0] = Int32GetDatum(s->id);
@@ -402,8 +406,8 @@ overlap_arg(FunctionCallInfo fcinfo, int arg)
 }
 
 /* dex.trigger_schedule(name, overlap) returns uuid: the run started, or NULL */
-Datum
-dex_trigger_schedule(PG_FUNCTION_ARGS)
+static Datum
+trigger_schedule(PG_FUNCTION_ARGS)
 {
 	char	   *name = schedule_name_arg(fcinfo);
 	char	   *overlap = overlap_arg(fcinfo, 1);
@@ -417,6 +421,7 @@ dex_trigger_schedule(PG_FUNCTION_ARGS)
 	SPI_connect();
 	dex_wait_for_rebuild();
 	s = dex_schedule_load(name, true);
+	dex_check_definition_start(s->workflow_name, s->workflow_version, dex_access_caller());
 	run_id = dex_schedule_fire(s, GetCurrentTransactionStartTimestamp(),
 							   overlap ? overlap : s->overlap, false, &buffered, &postponed);
 	dex_schedule_save(s, DT_NOEND, false);
@@ -435,8 +440,8 @@ dex_trigger_schedule(PG_FUNCTION_ARGS)
  * dex.backfill_schedule(name, from, to, overlap)
  * returns table (tick timestamptz, run_id uuid)
  */
-Datum
-dex_backfill_schedule(PG_FUNCTION_ARGS)
+static Datum
+backfill_schedule(PG_FUNCTION_ARGS)
 {
 	char	   *name = schedule_name_arg(fcinfo);
 	char	   *overlap;
@@ -463,6 +468,7 @@ dex_backfill_schedule(PG_FUNCTION_ARGS)
 	SPI_connect();
 	dex_wait_for_rebuild();
 	s = dex_schedule_load(name, true);
+	dex_check_definition_start(s->workflow_name, s->workflow_version, dex_access_caller());
 	/* the ticks the expression has in the range, whatever start_at and end_at */
 	s->unbounded = true;
 	for (TimestampTz t = dex_schedule_tick_after(s, from - 1); t != DT_NOEND && t < to;
@@ -532,3 +538,8 @@ dex_schedule_next_times(PG_FUNCTION_ARGS)
 	SPI_finish();
 	return (Datum) 0;
 }
+
+DEX_API_ENTRY_POINT(dex_create_schedule, create_schedule);
+DEX_API_ENTRY_POINT(dex_alter_schedule, alter_schedule);
+DEX_API_ENTRY_POINT(dex_trigger_schedule, trigger_schedule);
+DEX_API_ENTRY_POINT(dex_backfill_schedule, backfill_schedule);

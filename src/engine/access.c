@@ -73,6 +73,13 @@ caller(void)
 	return OidIsValid(api_caller) ? api_caller : GetUserId();
 }
 
+/* The same, for the other checks of what the caller may do (definition_access.c) */
+Oid
+dex_access_caller(void)
+{
+	return caller();
+}
+
 /* Whether the caller may use every queue: a superuser or a dex_admin */
 static bool
 caller_may_use_all(void)

@@ -423,6 +423,8 @@ apply_start_child_run(DexAppliedTask *c, const Dex__V1__Command *cmd)
 		queue = dex_require_queue(sc->queue, true);
 	else
 		queue = dex_require_queue(dex_queue_name(c->run->queue_id), true);
+	/* a worker may start a definition's run only as its role may (the interpreter's call steps are checked for the calling definition's owner, interpret.c) */
+	dex_check_definition_start(sc->workflow_name, version, dex_access_caller());
 
 	ev = record_event(c, cmd->id,
 					  dex_event_child_run_created(c->now, sc, version, queue.name, priority));

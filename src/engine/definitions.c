@@ -251,7 +251,10 @@ parse_error(bool (*parse) (void *arg), const void *arg)
 
 	if (!check_values)
 		return NULL;
-	return dex_subtransaction(parse, unconstify(void *, arg), &error) ? NULL : error->message;
+	if (dex_subtransaction(parse, unconstify(void *, arg), &error))
+		return NULL;
+	/* the detail names what is wrong (the codec's "Unknown field ..."): keep it */
+	return error->detail != NULL ? psprintf("%s: %s", error->message, error->detail) : error->message;
 }
 
 typedef struct TypedText
@@ -519,7 +522,9 @@ parse_step_body(DexStep *step, JsonbContainer *obj, const char *path)
 		case DEX_STEP_TIMER:
 			step->duration = opt_time(obj, "duration", path, INTERVALOID);
 			step->date = opt_time(obj, "date", path, TIMESTAMPTZOID);
-			if ((step->duration == NULL) == (step->date == NULL))
+			if (step->duration != NULL && step->date != NULL)
+				bad_definition(path, "a timer takes \"duration\" or \"date\", not both");
+			if (step->duration == NULL && step->date == NULL)
 				bad_definition(path, "a timer needs one of \"duration\" and \"date\"");
 			break;
 		case DEX_STEP_SIGNAL:

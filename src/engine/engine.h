@@ -52,6 +52,7 @@ extern void dex_queue_room_freed_spi(int queue_col, int limited_col);
 
 /* access.c: who may use which queue */
 extern Oid	dex_access_set_caller(Oid role);
+extern Oid	dex_access_caller(void);
 extern DexQueue dex_require_queue(const char *name, bool want_workflow);
 extern bool dex_may_use_queue(const DexQueue *queue);
 extern void dex_check_queue_use(const DexQueue *queue);
@@ -437,5 +438,12 @@ extern const char *dex_step_type_name(DexStepType type);
 extern Dex__V1__WorkflowTaskCompletion *dex_interpret(const DexDefinition *def,
 													  const Dex__V1__WorkflowTask *task);
 extern const char *dex_interpret_current_step(void);
+extern bool dex_interpret_step_context(const char **run_id, const char **definition,
+									   int32 *version, const char **step);
+
+/* definition_access.c: who may start runs of a definition (1.9) */
+extern void dex_check_definition_start(const char *name, int32 version, Oid role);
+extern bool dex_is_definition(const char *name);
+extern void dex_definitions_changed(void);
 
 #endif							/* DEX_ENGINE_ENGINE_H */

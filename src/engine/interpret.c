@@ -121,6 +121,27 @@ dex_interpret_current_step(void)
 	return current_step;
 }
 
+/* the SQL step running now (see run_sql): for dex.step_context() */
+static const Interp *sql_step_interp = NULL;
+static const DexStep *sql_step = NULL;
+
+/*
+ * The run, definition, version and step of the SQL step that runs now;
+ * false outside one.
+ */
+bool
+dex_interpret_step_context(const char **run_id, const char **definition, int32 *version,
+						   const char **step)
+{
+	if (sql_step == NULL)
+		return false;
+	*run_id = sql_step_interp->task->run_id;
+	*definition = sql_step_interp->task->workflow_name;
+	*version = sql_step_interp->task->workflow_version;
+	*step = sql_step->id;
+	return true;
+}
+
 /* ----------------------------------------------------------------
  * JSON values
  * ----------------------------------------------------------------
@@ -677,12 +698,16 @@ run_sql(Interp *in, const DexStep *step)
 	Jsonb	   *volatile result = NULL;
 
 	check_constraints_at_once();
+	sql_step_interp = in;
+	sql_step = step;
 	PG_TRY();
 	{
 		result = run_sql_as_owner(in, step);
 	}
 	PG_FINALLY();
 	{
+		sql_step = NULL;
+		sql_step_interp = NULL;
 		forget_session_state();
 	}
 	PG_END_TRY();
@@ -907,6 +932,8 @@ start_child(Interp *in, const DexStep *step)
 							  step->id, step->definition, step->version), "dex.NoDefinition");
 		return 0;
 	}
+	/* the calling definition's owner must be allowed to start it (42501 fails the run) */
+	dex_check_definition_start(step->definition, step->version, in->def->owner);
 	cmd = add_command(in);
 
 	cmd->kind_case = DEX__V1__COMMAND__KIND_START_CHILD_RUN;

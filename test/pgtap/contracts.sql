@@ -18,7 +18,7 @@ BEGIN;
 SET LOCAL client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS pgtap;
 
-SELECT plan(417);
+SELECT plan(432);
 
 -- the API: name, exact argument types, return type (as pgTAP spells it)
 CREATE TEMP TABLE api (fname name, args name[], returns text) ON COMMIT DROP;
@@ -79,7 +79,10 @@ INSERT INTO api VALUES
     ('list_definitions', '{text}',                                                  'setof record'),
     ('delete_definition', '{text,integer}',                                         'void'),
     ('user_tasks',       '{uuid,text,text}',                                        'setof record'),
-    ('complete_user_task', '{uuid,text,jsonb}',                                     'void');
+    ('complete_user_task', '{uuid,text,jsonb}',                                     'void'),
+    ('grant_definition', '{text,regrole}',                                          'void'),
+    ('revoke_definition', '{text,regrole}',                                         'void'),
+    ('step_context',     '{}',                                                      'record');
 
 -- every function exists with exactly these argument types
 SELECT has_function('dex', fname, args,
@@ -98,7 +101,7 @@ SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
           '{}'::text[], 'no function in schema dex leaves search_path unpinned');
 SELECT is(ARRAY(SELECT p.proname::text FROM pg_proc p
                  WHERE p.pronamespace = 'dex'::regnamespace AND p.prosecdef ORDER BY 1),
-          '{alter_queue,alter_schedule,authenticate_api_token,backfill_schedule,create_api_token,create_queue,create_schedule,delete_schedule,grant_queue,pause_schedule,reset_stats,revoke_api_token,revoke_queue,schedule_next_times,set_concurrency_limit,trigger_schedule,unpause_schedule}'::text[],
+          '{alter_queue,authenticate_api_token,create_api_token,create_queue,delete_schedule,grant_queue,pause_schedule,reset_stats,revoke_api_token,revoke_queue,schedule_next_times,set_concurrency_limit,unpause_schedule}'::text[],
           'only the administrators'' functions are SECURITY DEFINER');
 -- PUBLIC may call nothing; each role what the API gives it
 SELECT is(ARRAY(SELECT p.oid::regprocedure::text FROM pg_proc p
@@ -186,11 +189,12 @@ SELECT is(pg_get_function_result('dex.send_external_events(uuid[],text[],jsonb[]
           'TABLE(run_id uuid, event_id text, delivered boolean, outcome text)',
           'dex.send_external_events returns (run_id, event_id, delivered, outcome)');
 
--- the administrators' functions are SECURITY DEFINER; the others take their owner's rights
--- in C, keeping the caller for the queue checks (sql/roles.sql and sql/queue_access.sql
+-- the administrators' functions are SECURITY DEFINER (but the schedule functions that start
+-- runs or choose them, which check the caller's right to start a definition, 1.9); the others
+-- take their owner's rights in C, keeping the caller for the queue checks (sql/roles.sql and sql/queue_access.sql
 -- show that roles without any table privilege use them)
 SELECT CASE WHEN fname IN ('create_queue', 'grant_queue', 'revoke_queue', 'create_api_token', 'revoke_api_token',
-                           'authenticate_api_token') OR fname ~ '^(create|alter|pause|unpause|delete|trigger|backfill)_schedule$|^schedule_next_times$'
+                           'authenticate_api_token') OR fname ~ '^(pause|unpause|delete)_schedule$|^schedule_next_times$'
             THEN is_definer('dex', fname, args, format('dex.%s is SECURITY DEFINER', fname))
             ELSE isnt_definer('dex', fname, args, format('dex.%s is not SECURITY DEFINER', fname)) END
   FROM api ORDER BY fname;

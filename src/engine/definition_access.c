@@ -1,0 +1,233 @@
+/*-------------------------------------------------------------------------
+ *
+ * definition_access.c
+ *	  Who may start runs of a workflow defined in JSON (1.9), and which
+ *	  (definition, version) pairs exist, from a cache of dex.definition and
+ *	  dex.definition_grant kept by each backend.
+ *
+ * A run of a definition runs its SQL steps with the privileges of the
+ * definition's owner and the variables its starter chose: starting one is
+ * like calling a SECURITY DEFINER function, so it takes a privilege.  A
+ * role may start runs of definition N when it is a superuser, a member of
+ * the owner of the version it starts, or a member of a role granted N
+ * (dex.grant_definition).  Checked for the caller by dex.create_run(s), by
+ * the startChildRun command (a worker's child), by dex.create_schedule and
+ * dex.alter_schedule (for the runs the schedule will start), and, for the
+ * calling definition's owner, by call steps (interpret.c).  A refusal is
+ * 42501 and the call writes nothing.  Runs of a name that is a definition's
+ * but of a version it does not have are refused too (42704): no interpreter
+ * would ever run them.  Up to schema 1.8 (no grants table) anyone who may
+ * use the queue may start them, as before.
+ *
+ * The cache holds every definition name with its versions and their owners,
+ * and the grants; it is loaded by two statements on first use, and again
+ * after any change: the functions that change either table send a relcache
+ * invalidation of dex.definition (dex_definitions_changed), which reaches
+ * every backend at commit, and this one at its next command.  So starting a
+ * run of a workflow of an SDK costs a hash probe, no statement.  Runs in the
+ * caller's transaction and SPI connection.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+
+#include "engine/engine.h"
+
+typedef struct DefinitionEntry
+{
+	char		name[DEX_NAME_MAX_LEN + 1]; /* the key */
+	int			n_versions;
+	int32	   *versions;
+	Oid		   *owners;			/* of each version */
+	int			n_grants;
+	Oid		   *grantees;
+} DefinitionEntry;
+
+static HTAB *definitions = NULL;
+static MemoryContext cache_context = NULL;
+static bool cache_valid = false;
+static bool grants_exist = false;	/* the schema has dex.definition_grant (1.9) */
+static Oid	definition_relid = InvalidOid;
+
+static DexPlan load_definitions_plan = {
+	"SELECT name, version, owner::oid FROM dex.definition ORDER BY name, version",
+	0, {0}
+};
+
+static DexPlan load_grants_plan = {
+	"SELECT name, role::oid FROM dex.definition_grant ORDER BY name",
+	0, {0}
+};
+
+/* Any change of dex.definition (or a reset of the relcache) voids the cache */
+static void
+definitions_invalidated(Datum arg, Oid relid)
+{
+	if (relid == InvalidOid || relid == definition_relid)
+		cache_valid = false;
+}
+
+static DefinitionEntry *
+entry_for(const char *name, bool create)
+{
+	char		key[DEX_NAME_MAX_LEN + 1];
+	bool		found;
+	DefinitionEntry *e;
+
+	memset(key, 0, sizeof(key));
+	strlcpy(key, name, sizeof(key));
+	e = hash_search(definitions, key, create ? HASH_ENTER : HASH_FIND, &found);
+	if (create && !found)
+	{
+		e->n_versions = 0;
+		e->versions = NULL;
+		e->owners = NULL;
+		e->n_grants = 0;
+		e->grantees = NULL;
+	}
+	return e;
+}
+
+/* The cache, loaded again if a change voided it */
+static void
+load_definitions(void)
+{
+	Oid			schema = get_namespace_oid("dex", false);
+	HASHCTL		ctl;
+	DexRows		rows;
+	MemoryContext old;
+
+	if (cache_valid)
+		return;
+	if (cache_context == NULL)
+	{
+		cache_context = AllocSetContextCreate(TopMemoryContext, "dex definitions",
+											  ALLOCSET_SMALL_SIZES);
+		CacheRegisterRelcacheCallback(definitions_invalidated, (Datum) 0);
+	}
+	MemoryContextReset(cache_context);
+	definition_relid = get_relname_relid("definition", schema);
+	grants_exist = OidIsValid(get_relname_relid("definition_grant", schema));
+	/* valid from now on: an invalidation while loading voids it again */
+	cache_valid = true;
+
+	memset(&ctl, 0, sizeof(ctl));
+	ctl.keysize = DEX_NAME_MAX_LEN + 1;
+	ctl.entrysize = sizeof(DefinitionEntry);
+	ctl.hcxt = cache_context;
+	definitions = hash_create("dex definitions", 64, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+	if (!OidIsValid(definition_relid))
+		return;					/* before 1.7 */
+
+	rows = dex_spi_rows(&load_definitions_plan, NULL, NULL, 0);
+	old = MemoryContextSwitchTo(cache_context);
+	for (uint64 r = 0; r < rows.n; r++)
+	{
+		bool		isnull;
+		DefinitionEntry *e = entry_for(dex_rows_gettext_copy(rows, r, 1), true);
+
+		if (e->versions == NULL)
+		{
+			e->versions = palloc(sizeof(int32) * rows.n);
+			e->owners = palloc(sizeof(Oid) * rows.n);
+		}
+		e->versions[e->n_versions] = (int32) dex_rows_getint64(rows, r, 2);
+		e->owners[e->n_versions++] = DatumGetObjectId(dex_rows_getdatum(rows, r, 3, &isnull));
+	}
+	MemoryContextSwitchTo(old);
+	if (!grants_exist)
+		return;
+	rows = dex_spi_rows(&load_grants_plan, NULL, NULL, 0);
+	old = MemoryContextSwitchTo(cache_context);
+	for (uint64 r = 0; r < rows.n; r++)
+	{
+		bool		isnull;
+		DefinitionEntry *e = entry_for(dex_rows_gettext_copy(rows, r, 1), true);
+
+		if (e->grantees == NULL)
+			e->grantees = palloc(sizeof(Oid) * rows.n);
+		e->grantees[e->n_grants++] = DatumGetObjectId(dex_rows_getdatum(rows, r, 2, &isnull));
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/* Whether role may start runs of version i of definition e (see the header) */
+static bool
+may_start(const DefinitionEntry *e, int i, Oid role)
+{
+	if (!grants_exist || superuser_arg(role) || has_privs_of_role(role, e->owners[i]))
+		return true;
+	for (int g = 0; g < e->n_grants; g++)
+		if (has_privs_of_role(role, e->grantees[g]))
+			return true;
+	return false;
+}
+
+/*
+ * Refuse to start a run of workflow "name" version "version" for role when
+ * it is a definition's name and the version does not exist (42704) or the
+ * role may not start it (42501).  Workflows of SDKs pass at the cost of a
+ * hash probe.
+ */
+void
+dex_check_definition_start(const char *name, int32 version, Oid role)
+{
+	DefinitionEntry *e;
+	int			i;
+
+	load_definitions();
+	e = entry_for(name, false);
+	if (e == NULL || e->n_versions == 0)
+		return;
+	for (i = 0; i < e->n_versions; i++)
+		if (e->versions[i] == version)
+			break;
+	if (i == e->n_versions)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("definition \"%s\" has no version %d", name, version),
+				 errdetail("Its latest version is %d; no interpreter would run this one.",
+						   e->versions[e->n_versions - 1]),
+				 errhint("Start a version it has, or create this one with dex.create_definition.")));
+	if (!may_start(e, i, role))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to start runs of definition \"%s\"", name),
+				 errdetail("Its runs run SQL with the privileges of role %s.",
+						   GetUserNameFromId(e->owners[i], false)),
+				 errhint("A member of its owner grants it with dex.grant_definition('%s', role).", name)));
+}
+
+/* Whether "name" names a definition (of any version) */
+bool
+dex_is_definition(const char *name)
+{
+	DefinitionEntry *e;
+
+	load_definitions();
+	e = entry_for(name, false);
+	return e != NULL && e->n_versions > 0;
+}
+
+/*
+ * dex.definition or dex.definition_grant changed in this transaction: every
+ * backend's cache is voided when it commits (this backend's at once).
+ */
+void
+dex_definitions_changed(void)
+{
+	Oid			relid = get_relname_relid("definition", get_namespace_oid("dex", false));
+
+	if (OidIsValid(relid))
+		CacheInvalidateRelcacheByRelid(relid);
+	cache_valid = false;
+}
