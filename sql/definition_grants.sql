@@ -103,6 +103,10 @@ SELECT dex.complete_task(:'parent', 0, :v, '[{"id": 1, "startChildRun": {"workfl
 RESET ROLE;
 SELECT count(*) AS children FROM dex.workflow_run WHERE parent_id = :'parent';
 
+-- the events of user tasks are dex.complete_user_task's to send (22023 for anyone else)
+SELECT dex.send_external_event(:'parent', 'user:approve:3');
+SELECT * FROM dex.send_external_events(ARRAY[:'parent']::uuid[], ARRAY['user:approve:3']);
+
 -- the grants go with the definition's last version
 SELECT dex.terminate_run(id, 'done') FROM dex.workflow_run
  WHERE workflow_name LIKE 'dg-%' AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT');

@@ -794,6 +794,7 @@ send_external_events(PG_FUNCTION_ARGS)
 		run_ids[i] = DatumGetUUIDP(run_elems[i]);
 		event_ids[i] = TextDatumGetCString(event_elems[i]);
 		dex_check_name(event_ids[i], "an event id");
+		dex_check_event_id_not_reserved(event_ids[i]);
 		payloads[i] = payload_elems && !payload_nulls[i] ?
 			dex_payload_from_jsonb(DatumGetJsonbP(payload_elems[i])) : NULL;
 	}
@@ -883,6 +884,7 @@ send_external_event_to_run(PG_FUNCTION_ARGS)
 	dex_arg_not_null(fcinfo, 0, "run id");
 	run_id = PG_GETARG_UUID_P(0);
 	event_id = dex_arg_name(fcinfo, 1, "event id");
+	dex_check_event_id_not_reserved(event_id);
 	SPI_connect();
 	dex_wait_for_rebuild();
 	sent = send_external_event(run_id, event_id, PG_ARGISNULL(2) ? NULL : PG_GETARG_JSONB_P(2));
@@ -908,6 +910,7 @@ send_external_event_to_instance(PG_FUNCTION_ARGS)
 	pg_uuid_t  *run_id;
 	bool		sent;
 
+	dex_check_event_id_not_reserved(event_id);
 	SPI_connect();
 	dex_wait_for_rebuild();
 	if (queue_name)

@@ -238,6 +238,22 @@ run_id_text_ok(const char *s)
  * instance id (with a queue, or this run's), and an event id as
  * dex.send_external_event takes it.
  */
+/*
+ * Event ids that start with "user:" are those of the user tasks of workflows
+ * defined in JSON: only dex.complete_user_task sends them, after its checks
+ * (a user task completed once, its row gone), so no one sends them past it.
+ */
+void
+dex_check_event_id_not_reserved(const char *event_id)
+{
+	if (strncmp(event_id, "user:", 5) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("event id \"%s\" is reserved", event_id),
+				 errdetail("Event ids that start with \"user:\" complete the user tasks of workflows defined in JSON."),
+				 errhint("Complete a user task with dex.complete_user_task.")));
+}
+
 static void
 check_signal_external_run(const Dex__V1__Command *cmd)
 {
@@ -259,6 +275,7 @@ check_signal_external_run(const Dex__V1__Command *cmd)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("command signalExternalRun %d needs an event id, and an instance id and queue if given, of 1 to %d bytes",
 						id, DEX_NAME_MAX_LEN)));
+	dex_check_event_id_not_reserved(se->event_id);
 	if (by_run && !run_id_text_ok(se->run_id))
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -199,6 +199,7 @@ extern void dex_activity_attempt_failed(pg_uuid_t *run_id, int32 event_id,
 extern int64 dex_duration_ms(const Google__Protobuf__Duration *d);
 extern const char *dex_command_name(const Dex__V1__Command *cmd);
 extern void dex_check_commands(const Dex__V1__WorkflowTaskCompletion *completion);
+extern void dex_check_event_id_not_reserved(const char *event_id);
 extern void dex_refuse_command_after_end(const Dex__V1__Command *cmd) pg_attribute_noreturn();
 
 /*

@@ -5,8 +5,8 @@
 # tables with a DEFERRABLE INITIALLY IMMEDIATE and an INITIALLY DEFERRED
 # foreign key (both work) and draws a random number that is not the one
 # after the admin's seed; the advisory lock is gone once the admin's step
-# ends.  Also: a plain event that completes a user task takes it off
-# dex.user_tasks, and a 12,000-step linear definition completes (the loop
+# ends.  Also: the plain event of a user task is refused (only
+# dex.complete_user_task sends it), and a 12,000-step linear definition completes (the loop
 # guard counts steps beyond the definition's size).  A step that traps the
 # cancel of dex.sql_step_timeout fails all the same, and holds nobody up
 # beyond the timeout: the interpreter stops itself and its successor fails
@@ -90,7 +90,7 @@ my $drawn = $node->safe_psql('postgres', qq{SELECT dex.to_json('dex.v1.Payload',
 ok($drawn =~ /"r":\s*([0-9.e-]+)/, "the superuser's step drew a number ($drawn)");
 isnt($1, $after_seed, "it is not the number that follows the admin's seed ($after_seed)");
 
-# a user task completed by the plain event is no longer listed
+# a user task is completed by dex.complete_user_task only, and then no longer listed
 $node->safe_psql('postgres', q{
 	SELECT dex.create_definition('two-approvals', 1, '{"steps": [
 	  {"id": "first", "type": "user", "next": "second"},
@@ -104,10 +104,14 @@ my $event = $node->safe_psql('postgres', qq{
 	SELECT event->'externalEventWaitStarted'->>'eventId' FROM dex.run_history('$approvals')
 	 WHERE event ? 'externalEventWaitStarted'});
 like($event, qr/^user:first:\d+$/, 'its event id');
-$node->safe_psql('postgres', qq{SELECT dex.send_external_event('$approvals', '$event', '{}')});
+my ($rc, $out, $err) = $node->psql('postgres', qq{SELECT dex.send_external_event('$approvals', '$event', '{}')});
+like($err, qr/event id "user:first:\d+" is reserved/, 'the plain event of a user task is refused: it would pass by its checks');
+is($node->safe_psql('postgres', "SELECT string_agg(step, ',') FROM dex.user_tasks('$approvals')"),
+	'first', 'the first user task still waits');
+$node->safe_psql('postgres', qq{SELECT dex.complete_user_task('$approvals', 'first', '{}')});
 ok($node->poll_query_until('postgres',
 	"SELECT string_agg(step, ',') = 'second' FROM dex.user_tasks('$approvals')"),
-	'after the plain event only the second user task is listed');
+	'once completed only the second user task is listed');
 
 # a linear definition longer than the loop guard completes
 my $steps = join(',', map { qq({"id": "s$_", "type": "sql", "sql": "SELECT $_ AS n", "next": "s) . ($_ + 1) . '"}' } 1 .. 11999)
