@@ -107,6 +107,9 @@ SELECT count(*) AS children FROM dex.workflow_run WHERE parent_id = :'parent';
 SELECT dex.send_external_event(:'parent', 'user:approve:3');
 SELECT * FROM dex.send_external_events(ARRAY[:'parent']::uuid[], ARRAY['user:approve:3']);
 
+-- the owner of a definition cannot be dropped while it owns one (2BP01)
+DROP ROLE regress_dg_owner;
+
 -- the grants go with the definition's last version
 SELECT dex.terminate_run(id, 'done') FROM dex.workflow_run
  WHERE workflow_name LIKE 'dg-%' AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED', 'TERMINATED', 'TIMED_OUT');

@@ -72,7 +72,9 @@ dex_shmem_startup_hook(void)
 /*
  * DROP DATABASE (and ALTER DATABASE ... RENAME) refuse to work on a
  * database others are connected to: the dex workers of the database leave
- * first, and are kept from starting again until the command ends.  CREATE
+ * first, and are kept from starting again until the command ends.  DROP
+ * ROLE of the owner of a workflow definition of this database is refused
+ * (engine/definition_access.c).  CREATE
  * DATABASE and CREATE EXTENSION dex wake the launcher when they commit: it
  * may have a new database to serve.
  */
@@ -189,6 +191,8 @@ dex_process_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTr
 		 */
 		dex_lock_for_rebuild();
 	}
+	else if (IsA(stmt, DropRoleStmt) && OidIsValid(get_extension_oid("dex", true)))
+		dex_refuse_dropping_definition_owners(((DropRoleStmt *) stmt)->roles);
 	else if (IsA(stmt, DropStmt) && drops_dex((DropStmt *) stmt))
 	{
 		Oid			schema;

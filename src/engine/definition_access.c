@@ -31,7 +31,9 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "catalog/namespace.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
@@ -39,6 +41,7 @@
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/syscache.h"
 
 #include "engine/engine.h"
 
@@ -230,4 +233,83 @@ dex_definitions_changed(void)
 	if (OidIsValid(relid))
 		CacheInvalidateRelcacheByRelid(relid);
 	cache_valid = false;
+}
+
+/* a definition of one of the roles $1 */
+static DexPlan definition_of_owners_plan = {
+	"SELECT name, version, owner::oid FROM dex.definition WHERE owner::oid = ANY ($1::oid[]) "
+	"ORDER BY name, version LIMIT 1",
+	1, {OIDARRAYOID}
+};
+
+/*
+ * DROP ROLE of a role that owns a definition in this database is refused
+ * (2BP01), as PostgreSQL refuses to drop the owner of an object: the
+ * definition's SQL steps would have no role to run as.  The definitions are
+ * read with the rights of the table's owner (the role dropping may not read
+ * them).  Other databases' definitions are not seen: there the interpreter
+ * fails the runs of a definition whose owner is gone, saying so
+ * (interpret.c).
+ */
+void
+dex_refuse_dropping_definition_owners(List *roles)
+{
+	Oid			schema = get_namespace_oid("dex", true);
+	Oid			relid;
+	HeapTuple	tup;
+	Oid			table_owner;
+	Oid			user;
+	int			sec;
+	ArrayBuildState *oids;
+	ListCell   *lc;
+	bool		found = false;
+	char	   *name = NULL;
+	int32		version = 0;
+	Oid			owner = InvalidOid;
+
+	if (!OidIsValid(schema) || !OidIsValid(relid = get_relname_relid("definition", schema)))
+		return;
+	oids = initArrayResult(OIDOID, CurrentMemoryContext, false);
+	foreach(lc, roles)
+	{
+		RoleSpec   *spec = lfirst(lc);
+		Oid			role = spec->roletype == ROLESPEC_CSTRING ? get_role_oid(spec->rolename, true) : InvalidOid;
+
+		if (OidIsValid(role))
+			dex_array_add(oids, ObjectIdGetDatum(role), false);
+	}
+	if (oids->nelems == 0)
+		return;
+	tup = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tup))
+		return;
+	table_owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
+	ReleaseSysCache(tup);
+
+	GetUserIdAndSecContext(&user, &sec);
+	SetUserIdAndSecContext(table_owner, sec | SECURITY_LOCAL_USERID_CHANGE);
+	SPI_connect();
+	{
+		Datum		values[1] = {dex_array_result(oids)};
+		DexRows		rows = dex_spi_rows(&definition_of_owners_plan, values, NULL, 1);
+
+		if (rows.n > 0)
+		{
+			bool		isnull;
+
+			found = true;
+			name = MemoryContextStrdup(TopTransactionContext, dex_rows_gettext_copy(rows, 0, 1));
+			version = (int32) dex_rows_getint64(rows, 0, 2);
+			owner = DatumGetObjectId(dex_rows_getdatum(rows, 0, 3, &isnull));
+		}
+	}
+	SPI_finish();
+	SetUserIdAndSecContext(user, sec);
+	if (found)
+		ereport(ERROR,
+				(errcode(ERRCODE_DEPENDENT_OBJECTS_STILL_EXIST),
+				 errmsg("role \"%s\" cannot be dropped because it owns workflow definition \"%s\" version %d",
+						GetUserNameFromId(owner, false), name, version),
+				 errdetail("The SQL steps of a definition run with its owner's privileges."),
+				 errhint("Delete its definitions with dex.delete_definition first.")));
 }

@@ -446,5 +446,6 @@ extern bool dex_interpret_step_context(const char **run_id, const char **definit
 extern void dex_check_definition_start(const char *name, int32 version, Oid role);
 extern bool dex_is_definition(const char *name);
 extern void dex_definitions_changed(void);
+extern void dex_refuse_dropping_definition_owners(List *roles);
 
 #endif							/* DEX_ENGINE_ENGINE_H */

@@ -76,6 +76,7 @@
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
+#include "utils/syscache.h"
 #include "utils/timeout.h"
 #include "utils/timestamp.h"
 
@@ -606,6 +607,13 @@ run_sql_as_owner(Interp *in, const DexStep *step)
 	DexStep    *prepared = unconstify(DexStep *, step);
 	int			rc;
 
+	/* a role dropped in another database than its definition's (dex.c refuses it here) */
+	if (!SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(in->def->owner)))
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("the owner of definition \"%s\" (role %u) no longer exists", in->task->workflow_name,
+						in->def->owner),
+				 errhint("Create the definition again as a role that exists, as its next version.")));
 	GetUserIdAndSecContext(&user, &sec);
 	level = NewGUCNestLevel();
 	(void) set_config_option("search_path",
