@@ -138,10 +138,16 @@ load_definitions(void)
 		bool		isnull;
 		DefinitionEntry *e = entry_for(dex_rows_gettext_copy(rows, r, 1), true);
 
-		if (e->versions == NULL)
+		/* the rows come by name: a name's versions are consecutive, few */
+		if (e->n_versions == 0)
 		{
-			e->versions = palloc(sizeof(int32) * rows.n);
-			e->owners = palloc(sizeof(Oid) * rows.n);
+			e->versions = palloc(sizeof(int32) * 4);
+			e->owners = palloc(sizeof(Oid) * 4);
+		}
+		else if (e->n_versions % 4 == 0)
+		{
+			e->versions = repalloc(e->versions, sizeof(int32) * (e->n_versions + 4));
+			e->owners = repalloc(e->owners, sizeof(Oid) * (e->n_versions + 4));
 		}
 		e->versions[e->n_versions] = (int32) dex_rows_getint64(rows, r, 2);
 		e->owners[e->n_versions++] = DatumGetObjectId(dex_rows_getdatum(rows, r, 3, &isnull));
@@ -156,8 +162,10 @@ load_definitions(void)
 		bool		isnull;
 		DefinitionEntry *e = entry_for(dex_rows_gettext_copy(rows, r, 1), true);
 
-		if (e->grantees == NULL)
-			e->grantees = palloc(sizeof(Oid) * rows.n);
+		if (e->n_grants == 0)
+			e->grantees = palloc(sizeof(Oid) * 4);
+		else if (e->n_grants % 4 == 0)
+			e->grantees = repalloc(e->grantees, sizeof(Oid) * (e->n_grants + 4));
 		e->grantees[e->n_grants++] = DatumGetObjectId(dex_rows_getdatum(rows, r, 2, &isnull));
 	}
 	MemoryContextSwitchTo(old);
