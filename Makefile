@@ -5,11 +5,12 @@
 #   bash test/demo.sh        the demo on a throwaway cluster
 
 EXTENSION = dex
-DATA = dex--1.0.sql dex--1.1.sql dex--1.2.sql dex--1.3.sql dex--1.0--1.1.sql dex--1.1--1.2.sql \
-       dex--1.2--1.3.sql dex--1.4.sql dex--1.3--1.4.sql \
-       dex--1.5.sql dex--1.4--1.5.sql \
-       dex--1.6.sql dex--1.5--1.6.sql \
-       dex--1.7.sql dex--1.6--1.7.sql dex--1.7--1.8.sql dex--1.8--1.9.sql
+# The install scripts (sql/): two bases, 1.0 (for upgrades from the first release, which
+# test/t/009_upgrade.pl starts from) and 1.7 (CREATE EXTENSION dex runs it and the updates
+# after it), and the update from each release to the next.  A release adds its update only.
+DATA = $(addprefix sql/, dex--1.0.sql dex--1.7.sql \
+       dex--1.0--1.1.sql dex--1.1--1.2.sql dex--1.2--1.3.sql dex--1.3--1.4.sql dex--1.4--1.5.sql \
+       dex--1.5--1.6.sql dex--1.6--1.7.sql dex--1.7--1.8.sql dex--1.8--1.9.sql)
 MODULE_big = dex
 
 PROTOS = common event command task
@@ -35,13 +36,13 @@ SHLIB_LINK = -lprotobuf-c
 #   shared_preload_libraries = 'dex'
 #   dex.database = 'dex_regress'
 # pg_regress makes the database dex_regress afresh (CONTRIB_TESTDB, below the include) and
-# sql/setup.sql creates the extension there; the isolation specs then run in that same
+# test/regress/sql/setup.sql creates the extension there; the isolation specs then run in that same
 # database. The TAP tests start their own clusters. bash test/run-tests.sh runs the same
 # suites, and more, on a throwaway cluster.
 REGRESS = setup codec queues runs tasks errors batch events control suspend terminate blocked lifecycle history_cache listing children keys timeouts capacity monitoring bad_input roles queue_access instances versions api_tokens security batch_forms debounce schedules flow_control definitions definition_grants
 # the database pg_regress makes is UTF8 with the C locale, as in test/lib.sh's cluster, whatever
 # the server's defaults
-REGRESS_OPTS = --encoding=UTF8 --no-locale
+REGRESS_OPTS = --inputdir=test/regress --encoding=UTF8 --no-locale
 ISOLATION = $(sort $(basename $(notdir $(wildcard test/isolation/specs/*.spec))))
 # --use-existing: in the database the regress suite left, where dex is installed and served
 ISOLATION_OPTS = --inputdir=test/isolation --use-existing
@@ -61,7 +62,7 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
-# make installcheck: the database the server's dex.database names (sql/setup.sql shows it),
+# make installcheck: the database the server's dex.database names (test/regress/sql/setup.sql shows it),
 # not PGXS's contrib_regression and isolation_regression
 CONTRIB_TESTDB = dex_regress
 ISOLATION_TESTDB = dex_regress

@@ -2,7 +2,7 @@
 # The one test command. Installs missing Debian packages, builds and installs dex, starts a
 # throwaway cluster (test/lib.sh) and runs every suite that has tests:
 #   layers     test/layers.py: dependencies between src/'s files run one way, without cycles
-#   regress    pg_regress over the Makefile's REGRESS (sql/*.sql, expected/*.out)
+#   regress    pg_regress over the Makefile's REGRESS (test/regress/sql/*.sql, test/regress/expected/*.out)
 #   isolation  pg_isolation_regress over the Makefile's ISOLATION (test/isolation/specs/*.spec)
 #   pgtap      pg_prove over test/pgtap/*.sql
 #   tap        prove over test/t/*.pl (PostgreSQL::Test::Cluster; they make their own clusters)

@@ -280,6 +280,8 @@ ok(@f > 100, 'the catalog comparison sees the schema (' . scalar(@f) . ' objects
 # the same for every released version updated straight to the current one:
 # "postgres" came from 1.0 through 1.1, 1.2, 1.3, 1.4, 1.5, 1.6 and 1.7; "from_1_1" starts at 1.1,
 # "from_1_3" at 1.3, "from_1_4" at 1.4, "from_1_5" at 1.5, "from_1_6" at 1.6, "from_1_7" at 1.7
+# (PostgreSQL makes 1.1 to 1.6 from 1.0's script and the updates: their full scripts are gone;
+# 1.7's is the base of a fresh install)
 $node->safe_psql('postgres', 'CREATE DATABASE from_1_1');
 $node->safe_psql('from_1_1', q{CREATE EXTENSION dex VERSION '1.1'; SELECT dex.create_queue('wf', 'workflow');
 	SELECT dex.create_run('w', 'wf', instance_id => 'i', concurrency_key => 'k'); ALTER EXTENSION dex UPDATE});
