@@ -53,7 +53,6 @@
 #include "funcapi.h"
 #include "nodes/parsenodes.h"
 #include "utils/builtins.h"
-#include "utils/inval.h"
 #include "utils/timestamp.h"
 
 #include "api/api_tasks.h"
@@ -699,16 +698,12 @@ poll_tasks_wait(FunctionCallInfo fcinfo, bool protobuf)
 			 * The next look runs in the transaction SPI_commit began before
 			 * the sleep (its snapshot is taken by its first statement, after
 			 * it); its leases start now, not at that transaction's start,
-			 * which would shorten them by the sleep.  That transaction took
-			 * in the invalidations sent before the sleep only, so those of
-			 * the commits made while it slept are taken in now; and the
-			 * queue is looked up again, not served from the backend's cache
-			 * (engine/queues.c), so that a grant revoked meanwhile holds at
-			 * once: the commit that woke us sets our latch before it sends
-			 * its invalidations, which may not have arrived yet.
+			 * which would shorten them by the sleep.  A grant revoked while
+			 * it slept holds at once: the commit that woke us counted its
+			 * change of queues before it set our latch (and before it sent
+			 * its invalidations, which may not have arrived), and the look
+			 * reads the queue again when that count moved (engine/queues.c).
 			 */
-			AcceptInvalidationMessages();
-			dex_queue_cache_reset();
 			look.args.lease_start = GetCurrentTimestamp();
 		}
 	}

@@ -14,7 +14,11 @@
  * superuser's UPDATE) send a relcache invalidation of dex.queue at commit,
  * which every backend receives before its next transaction's first look
  * here, and which empties the cache (as does a DROP EXTENSION, through the
- * relation's own invalidations).  A transaction that aborts empties it too:
+ * relation's own invalidations), and count the change in shared memory
+ * (dex_queue_changes), which a look compares with the count it noted when it
+ * filled the cache: a long poll that wakes from its sleep reads the queue
+ * again only when some queue changed meanwhile, whether or not the change's
+ * invalidations have arrived.  A transaction that aborts empties it too:
  * it may have cached its own uncommitted changes.  Without the triggers (a
  * schema before 1.7), or when filled under REPEATABLE READ or SERIALIZABLE
  * (whose snapshot may predate an invalidation already received), it lasts
@@ -57,6 +61,8 @@ static int	queue_cache_triggers = -1;
  * the transaction that emptied it has ended: a caller's copy of an entry
  * points into it (an invalidation may arrive between two statements).
  */
+/* the count of queue changes (dex_queue_changes) read before the first entry was looked up */
+static uint64 queue_cache_changes = 0;
 static MemoryContext queue_cache_cxt = NULL;
 static MemoryContext queue_cache_retired = NULL;
 static bool queue_cache_callbacks = false;
@@ -133,6 +139,8 @@ queue_cache_may_keep(void)
 static void
 queue_cache_check(void)
 {
+	uint64		changes;
+
 	if (!queue_cache_callbacks)
 	{
 		CacheRegisterRelcacheCallback(queue_cache_relcache_callback, (Datum) 0);
@@ -153,8 +161,19 @@ queue_cache_check(void)
 	}
 	if (queue_cache_n == QUEUE_CACHE_SIZE)
 		queue_cache_empty();	/* start over: it is only a cache */
+	/*
+	 * A change committed since the entries were read (the count moves before
+	 * the commit's invalidations are sent, which a long poll waking from its
+	 * sleep may not have received yet): read them again.
+	 */
+	changes = dex_queue_changes();
+	if (queue_cache_n > 0 && changes != queue_cache_changes)
+		queue_cache_empty();
 	if (queue_cache_n == 0)
+	{
+		queue_cache_changes = changes;
 		queue_cache_kept = queue_cache_may_keep();
+	}
 	else if (IsolationUsesXactSnapshot())
 		queue_cache_kept = false;
 }
@@ -218,6 +237,7 @@ dex_queue_changed(Oid schema)
 
 	if (OidIsValid(queue_relid))
 		CacheInvalidateRelcacheByRelid(queue_relid);
+	dex_queue_change_at_commit();
 	queue_cache_empty();
 }
 

@@ -27,6 +27,8 @@ extern bool dex_worker_register(bool scheduler);
 extern bool dex_interpreter_register(void);
 extern void dex_wake_interpreter_at_commit(void);
 extern void dex_interpreter_serves(const uint64 *keys, int n);
+extern void dex_queue_change_at_commit(void);
+extern uint64 dex_queue_changes(void);
 extern void dex_interpreter_note_runaway(const pg_uuid_t *run, const char *step);
 extern bool dex_interpreter_runaway(pg_uuid_t *run, char *step, bool forget);
 extern void dex_worker_no_extension(void);

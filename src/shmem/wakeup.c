@@ -208,6 +208,8 @@ typedef struct DexSharedState
 	/* a look's generations of its queue (see the header) */
 	pg_atomic_uint64 queue_generations[DEX_QUEUE_GENERATIONS];
 	pg_atomic_uint64 all_queues_generation;
+	/* commits that changed queues or their grants, in any database (see dex_queue_changes) */
+	pg_atomic_uint64 queue_changes;
 	DexQueueWaiter waiters[FLEXIBLE_ARRAY_MEMBER];
 } DexSharedState;
 
@@ -344,6 +346,7 @@ dex_shmem_startup(void)
 		for (int i = 0; i < DEX_QUEUE_GENERATIONS; i++)
 			pg_atomic_init_u64(&dex_shared->queue_generations[i], 0);
 		pg_atomic_init_u64(&dex_shared->all_queues_generation, 0);
+		pg_atomic_init_u64(&dex_shared->queue_changes, 0);
 	}
 	dex_stats_shmem_startup();
 	dex_run_cache_shmem_startup();
@@ -817,6 +820,29 @@ dex_wake_launcher_at_commit(void)
 	pending_launcher_wake = true;
 }
 
+/* this transaction changed queues or their grants (engine/queues.c) */
+static bool pending_queue_change = false;
+
+void
+dex_queue_change_at_commit(void)
+{
+	pending_queue_change = true;
+}
+
+/*
+ * How many commits changed queues or their grants, in any database: counted
+ * when the change is visible, before the commit's invalidations are sent
+ * and before it wakes anyone (the commit callback), so that a backend whose
+ * cached queues were read before the count it last noted sees the change
+ * (engine/queues.c: a look then reads the queue again, in a snapshot that
+ * has the change).  0 without shared memory.
+ */
+uint64
+dex_queue_changes(void)
+{
+	return dex_shared != NULL ? pg_atomic_read_u64(&dex_shared->queue_changes) : 0;
+}
+
 static void
 wake_slot(DexWaitSlot *s)
 {
@@ -1191,6 +1217,10 @@ dex_xact_callback(XactEvent event, void *arg)
 			drained_pending.valid = false;
 			n_leased_queues = 0;
 			leased_many_queues = false;
+			/* first: a waiter this commit wakes sees the change */
+			if (pending_queue_change && dex_shared != NULL)
+				pg_atomic_fetch_add_u64(&dex_shared->queue_changes, 1);
+			pending_queue_change = false;
 			if ((n_pending_queues > 0 || pending_all_queues || pending_interpreter_wake) &&
 				dex_shared != NULL)
 			{
@@ -1233,6 +1263,7 @@ dex_xact_callback(XactEvent event, void *arg)
 			pending_wake = DT_NOEND;
 			pending_launcher_wake = false;
 			pending_interpreter_wake = false;
+			pending_queue_change = false;
 			n_pending_queues = 0;
 			pending_all_queues = false;
 			n_pending_holders = 0;
