@@ -26,22 +26,31 @@ from typing import Any, Dict, Iterator, Optional
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
+from psycopg.types.json import set_json_loads
+from starlette.exceptions import HTTPException
 
+from . import jsonio
 from .._connect import connect
 
 
-class Problem(Exception):
+class Problem(HTTPException):
     """An error answered as RFC 7807 ``application/problem+json``.
 
     Attributes: ``status`` (HTTP), ``title``, ``detail`` (what went wrong, for people),
-    ``sqlstate`` (dex's or PostgreSQL's error code, when the database refused) and ``extra``
-    (further members of the problem document)."""
+    ``sqlstate`` (dex's or PostgreSQL's error code, when the database refused), ``headers``
+    (of the answer, e.g. ``Retry-After``) and ``extra`` (further members of the problem
+    document).  An ``HTTPException``, so that FastAPI lets it through as it is when it is
+    raised while a request body is read."""
 
     def __init__(self, status: int, title: str, detail: Optional[str] = None,
-                 sqlstate: Optional[str] = None, **extra: Any):
-        super().__init__(detail or title)
+                 sqlstate: Optional[str] = None, headers: Optional[Dict[str, str]] = None,
+                 **extra: Any):
+        super().__init__(status, detail or title, headers)
         self.status, self.title, self.detail, self.sqlstate, self.extra = \
             status, title, detail, sqlstate, extra
+
+    def __str__(self) -> str:
+        return self.detail or self.title
 
     def document(self) -> Dict[str, Any]:
         doc: Dict[str, Any] = {
@@ -80,7 +89,12 @@ _STATUS_BY_CLASS = {
 }
 
 _TITLES = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-           409: "Conflict", 500: "Internal Server Error", 503: "Service Unavailable"}
+           405: "Method Not Allowed", 409: "Conflict", 413: "Content Too Large",
+           500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+def title(status: int) -> str:
+    return _TITLES.get(status, "Error")
 
 
 def http_status(sqlstate: Optional[str]) -> int:
@@ -98,6 +112,8 @@ def problem_from(e: psycopg.Error) -> Problem:
         status = http_status(code)
     elif isinstance(e, psycopg.OperationalError):
         status = 503        # no connection: the server is down, restarting or unreachable
+    elif isinstance(e, psycopg.DataError):
+        status = 400        # refused by psycopg before sending: a NUL character in text
     else:
         status = 500
     extra = {}
@@ -108,7 +124,7 @@ def problem_from(e: psycopg.Error) -> Problem:
     detail = diag.message_primary or str(e).strip() or type(e).__name__
     if status == 503 and code is None:
         detail = f"the database is unavailable: {detail}"
-    return Problem(status, _TITLES.get(status, "Error"), detail, code, **extra)
+    return Problem(status, title(status), detail, code, **extra)
 
 
 class Database:
@@ -126,6 +142,7 @@ class Database:
         conn, _ = connect(self.conninfo, None, connect_timeout=self.connect_timeout,
                           application_name="dex serve")
         conn.row_factory = dict_row
+        set_json_loads(jsonio.load, conn)      # any depth the database holds
         return conn
 
     @contextlib.contextmanager
@@ -133,7 +150,7 @@ class Database:
         """A connection of the pool; closed instead of returned if it broke or was left in
         a transaction or with a role set."""
         if not self._slots.acquire(timeout=30):
-            raise Problem(503, _TITLES[503], "every database connection of the server is busy")
+            raise Problem(503, title(503), "every database connection of the server is busy")
         conn = None
         try:
             try:

@@ -59,11 +59,15 @@ def encode_cursor(run_id: Any) -> str:
 
 
 def decode_cursor(cursor: str) -> uuid.UUID:
+    """The run id of a cursor; 400 for one that is not an id of a time Python can hold (a
+    forged cursor may say year 10889)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        return uuid.UUID(bytes=raw)
-    except (ValueError, TypeError):
-        raise Problem(400, "Bad Request", f"invalid cursor {cursor!r}: pass next_cursor of the "
+        run_id = uuid.UUID(bytes=raw)
+        uuid_time(run_id)
+        return run_id
+    except (ValueError, TypeError, OverflowError, OSError):
+        raise Problem(400, "Bad Request", f"invalid cursor {cursor[:60]!r}: pass next_cursor of the "
                       "previous page as it was returned") from None
 
 
@@ -78,6 +82,14 @@ def _estimate(conn: psycopg.Connection, lo: Optional[uuid.UUID], hi: Optional[uu
 def uuid_time(u: uuid.UUID) -> dt.datetime:
     """The creation time a UUIDv7 holds (its first 48 bits, milliseconds since 1970)."""
     return dt.datetime.fromtimestamp(int.from_bytes(u.bytes[:6], "big") / 1000, dt.timezone.utc)
+
+
+def shifted(t: dt.datetime, by: dt.timedelta) -> dt.datetime:
+    """``t + by``, or the first or last time Python can hold if that is out of its range."""
+    try:
+        return t + by
+    except OverflowError:
+        return (dt.datetime.max if by > dt.timedelta(0) else dt.datetime.min).replace(tzinfo=dt.timezone.utc)
 
 
 def uuid7_floor(t: dt.datetime) -> uuid.UUID:
@@ -166,15 +178,15 @@ class RunFilter:
         if self.created_before is not None:
             # an id is taken after its transaction's now() (created_at), and a creating
             # transaction is taken to last at most _ID_CLOCK_SLACK before it takes the id
-            cap = self.created_before + _ID_CLOCK_SLACK
+            cap = shifted(self.created_before, _ID_CLOCK_SLACK)
             if cap < start:
                 start, hi = cap, uuid7_floor(cap)
-        floor = (uuid7_floor(self.created_after - _ID_CLOCK_SLACK)
+        floor = (uuid7_floor(shifted(self.created_after, -_ID_CLOCK_SLACK))
                  if self.created_after is not None else None)
         width = _ALL_TIME
         while True:
             while True:
-                lo = uuid7_floor(start - width) if width < _ALL_TIME else None
+                lo = uuid7_floor(shifted(start, -width)) if width < _ALL_TIME else None
                 last = lo is None or (floor is not None and lo <= floor)
                 if last and floor is not None:
                     lo = floor
@@ -184,7 +196,7 @@ class RunFilter:
             yield lo, hi, last
             if last:
                 return
-            hi, start, width = lo, start - width, width * 4
+            hi, start, width = lo, shifted(start, -width), width * 4
 
 
 def list_runs(conn: psycopg.Connection, flt: RunFilter, limit: int, cursor: Optional[str] = None,
@@ -299,6 +311,6 @@ def latency(conn: psycopg.Connection, queue: str, since: dt.datetime) -> Dict[st
         "(ORDER BY extract(epoch FROM completed_at - created_at)) AS p "
         "FROM dex.runs WHERE queue = %s AND id >= %s AND created_at >= %s "
         "AND completed_at IS NOT NULL",
-        (queue, uuid7_floor(since - _ID_CLOCK_SLACK), since)).fetchone()
+        (queue, uuid7_floor(shifted(since, -_ID_CLOCK_SLACK)), since)).fetchone()
     p = row["p"] or [None, None, None]
     return {"runs": row["runs"], "p50": p[0], "p90": p[1], "p99": p[2]}
