@@ -90,7 +90,7 @@ def create_app(conninfo: str = "", *, pool_size: int = 10, sample_interval: floa
     @app.get("/healthz", tags=["server"], summary="200 when the database answers, else 503",
              responses={503: {"description": "database unavailable"}})
     def healthz() -> Dict[str, Any]:
-        with app.state.db.connection() as conn:
+        with app.state.db.connection(timeout=5) as conn:
             try:
                 conn.execute("SELECT 1")
             except psycopg.Error as e:

@@ -16,6 +16,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Query, Request, Response
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel, Field, StrictStr, conint
+from starlette.concurrency import run_in_threadpool
 
 from . import jsonio, runs as R
 from .db import Problem
@@ -532,24 +533,43 @@ def alter_queue(name: str, body: QueueChange, request: Request, token: str = Dep
         return reply(R.queues(conn, name)[0])
 
 
-@router.post("/queues/{name}/poll", response_model=Tasks, responses=ERRORS, tags=["workers"],
+@router.post("/queues/{name}/poll", response_model=Tasks,
+             responses={**ERRORS, 503: {"description": "database unavailable, or the server already holds "
+                                                      "as many long polls as --pool-size: poll again after "
+                                                      "Retry-After", **PROBLEM}},
+             tags=["workers"],
              summary="Lease tasks of the queue (dex.poll_tasks), waiting up to wait_seconds for some")
-def poll(name: str, body: Poll, request: Request, token: str = Depends(caller)):
+async def poll(name: str, body: Poll, request: Request, token: str = Depends(caller)):
+    # async: the waits run in the database's own threads (db.Database.wait_for_tasks), so a
+    # crowd of waiting workers holds none of the threads that serve other requests
     lease = _interval(body.lease_seconds, "lease_seconds")
     if not 0 <= body.wait_seconds <= 300:
         raise Problem(400, "Bad Request", "wait_seconds must be 0 to 300")
-    q = ("SELECT kind, run_id, task_id, lock_version, locked_until, task "
-         "FROM dex.poll_tasks(%s, %s, %s, %s, names => %s, versions => %s)")
     args = (name, body.worker_id, body.max_tasks, lease, body.names, body.versions)
     deadline = time.monotonic() + body.wait_seconds
     while True:
-        with db(request).as_caller(token) as conn:
-            tasks = conn.execute(q, args).fetchall()
-            answer = reply({"tasks": tasks})
+        answer, leased = await run_in_threadpool(_lease, request, token, args)
         # a wake-up may be for a task another poller took, or that this one does not run
-        if tasks or time.monotonic() >= deadline:
+        if leased or time.monotonic() >= deadline:
             return answer
-        db(request).wait_for_tasks(name, deadline - time.monotonic())
+        if not await db(request).wait_for_tasks(name, deadline - time.monotonic(),
+                                                lambda: _gone(request)):
+            return answer       # its client went away: lease nothing more for it
+
+
+def _lease(request: Request, token: str, args: tuple):
+    with db(request).as_caller(token) as conn:
+        tasks = conn.execute("SELECT kind, run_id, task_id, lock_version, locked_until, task "
+                             "FROM dex.poll_tasks(%s, %s, %s, %s, names => %s, versions => %s)",
+                             args).fetchall()
+        return reply({"tasks": tasks}), bool(tasks)
+
+
+async def _gone(request: Request) -> None:
+    """Returns when the client has closed its connection (the body has been read, so the
+    next message of the request is its end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _report(request: Request, token: str, fn: str, lease: Lease, value: Optional[Jsonb]) -> Response:
