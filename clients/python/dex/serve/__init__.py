@@ -19,7 +19,7 @@ from fastapi.responses import RedirectResponse, Response
 from starlette.exceptions import HTTPException
 
 from .. import __version__
-from . import jsonio, ui, ui_schedules
+from . import jsonio, reference, ui, ui_schedules
 from .api import ProblemModel, router as api_router
 from .db import Database, Problem, title
 from .routing import Route
@@ -46,7 +46,8 @@ def create_app(conninfo: str = "", *, pool_size: int = 10, sample_interval: floa
                   description="REST API of dex, the durable execution engine inside PostgreSQL. "
                               "Every request runs as the database role of its API token "
                               "(Authorization: Bearer <token>, made with dex.create_api_token); "
-                              "errors are application/problem+json.")
+                              "errors are application/problem+json.",
+                  docs_url=None, redoc_url=None)
     app.router.route_class = Route
     app.state.db = Database(conninfo, size=pool_size)
     app.state.sampler = Sampler(app.state.db, sample_interval)
@@ -105,6 +106,7 @@ def create_app(conninfo: str = "", *, pool_size: int = 10, sample_interval: floa
     app.include_router(schedules_router)
     app.include_router(ui.router)
     app.include_router(ui_schedules.router)
+    app.include_router(reference.router)
     _add_problem_schema(app)
     return app
 
