@@ -152,7 +152,10 @@ def _runs_context(request: Request, conn, flt: R.RunFilter, cursor: Optional[str
 def runs_page(request: Request, flt: R.RunFilter = Depends(run_filter), cursor: str = ""):
     with Caller(request) as c:
         ctx = _runs_context(request, c.conn, flt, cursor)
-    return _page(request, "runs.html", live_url=str(request.url).replace("/ui/runs", "/ui/runs-live", 1),
+    # relative (path and query only): behind a proxy that terminates TLS, the URL the server
+    # sees is http://, and an https:// page must not fetch from it
+    live_url = "/ui/runs-live" + (f"?{request.url.query}" if request.url.query else "")
+    return _page(request, "runs.html", live_url=live_url,
                  q=request.query_params, labels=request.query_params.getlist("label"), **ctx)
 
 
