@@ -8,11 +8,15 @@ Set-up (once, kept in the database): BENCH_RUNS runs on three workflow queues, 1
 dex.create_runs call, four workflow names (one rare: 1 run in 100), a label per batch; then
 their statuses are set straight in dex.workflow_run (as no client could: only the data matters
 here) to a production-like mix: 90 % COMPLETED, 5 % FAILED, 1 % TERMINATED, 0.2 % CANCELLED,
-the rest active, and ANALYZE.  Then the role of a dashboard user (dex_client, every queue)
-asks for the first page and a later page of the run list, with the live counts, under each
-filter the dashboard has, through the same code (dex.serve.runs), and, with --serve, end to
-end: GET /ui/runs of python3 -m dex serve, which lists a page and counts.  Printed: the median and the 95th percentile of 20 tries each,
-in milliseconds.
+the rest active, and ANALYZE; and the oldest run is made TIMED_OUT, the one run of its
+status (a failed run among a million newer ones).  Then the role of a dashboard user
+(dex_client, every queue) asks for the first page and a later page of the run list, with the
+live counts, under each filter the dashboard has, through the same code (dex.serve.runs):
+the first page also on a new connection each time (as a freshly started server's, whose
+first statements are slow), counting the empty ones; and, with --serve, end to end: GET
+/ui/runs of python3 -m dex serve, which lists a page and counts.  Printed: the median and the
+95th percentile of 20 tries each, in milliseconds, and whether dex.workflow_run has an index
+on (status, id) (PENDING_SCHEMA.sql of issue 35; create it by hand to compare).
 """
 
 from __future__ import annotations
@@ -66,6 +70,11 @@ def setup(conn: psycopg.Connection, n: int) -> None:
     print(f"set up {n} runs in {time.monotonic() - t0:.0f} s", file=sys.stderr)
 
 
+def one_old_failure(conn: psycopg.Connection) -> None:
+    conn.execute("UPDATE dex.workflow_run SET status = 'TIMED_OUT' WHERE id = (SELECT id FROM "
+                 "dex.workflow_run ORDER BY id LIMIT 1) AND NOT EXISTS (SELECT FROM dex.workflow_run WHERE status = 'TIMED_OUT')")
+
+
 def timed(fn, tries: int = 20):
     out = []
     for _ in range(tries):
@@ -85,6 +94,10 @@ def main() -> int:
     with psycopg.connect("", autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS dex")
         setup(conn, args.runs)
+        one_old_failure(conn)
+        indexed = conn.execute("SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                               "AND a.attnum = i.indkey[0] WHERE i.indrelid = 'dex.workflow_run'::regclass "
+                               "AND a.attname = 'status')").fetchone()[0]
         conn.execute(f"DO $$BEGIN CREATE ROLE {ROLE} IN ROLE dex_client; "
                      "EXCEPTION WHEN duplicate_object THEN NULL; END$$")
         total = conn.execute("SELECT count(*) FROM dex.workflow_run").fetchone()[0]
@@ -102,14 +115,27 @@ def main() -> int:
         ("created after (mid-table)", {"created_after": old}),
         ("created before (mid-table)", {"created_before": old}),
         ("status FAILED + workflow refund", {"status": "FAILED", "workflow": "refund"}),
+        ("status TIMED_OUT (one run, the oldest)", {"status": "TIMED_OUT"}),
     ]
-    print(f"\nrun list with {total} runs (milliseconds: median / p95 of 20)\n")
-    print("| filter | first page | page 20 | live counts |")
-    print("|---|---|---|---|")
+    print(f"\nrun list with {total} runs, {'an' if indexed else 'no'} index on dex.workflow_run (status, id) "
+          "(milliseconds: median / p95 of 20; empty: first pages with no run)\n")
+    print("| filter | first page, new connection (empty) | first page | page 20 | live counts |")
+    print("|---|---|---|---|---|")
     with psycopg.connect("", autocommit=True, row_factory=dict_row) as conn:
         conn.execute(f"SET ROLE {ROLE}")
         for name, kw in cases:
             flt = R.RunFilter(**kw)
+            empty = []
+
+            def cold():
+                with psycopg.connect("", autocommit=True, row_factory=dict_row) as fresh:
+                    fresh.execute(f"SET ROLE {ROLE}")
+                    t0 = time.perf_counter()
+                    rows, _ = R.list_runs(fresh, flt, 50)
+                    empty.append(not rows)
+                    return (time.perf_counter() - t0) * 1000
+            new = sorted(cold() for _ in range(20))
+            new_conn = (statistics.median(new), new[int(len(new) * 0.95) - 1])
             first = timed(lambda: R.list_runs(conn, flt, 50))
             cursor = None
             for _ in range(19):
@@ -119,7 +145,8 @@ def main() -> int:
             later = timed(lambda: R.list_runs(conn, flt, 50, cursor)) if cursor else None
             counts = timed(lambda: R.count_runs(conn, flt))
             fmt = lambda m: "–" if m is None else f"{m[0]:.1f} / {m[1]:.1f}"  # noqa: E731
-            print(f"| {name} | {fmt(first)} | {fmt(later)} | {fmt(counts)} |", flush=True)
+            print(f"| {name} | {fmt(new_conn)} ({sum(empty)}) | {fmt(first)} | {fmt(later)} | {fmt(counts)} |",
+                  flush=True)
     if args.serve:
         import subprocess
         import urllib.request

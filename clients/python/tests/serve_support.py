@@ -4,6 +4,7 @@ module, and ``python3 -m dex serve`` running on a free local port as its own log
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import socket
@@ -31,7 +32,7 @@ def free_port() -> int:
 class Server:
     """``python3 -m dex serve`` in a subprocess."""
 
-    def __init__(self, conninfo: str, sample_interval: float = 1.0):
+    def __init__(self, conninfo: str, sample_interval: float = 1.0, pool_size: int = 6):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile("w+", prefix=f"dex-serve-{self.port}-", suffix=".log",
@@ -39,7 +40,7 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "dex", "--conninfo", conninfo, "serve",
              "--listen", f"127.0.0.1:{self.port}", "--sample-interval", str(sample_interval),
-             "--pool-size", "6"],
+             "--pool-size", str(pool_size)],
             cwd=PKG, stdout=self.log, stderr=subprocess.STDOUT,
             env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
         deadline = time.monotonic() + 30
@@ -82,6 +83,26 @@ def call(server: Server, method: str, path: str, token: Optional[str] = None,
     text = raw.decode()
     ctype = hdrs.get("content-type", "")
     return status, hdrs, (json.loads(text) if "json" in ctype and text else text)
+
+
+def send(server: Server, method: str, path: str, token: Optional[str] = None, body: bytes = b"",
+         headers: Optional[Dict[str, str]] = None, chunked: bool = False) -> Tuple[int, Dict[str, str], str]:
+    """One HTTP request with the body as given (bytes, or sent in chunks of 64 KiB without a
+    Content-Length): (status, headers, body as text, unparsed)."""
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    hdrs = {"Content-Type": "application/json", **(headers or {})}
+    if token:
+        hdrs["Authorization"] = f"Bearer {token}"
+    try:
+        if chunked:
+            conn.request(method, path, body=(body[i:i + 65536] for i in range(0, len(body), 65536)),
+                         headers=hdrs, encode_chunked=True)
+        else:
+            conn.request(method, path, body=body, headers=hdrs)
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode()
+    finally:
+        conn.close()
 
 
 class Env:

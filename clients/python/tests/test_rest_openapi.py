@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from serve_support import PKG, call, env, server  # noqa: F401  (fixtures)
+from serve_support import PKG, call, env, send, server  # noqa: F401  (fixtures)
 
 CHECKED_IN = os.path.join(PKG, "openapi.json")
 
@@ -44,3 +44,27 @@ def test_document_covers_the_api(server):
     out = subprocess.run([sys.executable, "-m", "dex", "serve", "--openapi"], cwd=PKG,
                          capture_output=True, text=True, check=True).stdout
     assert json.loads(out) == doc
+
+
+def test_the_reference_loads_nothing_from_another_host(server):
+    """/docs is the served document as one page of HTML (every operation and schema), which
+    loads nothing from another host; /redoc leads to it; so does the dashboard's API link."""
+    import re
+
+    code, headers, page = call(server, "GET", "/docs")
+    assert code == 200 and headers["content-type"].startswith("text/html")
+    with open(CHECKED_IN) as f:
+        doc = json.load(f)
+    for path, ops in doc["paths"].items():
+        for op in ops.values():
+            assert f'id="{op["operationId"]}"' in page, path
+    for name in doc["components"]["schemas"]:
+        assert f'id="schema-{name}"' in page, name
+    code, _, login = call(server, "GET", "/ui/login")
+    assert code == 200 and 'href="/docs"' in login
+    for html in (page, login):
+        links = re.findall(r'(?:src|href|action)\s*=\s*"([^"]*)"', html)
+        assert links and not [u for u in links if re.match(r"^(?:[a-z]+:)?//", u, re.I)], links
+        assert "@import" not in html and "url(" not in html
+    code, headers, _ = send(server, "GET", "/redoc")
+    assert code == 301 and headers["location"] == "/docs"

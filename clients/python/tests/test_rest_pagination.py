@@ -67,7 +67,7 @@ def test_short_pages_go_on_where_the_search_stopped(env, sql, conninfo, monkeypa
             "SELECT id FROM dex.create_runs(%s, %s, array_fill(NULL::jsonb, ARRAY[5]))", (wf, env.wf)).fetchall()]
         time.sleep(0.08)
     sql.execute("ANALYZE dex.workflow_run")
-    monkeypatch.setattr(R, "WINDOW_ROWS", 5)
+    monkeypatch.setattr(R, "WINDOW_COST", 10)    # about what an empty range costs
     with psycopg.connect(conninfo, autocommit=True, row_factory=dict_row) as conn:
         conn.execute(f"SET ROLE {env.roles['client']}")
         flt = R.RunFilter(workflow=wf)

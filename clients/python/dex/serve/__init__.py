@@ -12,24 +12,29 @@ import json
 import logging
 from typing import Any, Dict
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.responses import RedirectResponse, Response
+from starlette.exceptions import HTTPException
 
 from .. import __version__
+from . import jsonio, reference, ui, ui_schedules
 from .api import ProblemModel, router as api_router
-from .db import Database, Problem
+from .db import Database, Problem, title
+from .routing import Route
 from .sampler import Sampler
 from .schedules import router as schedules_router
-from . import ui, ui_schedules
 
 log = logging.getLogger("dex.serve")
 
 
-def problem_response(p: Problem) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if p.status == 401 else None
-    return JSONResponse(p.document(), status_code=p.status, headers=headers,
-                        media_type="application/problem+json")
+def problem_response(p: Problem) -> Response:
+    headers = dict(p.headers or {})
+    if p.status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    return Response(jsonio.dumps(p.document()), status_code=p.status, headers=headers,
+                    media_type="application/problem+json")
 
 
 def create_app(conninfo: str = "", *, pool_size: int = 10, sample_interval: float = 15.0,
@@ -41,7 +46,9 @@ def create_app(conninfo: str = "", *, pool_size: int = 10, sample_interval: floa
                   description="REST API of dex, the durable execution engine inside PostgreSQL. "
                               "Every request runs as the database role of its API token "
                               "(Authorization: Bearer <token>, made with dex.create_api_token); "
-                              "errors are application/problem+json.")
+                              "errors are application/problem+json.",
+                  docs_url=None, redoc_url=None)
+    app.router.route_class = Route
     app.state.db = Database(conninfo, size=pool_size)
     app.state.sampler = Sampler(app.state.db, sample_interval)
     ui.setup(app, secret)
@@ -61,6 +68,12 @@ def create_app(conninfo: str = "", *, pool_size: int = 10, sample_interval: floa
             return ui.problem_page(request, p)
         return problem_response(p)
 
+    @app.exception_handler(HTTPException)
+    def _http(request: Request, e: HTTPException):
+        # Starlette's own: an unknown path (404), a method the path has not (405, with Allow)
+        return _problem(request, Problem(e.status_code, title(e.status_code), str(e.detail),
+                                         headers=e.headers))
+
     @app.exception_handler(RequestValidationError)
     def _invalid(request: Request, e: RequestValidationError):
         p = Problem(400, "Bad Request", "the request is not valid: " +
@@ -73,16 +86,16 @@ def create_app(conninfo: str = "", *, pool_size: int = 10, sample_interval: floa
     @app.exception_handler(Exception)
     def _bug(request: Request, e: Exception):
         log.exception("%s %s failed", request.method, request.url.path)
-        return problem_response(Problem(500, "Internal Server Error", f"{type(e).__name__}: {e}"))
+        return problem_response(Problem(500, title(500), f"{type(e).__name__}: {e}"))
 
     @app.get("/healthz", tags=["server"], summary="200 when the database answers, else 503",
              responses={503: {"description": "database unavailable"}})
     def healthz() -> Dict[str, Any]:
-        with app.state.db.connection() as conn:
+        with app.state.db.connection(timeout=5) as conn:
             try:
                 conn.execute("SELECT 1")
-            except Exception as e:
-                raise Problem(503, "Service Unavailable", f"the database is unavailable: {e}") from e
+            except psycopg.Error as e:
+                raise Problem(503, title(503), f"the database is unavailable: {e}") from e
         return {"status": "ok"}
 
     @app.get("/", include_in_schema=False)
@@ -93,6 +106,7 @@ def create_app(conninfo: str = "", *, pool_size: int = 10, sample_interval: floa
     app.include_router(schedules_router)
     app.include_router(ui.router)
     app.include_router(ui_schedules.router)
+    app.include_router(reference.router)
     _add_problem_schema(app)
     return app
 

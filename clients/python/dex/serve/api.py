@@ -7,18 +7,22 @@ routes is checked in as ``clients/python/openapi.json`` (``python3 -m dex serve
 from __future__ import annotations
 
 import datetime as dt
+import math
 import time
 import uuid
 from typing import Any, Dict, List, Optional
+from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from psycopg.types.json import Jsonb
-from pydantic import BaseModel, Field, StrictStr
+from pydantic import BaseModel, Field, StrictStr, conint
+from starlette.concurrency import run_in_threadpool
 
-from . import runs as R
+from . import jsonio, runs as R
 from .db import Problem
+from .routing import Route
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=Route)
 
 PROBLEM = {"content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
 ERRORS = {400: {"description": "bad input", **PROBLEM},
@@ -27,6 +31,12 @@ ERRORS = {400: {"description": "bad input", **PROBLEM},
           404: {"description": "unknown, or of a queue the role may not use", **PROBLEM},
           409: {"description": "stale lease, ended run or wrong state", **PROBLEM},
           503: {"description": "database unavailable", **PROBLEM}}
+
+
+# the integers of dex's SQL functions: a larger one is bad input (400), not a call of a
+# function that does not exist (psycopg would send it as a bigint or a numeric)
+Int32 = conint(ge=-2**31, le=2**31 - 1)
+Int64 = conint(ge=-2**63, le=2**63 - 1)
 
 
 class ProblemModel(BaseModel):
@@ -85,9 +95,9 @@ class RunCreate(BaseModel):
     workflow_name: str
     queue: str
     argument: Any = None
-    workflow_version: int = 1
+    workflow_version: Int32 = 1
     instance_id: Optional[str] = None
-    priority: int = 0
+    priority: Int32 = 0
     labels: Optional[Dict[str, StrictStr]] = None
     concurrency_key: Optional[str] = None
     if_active: str = Field("error", description="'error' or 'return' (the active run of the instance id)")
@@ -100,7 +110,7 @@ class Reason(BaseModel):
 
 
 class Reset(BaseModel):
-    event_id: int = Field(..., description="a sequence of the run's history: the new run goes back to the "
+    event_id: Int32 = Field(..., description="a sequence of the run's history: the new run goes back to the "
                                            "last workflow task completed at or before it")
     reason: Optional[str] = None
 
@@ -141,7 +151,7 @@ class Attempts(BaseModel):
 
 class DefinitionCreate(BaseModel):
     name: str
-    version: int = 1
+    version: Int32 = 1
     definition: Dict[str, Any] = Field(..., description="the JSON document (README.md, \"Workflows "
                                                         "defined in JSON\")")
 
@@ -209,17 +219,17 @@ class Queues(BaseModel):
 class QueueCreate(BaseModel):
     name: str
     kind: str = Field(..., description="'workflow' or 'activity'")
-    capacity: Optional[int] = None
+    capacity: Optional[Int32] = None
 
 
 class QueueChange(BaseModel):
     paused: Optional[bool] = None
-    capacity: Optional[int] = Field(None, description="most tasks leased at once; 0 removes the limit")
-    rate_limit: Optional[int] = Field(None, description="most tasks handed out per rate_period_seconds; "
+    capacity: Optional[Int32] = Field(None, description="most tasks leased at once; 0 removes the limit")
+    rate_limit: Optional[Int32] = Field(None, description="most tasks handed out per rate_period_seconds; "
                                                         "0 removes the limit (dex 1.7)")
     rate_period_seconds: Optional[float] = Field(None, description="the rate limit's period (1 second "
                                                                    "unless given)")
-    concurrency_limit: Optional[int] = Field(None, description="runs of a concurrency key active at once "
+    concurrency_limit: Optional[Int32] = Field(None, description="runs of a concurrency key active at once "
                                                                "(dex 1.7)")
 
 
@@ -263,12 +273,12 @@ class QueueStats(BaseModel):
 
 class Poll(BaseModel):
     worker_id: str
-    max_tasks: int = 1
+    max_tasks: Int32 = 1
     lease_seconds: float = 300
     wait_seconds: float = Field(0, description="with no task ready, wait up to this long for one (long poll)")
     names: Optional[List[str]] = Field(None, description="what the worker runs: the workflows (with versions) "
                                                          "or the activities it declares; null: every task")
-    versions: Optional[List[int]] = Field(None, description="on a workflow queue, the version of each name")
+    versions: Optional[List[Int32]] = Field(None, description="on a workflow queue, the version of each name")
 
 
 class Task(BaseModel):
@@ -286,8 +296,8 @@ class Tasks(BaseModel):
 
 class Lease(BaseModel):
     run_id: uuid.UUID
-    task_id: int
-    lock_version: int
+    task_id: Int32
+    lock_version: Int64
 
 
 class Completion(Lease):
@@ -316,7 +326,7 @@ def caller(request: Request) -> str:
     """The bearer token of the request (the API takes no cookie: no cross-site requests)."""
     auth = request.headers.get("authorization", "")
     scheme, _, token = auth.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    if scheme.lower() != "bearer" or not token.strip() or "\x00" in token:
         raise Problem(401, "Unauthorized", "an API token is required (Authorization: Bearer <token>)")
     return token.strip()
 
@@ -329,9 +339,20 @@ def _jsonb(value: Any) -> Optional[Jsonb]:
     return None if value is None else Jsonb(value)
 
 
+def reply(content: Any, status: int = 200, location: Optional[str] = None) -> Response:
+    """An endpoint's answer, encoded here rather than by FastAPI, whose encoder recurses and
+    fails on values nested as deeply as the database may hold them (``jsonio.dumps`` does
+    not).  The ``response_model`` of a route documents it.  Made inside the request's
+    transaction, nothing commits whose answer could not be made."""
+    return Response(jsonio.dumps(content), status_code=status, media_type="application/json",
+                    headers={"Location": location} if location else None)
+
+
 def _interval(seconds: Optional[float], name: str) -> Optional[dt.timedelta]:
     if seconds is None:
         return None
+    if not math.isfinite(seconds):
+        raise Problem(400, "Bad Request", f"{name} must be a finite number of seconds")
     try:
         return dt.timedelta(seconds=seconds)
     except OverflowError:
@@ -361,7 +382,7 @@ def privileges(conn) -> Dict[str, Any]:
 def whoami(request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
         row = privileges(conn)
-    return {"role": row.pop("role"), "may": row}
+    return reply({"role": row.pop("role"), "may": row})
 
 
 @router.get("/runs", response_model=RunPage, responses=ERRORS, tags=["runs"],
@@ -376,7 +397,7 @@ def list_runs(request: Request, token: str = Depends(caller),
     flt = R.RunFilter(status, queue, workflow, instance_id, label, parent_id, created_after, created_before)
     with db(request).as_caller(token) as conn:
         rows, next_cursor = R.list_runs(conn, flt, limit, cursor)
-    return {"runs": rows, "next_cursor": next_cursor}
+        return reply({"runs": rows, "next_cursor": next_cursor})
 
 
 @router.get("/runs/counts", response_model=RunCounts, responses=ERRORS, tags=["runs"],
@@ -389,12 +410,12 @@ def count_runs(request: Request, token: str = Depends(caller),
     flt = R.RunFilter(None, queue, workflow, instance_id, label, None, created_after, created_before)
     with db(request).as_caller(token) as conn:
         counts, since = R.count_runs(conn, flt)
-    return {"counts": counts, "since": since}
+    return reply({"counts": counts, "since": since})
 
 
 @router.post("/runs", response_model=Run, status_code=201, responses=ERRORS, tags=["runs"],
              summary="Start a run (dex.create_run)")
-def create_run(body: RunCreate, request: Request, response: Response, token: str = Depends(caller)):
+def create_run(body: RunCreate, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
         run_id = conn.execute(
             "SELECT dex.create_run(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) AS id",
@@ -402,29 +423,27 @@ def create_run(body: RunCreate, request: Request, response: Response, token: str
              body.instance_id, body.priority, _jsonb(body.labels), body.concurrency_key,
              body.if_active, body.start_at,
              _interval(body.execution_timeout_seconds, "execution_timeout_seconds"))).fetchone()["id"]
-        run = R.get_run(conn, run_id)
-    response.headers["Location"] = f"/v1/runs/{run_id}"
-    return run
+        return reply(R.get_run(conn, run_id), 201, f"/v1/runs/{run_id}")
 
 
 @router.get("/runs/{run_id}", response_model=Run, responses=ERRORS, tags=["runs"], summary="A run")
 def get_run(run_id: uuid.UUID, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
-        return R.get_run(conn, run_id)
+        return reply(R.get_run(conn, run_id))
 
 
 @router.get("/runs/{run_id}/history", response_model=History, responses=ERRORS, tags=["runs"],
             summary="The run's event history, in order")
 def get_history(run_id: uuid.UUID, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
-        return {"events": R.history(conn, run_id)}
+        return reply({"events": R.history(conn, run_id)})
 
 
 @router.get("/runs/{run_id}/attempts", response_model=Attempts, responses=ERRORS, tags=["runs"],
             summary="Every ended attempt of the run's workflow tasks and activities")
 def get_attempts(run_id: uuid.UUID, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
-        return {"attempts": R.attempts(conn, run_id)}
+        return reply({"attempts": R.attempts(conn, run_id)})
 
 
 def _control(fn: str, doc: str):
@@ -432,7 +451,7 @@ def _control(fn: str, doc: str):
                 token: str = Depends(caller)):
         with db(request).as_caller(token) as conn:
             conn.execute(f"SELECT dex.{fn}(%s, %s)", (run_id, body.reason))
-            return R.get_run(conn, run_id)
+            return reply(R.get_run(conn, run_id))
     control.__name__ = fn
     router.post(f"/runs/{{run_id}}/{fn.split('_')[0]}", response_model=Run, responses=ERRORS,
                 tags=["runs"], summary=doc)(control)
@@ -446,24 +465,19 @@ _control("terminate_run", "End a run now without running its code (dex.terminate
 
 @router.post("/runs/{run_id}/restart", response_model=Run, status_code=201, responses=ERRORS,
              tags=["runs"], summary="Run it again from the start as a new run (dex.restart_run)")
-def restart_run(run_id: uuid.UUID, request: Request, response: Response, token: str = Depends(caller)):
+def restart_run(run_id: uuid.UUID, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
         new = conn.execute("SELECT dex.restart_run(%s) AS id", (run_id,)).fetchone()["id"]
-        run = R.get_run(conn, new)
-    response.headers["Location"] = f"/v1/runs/{new}"
-    return run
+        return reply(R.get_run(conn, new), 201, f"/v1/runs/{new}")
 
 
 @router.post("/runs/{run_id}/reset", response_model=Run, status_code=201, responses=ERRORS,
              tags=["runs"], summary="A new run that goes back to a workflow task of this one (dex.reset_run)")
-def reset_run(run_id: uuid.UUID, body: Reset, request: Request, response: Response,
-              token: str = Depends(caller)):
+def reset_run(run_id: uuid.UUID, body: Reset, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
         new = conn.execute("SELECT dex.reset_run(%s, %s, %s) AS id",
                            (run_id, body.event_id, body.reason)).fetchone()["id"]
-        run = R.get_run(conn, new)
-    response.headers["Location"] = f"/v1/runs/{new}"
-    return run
+        return reply(R.get_run(conn, new), 201, f"/v1/runs/{new}")
 
 
 @router.post("/runs/{run_id}/events", response_model=Delivered, responses=ERRORS, tags=["runs"],
@@ -474,25 +488,23 @@ def send_event(run_id: uuid.UUID, body: ExternalEvent, request: Request, token: 
 
 def _send(request: Request, token: str, run_id: uuid.UUID, event_id: str, payload: Any):
     with db(request).as_caller(token) as conn:
-        return conn.execute("SELECT dex.send_external_event(%s, %s, %s) AS delivered",
-                            (run_id, event_id, _jsonb(payload))).fetchone()
+        return reply(conn.execute("SELECT dex.send_external_event(%s, %s, %s) AS delivered",
+                                  (run_id, event_id, _jsonb(payload))).fetchone())
 
 
 @router.get("/queues", response_model=Queues, responses=ERRORS, tags=["queues"],
             summary="Every queue: what it holds now and its counters (dex.queue_depth, dex.stat_queues)")
 def list_queues(request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
-        return {"queues": R.queues(conn)}
+        return reply({"queues": R.queues(conn)})
 
 
 @router.post("/queues", response_model=Queue, status_code=201, responses=ERRORS, tags=["queues"],
              summary="Create a queue (dex.create_queue)")
-def create_queue(body: QueueCreate, request: Request, response: Response, token: str = Depends(caller)):
+def create_queue(body: QueueCreate, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
         conn.execute("SELECT dex.create_queue(%s, %s, %s)", (body.name, body.kind, body.capacity))
-        q = R.queues(conn, body.name)[0]
-    response.headers["Location"] = f"/v1/queues/{body.name}"
-    return q
+        return reply(R.queues(conn, body.name)[0], 201, f"/v1/queues/{quote(body.name, safe='')}")
 
 
 @router.get("/queues/{name}", response_model=QueueStats, responses=ERRORS, tags=["queues"],
@@ -503,8 +515,8 @@ def get_queue(name: str, request: Request, token: str = Depends(caller)):
         lat = (R.latency(conn, name, dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1))
                if q["kind"] == "workflow" else None)
         limits = R.queue_limits(conn, name)
-    return {"queue": q, "samples": request.app.state.sampler.series(name), "latency_seconds": lat,
-            "limits": limits}
+    return reply({"queue": q, "samples": request.app.state.sampler.series(name), "latency_seconds": lat,
+                  "limits": limits})
 
 
 @router.patch("/queues/{name}", response_model=Queue, responses=ERRORS, tags=["queues"],
@@ -518,27 +530,46 @@ def alter_queue(name: str, body: QueueChange, request: Request, token: str = Dep
     with db(request).as_caller(token) as conn:
         conn.execute(f"SELECT dex.alter_queue(%s, %s, %s{extra})",
                      [name, body.capacity, body.paused] + [v for v in limits.values() if v is not None])
-        return R.queues(conn, name)[0]
+        return reply(R.queues(conn, name)[0])
 
 
-@router.post("/queues/{name}/poll", response_model=Tasks, responses=ERRORS, tags=["workers"],
+@router.post("/queues/{name}/poll", response_model=Tasks,
+             responses={**ERRORS, 503: {"description": "database unavailable, or the server already holds "
+                                                      "as many long polls as --pool-size: poll again after "
+                                                      "Retry-After", **PROBLEM}},
+             tags=["workers"],
              summary="Lease tasks of the queue (dex.poll_tasks), waiting up to wait_seconds for some")
-def poll(name: str, body: Poll, request: Request, token: str = Depends(caller)):
+async def poll(name: str, body: Poll, request: Request, token: str = Depends(caller)):
+    # async: the waits run in the database's own threads (db.Database.wait_for_tasks), so a
+    # crowd of waiting workers holds none of the threads that serve other requests
     lease = _interval(body.lease_seconds, "lease_seconds")
     if not 0 <= body.wait_seconds <= 300:
         raise Problem(400, "Bad Request", "wait_seconds must be 0 to 300")
-    q = ("SELECT kind, run_id, task_id, lock_version, locked_until, task "
-         "FROM dex.poll_tasks(%s, %s, %s, %s, names => %s, versions => %s)")
     args = (name, body.worker_id, body.max_tasks, lease, body.names, body.versions)
     deadline = time.monotonic() + body.wait_seconds
     while True:
-        with db(request).as_caller(token) as conn:
-            tasks = conn.execute(q, args).fetchall()
+        answer, leased = await run_in_threadpool(_lease, request, token, args)
         # a wake-up may be for a task another poller took, or that this one does not run
-        if tasks or time.monotonic() >= deadline:
-            break
-        db(request).wait_for_tasks(name, deadline - time.monotonic())
-    return {"tasks": tasks}
+        if leased or time.monotonic() >= deadline:
+            return answer
+        if not await db(request).wait_for_tasks(name, deadline - time.monotonic(),
+                                                lambda: _gone(request)):
+            return answer       # its client went away: lease nothing more for it
+
+
+def _lease(request: Request, token: str, args: tuple):
+    with db(request).as_caller(token) as conn:
+        tasks = conn.execute("SELECT kind, run_id, task_id, lock_version, locked_until, task "
+                             "FROM dex.poll_tasks(%s, %s, %s, %s, names => %s, versions => %s)",
+                             args).fetchall()
+        return reply({"tasks": tasks}), bool(tasks)
+
+
+async def _gone(request: Request) -> None:
+    """Returns when the client has closed its connection (the body has been read, so the
+    next message of the request is its end)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _report(request: Request, token: str, fn: str, lease: Lease, value: Optional[Jsonb]) -> Response:
@@ -564,10 +595,10 @@ def fail(body: Failure, request: Request, token: str = Depends(caller)):
              summary="Extend a held lease (dex.heartbeat_task)")
 def heartbeat(body: Heartbeat, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
-        return conn.execute("SELECT dex.heartbeat_task(%s, %s, %s, %s, %s) AS locked_until",
-                            (body.run_id, body.task_id, body.lock_version,
-                             _interval(body.lease_seconds, "lease_seconds"),
-                             _jsonb(body.details))).fetchone()
+        return reply(conn.execute("SELECT dex.heartbeat_task(%s, %s, %s, %s, %s) AS locked_until",
+                                  (body.run_id, body.task_id, body.lock_version,
+                                   _interval(body.lease_seconds, "lease_seconds"),
+                                   _jsonb(body.details))).fetchone())
 
 
 # ---- workflows defined in JSON (1.7) and their user tasks
@@ -590,38 +621,37 @@ def _definition(conn, name: str, version: Optional[int]) -> Dict[str, Any]:
             summary="Workflows defined in JSON, by name and version (dex.list_definitions)")
 def list_definitions(request: Request, token: str = Depends(caller), name: Optional[str] = None):
     with db(request).as_caller(token) as conn:
-        rows = conn.execute(f"SELECT {_DEFINITION_COLUMNS} FROM dex.list_definitions(%s)", (name,)).fetchall()
-    return {"definitions": rows}
+        rows = conn.execute(f"SELECT {_DEFINITION_COLUMNS}, NULL::jsonb AS definition "
+                            "FROM dex.list_definitions(%s)", (name,)).fetchall()
+        return reply({"definitions": rows})
 
 
 @router.post("/definitions", response_model=Definition, status_code=201, responses=ERRORS,
              tags=["definitions"], summary="Store a workflow defined in JSON (dex.create_definition)")
-def create_definition(body: DefinitionCreate, request: Request, response: Response,
-                      token: str = Depends(caller)):
+def create_definition(body: DefinitionCreate, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
         conn.execute("SELECT dex.create_definition(%s, %s, %s)", (body.name, body.version, Jsonb(body.definition)))
-        d = _definition(conn, body.name, body.version)
-    response.headers["Location"] = f"/v1/definitions/{body.name}/{body.version}"
-    return d
+        return reply(_definition(conn, body.name, body.version), 201,
+                     f"/v1/definitions/{quote(body.name, safe='')}/{body.version}")
 
 
 @router.get("/definitions/{name}", response_model=Definition, responses=ERRORS, tags=["definitions"],
             summary="The latest version of a definition, with its document")
 def get_latest_definition(name: str, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
-        return _definition(conn, name, None)
+        return reply(_definition(conn, name, None))
 
 
 @router.get("/definitions/{name}/{version}", response_model=Definition, responses=ERRORS,
             tags=["definitions"], summary="A version of a definition, with its document")
-def get_definition(name: str, version: int, request: Request, token: str = Depends(caller)):
+def get_definition(name: str, version: Int32, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
-        return _definition(conn, name, version)
+        return reply(_definition(conn, name, version))
 
 
 @router.delete("/definitions/{name}/{version}", status_code=204, responses=ERRORS, tags=["definitions"],
                summary="Delete a definition no run that has not ended uses (dex.delete_definition)")
-def delete_definition(name: str, version: int, request: Request, token: str = Depends(caller)):
+def delete_definition(name: str, version: Int32, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
         conn.execute("SELECT dex.delete_definition(%s, %s)", (name, version))
     return Response(status_code=204)
@@ -632,9 +662,10 @@ def delete_definition(name: str, version: int, request: Request, token: str = De
 def list_user_tasks(request: Request, token: str = Depends(caller), run_id: Optional[uuid.UUID] = None,
                     assignee: Optional[str] = None, candidate_group: Optional[str] = None):
     with db(request).as_caller(token) as conn:
-        rows = conn.execute("SELECT * FROM dex.user_tasks(%s, %s, %s)",
+        rows = conn.execute("SELECT run_id, step, assignee, candidate_groups, form, workflow_name, "
+                            "workflow_version, created_at FROM dex.user_tasks(%s, %s, %s)",
                             (run_id, assignee, candidate_group)).fetchall()
-    return {"user_tasks": rows}
+        return reply({"user_tasks": rows})
 
 
 @router.post("/runs/{run_id}/user-tasks/{step}/complete", status_code=204, responses=ERRORS,

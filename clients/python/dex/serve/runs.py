@@ -9,14 +9,17 @@ page.
 ``dex.runs`` is a security barrier view: its caller filter is applied before any ORDER BY or
 LIMIT of the query around it, so "the newest 50" would read and sort every run.  The
 conditions on the id, status, queue, workflow, instance id and times are leakproof, so they do
-go into the view, where the primary key serves the id range.  A page is therefore looked for
-in windows of creation time, newest first, each sized by the planner's estimate to hold at
-most 5,000 runs (a small table is one window); each window is one index range scan that
-reads only the ids (unused columns of the view are not computed), and the page's runs are then
-fetched by id.  A search that takes longer than its budget ends early with a short page,
+go into the view, where the primary key (or an index on the filter) serves them.  A page is
+therefore looked for in windows of creation time, newest first, each sized so that the
+planner expects its search to cost about as much as reading 15,000 runs (``windows``: a small
+table, or a rare status with an index on it, is one window); each window is one index scan
+that reads only the ids (unused columns of the view are not computed), and the page's runs are
+then fetched by id.  A search that takes longer than its budget ends early with a short page,
 possibly empty, whose cursor continues where it stopped, so that a rare filter over millions
 of runs answers page by page in bounded time (60 ms of searching; the counts 40 ms), and the
-dashboard's run list in well under 200 ms; ``next_cursor`` null is the end.  Only the filters
+dashboard's run list in well under 200 ms; ``next_cursor`` null is the end.  A page without
+filters goes on until it has found a run (2 s at most), so it is never empty while there are
+runs to show.  Only the filters
 given are in the statement (no ``$1 IS NULL OR ...``), so each shape keeps its own plan.
 The live counts use the same windows and say how far back they counted.
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import math
 import time
 import uuid
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -47,10 +51,11 @@ MAX_PAGE = 500
 COUNT_CAP = 10_000
 # how long before taking a run's id its creating transaction may have started (created_at)
 _ID_CLOCK_SLACK = dt.timedelta(minutes=1)
-_FIRST_WINDOW = dt.timedelta(milliseconds=50)
-WINDOW_ROWS = 5000
-_ALL_TIME = dt.timedelta(days=4 * 365)    # wider: no lower bound
+_MIN_WINDOW = dt.timedelta(milliseconds=50)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)     # the first time of a UUIDv7
+WINDOW_COST = 20000     # planner cost units a window may take (see windows)
 PAGE_BUDGET = 0.06      # seconds a page may search before it answers
+FIRST_RUN_BUDGET = 2.0  # seconds an unfiltered page may search for its first run
 COUNT_BUDGET = 0.04     # seconds the counts may count
 
 
@@ -59,25 +64,29 @@ def encode_cursor(run_id: Any) -> str:
 
 
 def decode_cursor(cursor: str) -> uuid.UUID:
+    """The run id of a cursor; 400 for one that is not an id of a time Python can hold (a
+    forged cursor may say year 10889)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        return uuid.UUID(bytes=raw)
-    except (ValueError, TypeError):
-        raise Problem(400, "Bad Request", f"invalid cursor {cursor!r}: pass next_cursor of the "
+        run_id = uuid.UUID(bytes=raw)
+        uuid_time(run_id)
+        return run_id
+    except (ValueError, TypeError, OverflowError, OSError):
+        raise Problem(400, "Bad Request", f"invalid cursor {cursor[:60]!r}: pass next_cursor of the "
                       "previous page as it was returned") from None
-
-
-def _estimate(conn: psycopg.Connection, lo: Optional[uuid.UUID], hi: Optional[uuid.UUID]) -> float:
-    """How many runs the planner thinks have ids in [lo, hi)."""
-    where, params = RunFilter().where(hi, lo)
-    plan = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) SELECT id FROM dex.runs{}").format(where),
-                        params).fetchone()
-    return float(plan["QUERY PLAN"][0]["Plan"]["Plan Rows"])
 
 
 def uuid_time(u: uuid.UUID) -> dt.datetime:
     """The creation time a UUIDv7 holds (its first 48 bits, milliseconds since 1970)."""
     return dt.datetime.fromtimestamp(int.from_bytes(u.bytes[:6], "big") / 1000, dt.timezone.utc)
+
+
+def shifted(t: dt.datetime, by: dt.timedelta) -> dt.datetime:
+    """``t + by``, or the first or last time Python can hold if that is out of its range."""
+    try:
+        return t + by
+    except OverflowError:
+        return (dt.datetime.max if by > dt.timedelta(0) else dt.datetime.min).replace(tzinfo=dt.timezone.utc)
 
 
 def uuid7_floor(t: dt.datetime) -> uuid.UUID:
@@ -153,44 +162,100 @@ class RunFilter:
             return sql.SQL(""), params
         return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conds), params
 
+    @property
+    def unfiltered(self) -> bool:
+        return all(v is None for v in (self.status, self.queue, self.workflow, self.instance_id, self.labels,
+                                       self.parent_id, self.created_after, self.created_before))
+
+    def _cost(self, conn: psycopg.Connection, since: Optional[uuid.UUID], before: Optional[uuid.UUID]) -> float:
+        """What the planner expects the search of the ids in [since, before) to cost."""
+        where, params = self.where(before, since)
+        plan = conn.execute(sql.SQL("EXPLAIN (FORMAT JSON) SELECT id FROM dex.runs{}").format(where),
+                            params).fetchone()
+        return float(plan["QUERY PLAN"][0]["Plan"]["Total Cost"])
+
     def windows(self, conn: psycopg.Connection, before: Optional[uuid.UUID]
                 ) -> Iterator[Tuple[Optional[uuid.UUID], Optional[uuid.UUID], bool]]:
         """Id ranges [since, before) to search, newest first, and whether each is the last:
-        that one has no lower bound (or the one of created_after).  The first reaches back
-        as far as it can while the planner estimates (EXPLAIN, from the statistics of the
-        primary key) that it holds at most ``WINDOW_ROWS`` runs, each next one is four times
-        as long, narrowed the same way: a small table is one window, a burst of runs is read
-        a slice at a time."""
+        that one has no lower bound (or the one of created_after).  Each is about the widest
+        whose search the planner expects to cost at most ``WINDOW_COST`` (EXPLAIN of the search
+        itself, so that an index serving the filter, as one on status, makes a rare match
+        cheap however old): the first is everything at once if that fits, else found by
+        bisecting the width between ``_MIN_WINDOW`` and all time (in log scale, then, when
+        the best is estimated nearly empty -- a gap since the newest run -- linearly up to
+        where the runs begin); each next one is twice the last one's width if that fits, or
+        the same (reaching on through a gap as the first does), or else bisected below it.
+        A steady stream of runs costs one or two EXPLAINs a window, a gap or a burst about a
+        dozen for the window that reaches it.  ``WINDOW_COST`` is about what reading 15,000
+        runs by the primary key costs: more than half a bucket of the id's histogram at a
+        million runs (the statistics tell ranges no finer apart), 10-15 ms here."""
         start = uuid_time(before) if before else conn.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
         hi = before
         if self.created_before is not None:
             # an id is taken after its transaction's now() (created_at), and a creating
             # transaction is taken to last at most _ID_CLOCK_SLACK before it takes the id
-            cap = self.created_before + _ID_CLOCK_SLACK
+            cap = shifted(self.created_before, _ID_CLOCK_SLACK)
             if cap < start:
                 start, hi = cap, uuid7_floor(cap)
-        floor = (uuid7_floor(self.created_after - _ID_CLOCK_SLACK)
+        floor = (uuid7_floor(shifted(self.created_after, -_ID_CLOCK_SLACK))
                  if self.created_after is not None else None)
-        width = _ALL_TIME
+
+        def lower(width: dt.timedelta) -> Tuple[Optional[uuid.UUID], bool]:
+            """The lower bound of the window of that width, and whether it is the last."""
+            lo = uuid7_floor(shifted(start, -width))
+            if (floor is not None and lo <= floor) or lo.int == 0:
+                return floor, True
+            return lo, False
+
+        costs: Dict[dt.timedelta, float] = {}     # of the window being chosen, by width
+
+        def cost(width: dt.timedelta) -> float:
+            if width not in costs:
+                costs[width] = self._cost(conn, lower(width)[0], hi)
+            return costs[width]
+
+        def bisect(good: dt.timedelta, bad: dt.timedelta, probes: int,
+                   linear: bool = False) -> Tuple[dt.timedelta, dt.timedelta]:
+            """Narrowed [good, bad): the width that fits, and one that does not."""
+            for _ in range(probes):
+                mid = (good + bad) / 2 if linear else good * math.sqrt(bad / good)
+                if cost(mid) <= WINDOW_COST:
+                    good = mid
+                else:
+                    bad = mid
+            return good, bad
+
+        width: Optional[dt.timedelta] = None
         while True:
-            while True:
-                lo = uuid7_floor(start - width) if width < _ALL_TIME else None
-                last = lo is None or (floor is not None and lo <= floor)
-                if last and floor is not None:
-                    lo = floor
-                if width <= _FIRST_WINDOW or _estimate(conn, lo, hi) <= WINDOW_ROWS:
-                    break
-                width = min(width, _ALL_TIME) / 4
+            costs.clear()
+            too_wide: Optional[dt.timedelta] = None
+            if width is None:
+                everything = max(start - _EPOCH, _MIN_WINDOW * 2)
+                if cost(everything) <= WINDOW_COST:
+                    yield floor, hi, True
+                    return
+                width, too_wide = bisect(_MIN_WINDOW, everything, 8)
+            elif cost(width * 2) <= WINDOW_COST:
+                width *= 2
+            elif cost(width) <= WINDOW_COST:
+                too_wide = width * 2
+            else:
+                width, too_wide = bisect(_MIN_WINDOW, width, 4)
+            if too_wide is not None and cost(width) < WINDOW_COST / 10:
+                width, _ = bisect(width, too_wide, 5, linear=True)   # a gap: reach where runs begin
+            lo, last = lower(width)
             yield lo, hi, last
             if last:
                 return
-            hi, start, width = lo, start - width, width * 4
+            hi, start = lo, shifted(start, -width)
 
 
 def list_runs(conn: psycopg.Connection, flt: RunFilter, limit: int, cursor: Optional[str] = None,
               budget: float = PAGE_BUDGET) -> Tuple[List[Dict[str, Any]], Optional[str]]:
     """A page of at most ``limit`` runs, newest first, and the cursor of the next page
-    (``None``: the last).  A page is short when the search ran out of its budget."""
+    (``None``: the last).  A page is short when the search ran out of its budget; an
+    unfiltered one only once it has found a run (or after ``FIRST_RUN_BUDGET``), so that it
+    is never empty while the caller may see runs."""
     if not 1 <= limit <= MAX_PAGE:
         raise Problem(400, "Bad Request", f"limit must be 1 to {MAX_PAGE}")
     before = decode_cursor(cursor) if cursor else None
@@ -212,7 +277,8 @@ def list_runs(conn: psycopg.Connection, flt: RunFilter, limit: int, cursor: Opti
             break
         if last:
             break
-        if time.monotonic() - t0 > budget:
+        spent = time.monotonic() - t0
+        if spent > budget and (ids or not flt.unfiltered or spent > FIRST_RUN_BUDGET):
             next_cursor = encode_cursor(lo)
             break
     if not ids:
@@ -299,6 +365,6 @@ def latency(conn: psycopg.Connection, queue: str, since: dt.datetime) -> Dict[st
         "(ORDER BY extract(epoch FROM completed_at - created_at)) AS p "
         "FROM dex.runs WHERE queue = %s AND id >= %s AND created_at >= %s "
         "AND completed_at IS NOT NULL",
-        (queue, uuid7_floor(since - _ID_CLOCK_SLACK), since)).fetchone()
+        (queue, uuid7_floor(shifted(since, -_ID_CLOCK_SLACK)), since)).fetchone()
     p = row["p"] or [None, None, None]
     return {"runs": row["runs"], "p50": p[0], "p90": p[1], "p99": p[2]}

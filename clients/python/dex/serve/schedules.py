@@ -12,14 +12,17 @@ import datetime as dt
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
-from fastapi import APIRouter, Depends, Request, Response
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, Field, StrictStr
 
 from . import runs as R
-from .api import ERRORS, Run, _interval, _jsonb, caller, db
+from .api import ERRORS, Int32, Run, _interval, _jsonb, caller, db, reply
 from .db import Problem
+from .routing import Route
 
-router = APIRouter(prefix="/v1")
+router = APIRouter(prefix="/v1", route_class=Route)
 
 SCHEDULE_SQL = """
 SELECT name, workflow_name, workflow_version, queue, cron,
@@ -75,7 +78,7 @@ class ScheduleChange(BaseModel):
     cron: Optional[str] = Field(None, description="replaces an every")
     every_seconds: Optional[float] = Field(None, description="replaces a cron (at least 1)")
     argument: Any = None
-    workflow_version: Optional[int] = None
+    workflow_version: Optional[Int32] = None
     timezone: Optional[str] = None
     overlap: Optional[str] = None
     catchup_window_seconds: Optional[float] = None
@@ -208,26 +211,24 @@ def list_(request: Request, token: str = Depends(caller), workflow: Optional[str
           cursor: Optional[str] = None, limit: int = 50):
     with db(request).as_caller(token) as conn:
         rows, next_cursor = list_schedules(conn, workflow, queue, paused, cursor, limit)
-    return {"schedules": rows, "next_cursor": next_cursor}
+        return reply({"schedules": rows, "next_cursor": next_cursor})
 
 
 @router.post("/schedules", response_model=Schedule, status_code=201, responses=ERRORS, tags=["schedules"],
              summary="Create a schedule (dex.create_schedule): give cron or every_seconds")
-def create(body: ScheduleCreate, request: Request, response: Response, token: str = Depends(caller)):
+def create(body: ScheduleCreate, request: Request, token: str = Depends(caller)):
     extra, params = _settings(body, patch=False)
     with db(request).as_caller(token) as conn:
         conn.execute(f"SELECT dex.create_schedule(%s, %s, %s{extra})",
                      [body.name, body.workflow_name, body.queue] + params)
-        row = get_schedule(conn, body.name)
-    response.headers["Location"] = f"/v1/schedules/{body.name}"
-    return row
+        return reply(get_schedule(conn, body.name), 201, f"/v1/schedules/{quote(body.name, safe='')}")
 
 
 @router.get("/schedules/{name}", response_model=Schedule, responses=ERRORS, tags=["schedules"],
             summary="A schedule")
 def get(name: str, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
-        return get_schedule(conn, name)
+        return reply(get_schedule(conn, name))
 
 
 @router.patch("/schedules/{name}", response_model=Schedule, responses=ERRORS, tags=["schedules"],
@@ -236,7 +237,7 @@ def alter(name: str, body: SchedulePatch, request: Request, token: str = Depends
     extra, params = _settings(body, patch=True)
     with db(request).as_caller(token) as conn:
         conn.execute(f"SELECT dex.alter_schedule(%s{extra})", [name] + params)
-        return get_schedule(conn, name)
+        return reply(get_schedule(conn, name))
 
 
 @router.delete("/schedules/{name}", status_code=204, responses=ERRORS, tags=["schedules"],
@@ -252,7 +253,7 @@ def delete(name: str, request: Request, token: str = Depends(caller)):
 def pause(name: str, request: Request, body: Pause = Pause(), token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
         conn.execute("SELECT dex.pause_schedule(%s, %s)", (name, body.note))
-        return get_schedule(conn, name)
+        return reply(get_schedule(conn, name))
 
 
 @router.post("/schedules/{name}/unpause", response_model=Schedule, responses=ERRORS, tags=["schedules"],
@@ -260,7 +261,7 @@ def pause(name: str, request: Request, body: Pause = Pause(), token: str = Depen
 def unpause(name: str, request: Request, token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
         conn.execute("SELECT dex.unpause_schedule(%s)", (name,))
-        return get_schedule(conn, name)
+        return reply(get_schedule(conn, name))
 
 
 @router.post("/schedules/{name}/trigger", response_model=Triggered, responses=ERRORS, tags=["schedules"],
@@ -268,8 +269,7 @@ def unpause(name: str, request: Request, token: str = Depends(caller)):
 def trigger(name: str, request: Request, body: Trigger = Trigger(), token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
         run_id = conn.execute("SELECT dex.trigger_schedule(%s, %s) AS id", (name, body.overlap)).fetchone()["id"]
-        run = R.get_run(conn, run_id) if run_id else None
-    return {"run_id": run_id, "run": run}
+        return reply({"run_id": run_id, "run": R.get_run(conn, run_id) if run_id else None})
 
 
 @router.post("/schedules/{name}/backfill", response_model=Ticks, responses=ERRORS, tags=["schedules"],
@@ -278,12 +278,12 @@ def backfill(name: str, body: Backfill, request: Request, token: str = Depends(c
     with db(request).as_caller(token) as conn:
         rows = conn.execute("SELECT tick, run_id FROM dex.backfill_schedule(%s, %s, %s, %s)",
                             (name, body.from_, body.to, body.overlap)).fetchall()
-    return {"ticks": rows}
+        return reply({"ticks": rows})
 
 
 @router.get("/schedules/{name}/next-times", response_model=NextTimes, responses=ERRORS, tags=["schedules"],
             summary="The next n ticks after now (dex.schedule_next_times)")
-def next_times(name: str, request: Request, n: int = 10, token: str = Depends(caller)):
+def next_times(name: str, request: Request, n: Int32 = Query(10), token: str = Depends(caller)):
     with db(request).as_caller(token) as conn:
         rows = conn.execute("SELECT t FROM dex.schedule_next_times(%s, %s) AS t", (name, n)).fetchall()
-    return {"times": [r["t"] for r in rows]}
+        return reply({"times": [r["t"] for r in rows]})

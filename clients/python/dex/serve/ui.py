@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import hmac
-import json
 import os
 import uuid
 from urllib.parse import quote
@@ -24,13 +23,14 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from psycopg.types.json import Jsonb
 
-from . import runs as R, svg
+from . import jsonio, runs as R, svg
 from .api import privileges
 from .db import Problem
+from .routing import Route
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 templates = Jinja2Templates(directory=os.path.join(HERE, "templates"))
-router = APIRouter(prefix="/ui", include_in_schema=False)
+router = APIRouter(prefix="/ui", include_in_schema=False, route_class=Route)
 COOKIE = "dex_token"
 
 # action -> (dex function, states it applies to, needs a reason field)
@@ -45,11 +45,8 @@ ACTIONS = {
 }
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, default=str)
-
-
-templates.env.filters["json"] = _json
+templates.env.filters["json"] = lambda value: jsonio.dumps(value, indent=True)
+templates.env.filters["compact_json"] = jsonio.dumps
 templates.env.filters["ts"] = lambda t: "" if t is None else t.strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -155,7 +152,10 @@ def _runs_context(request: Request, conn, flt: R.RunFilter, cursor: Optional[str
 def runs_page(request: Request, flt: R.RunFilter = Depends(run_filter), cursor: str = ""):
     with Caller(request) as c:
         ctx = _runs_context(request, c.conn, flt, cursor)
-    return _page(request, "runs.html", live_url=str(request.url).replace("/ui/runs", "/ui/runs-live", 1),
+    # relative (path and query only): behind a proxy that terminates TLS, the URL the server
+    # sees is http://, and an https:// page must not fetch from it
+    live_url = "/ui/runs-live" + (f"?{request.url.query}" if request.url.query else "")
+    return _page(request, "runs.html", live_url=live_url,
                  q=request.query_params, labels=request.query_params.getlist("label"), **ctx)
 
 
@@ -234,9 +234,9 @@ def act(request: Request, run_id: uuid.UUID, action: str, csrf: str = Form(""),
             if not event_id:
                 raise Problem(400, "Bad Request", "an event needs an id")
             try:
-                value = json.loads(payload) if payload.strip() else None
-            except ValueError as e:
-                raise Problem(400, "Bad Request", f"the payload is not JSON: {e}") from None
+                value = jsonio.parse_body(payload.encode()) if payload.strip() else None
+            except jsonio.BadJSON as e:
+                raise Problem(400, "Bad Request", f"the payload: {e}") from None
             conn.execute("SELECT dex.send_external_event(%s, %s, %s)",
                          (run_id, event_id, None if value is None else Jsonb(value)))
             target = run_id

@@ -14,9 +14,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from . import schedules as S
 from .db import Problem
+from .routing import Route
 from .ui import Caller, _check_csrf, _page
 
-router = APIRouter(prefix="/ui", include_in_schema=False)
+router = APIRouter(prefix="/ui", include_in_schema=False, route_class=Route)
 
 # action -> (dex function, applies to a paused schedule, to an unpaused one)
 ACTIONS = {
