@@ -179,6 +179,11 @@ def test_run_controls(server, env, sql):
     # the suspension, resumption and the cancellation request reach the workflow in its next
     # task, which never came: the history ends with the termination
     assert kinds[-1] == "runTerminated"
+    # who acted: the token's role and name, not the server's login role (1.9)
+    events = [h["event"] for h in call(server, "GET", f"/v1/runs/{rid}/history", tok)[2]["events"]]
+    actor = f"{env.roles['client']} (token rest-client-{env.tag})"
+    assert [e["runTerminated"]["by"] for e in events if "runTerminated" in e] == [actor]
+    assert [e["runSuspended"]["by"] for e in events if "runSuspended" in e] == [actor]
     # an ended run: refused (409), nothing changed
     length = sql.execute("SELECT history_length FROM dex.runs WHERE id = %s", (rid,)).fetchone()[0]
     for action in ("cancel", "suspend", "terminate"):

@@ -1,6 +1,7 @@
 """Workflows defined in JSON through the REST API (1.7): a definition is stored (its schema's
-errors are 400 with the JSON path), read and listed; a run of it goes through a SQL step, a
-user task completed once and a signal; it is deleted once no run uses it."""
+errors are 400 with the JSON path), read and listed; its runs are started only by roles it is
+granted to (1.9); a run of it goes through a SQL step, a user task completed once and a signal;
+it is deleted once no run uses it."""
 
 import time
 
@@ -56,6 +57,14 @@ def test_a_definition_from_creation_to_its_end(server, env, sql):
         problem(call(server, "GET", f"/v1/definitions/{name}/2", client), 404, "42704")
         listed = call(server, "GET", f"/v1/definitions?name={name}", client)[2]["definitions"]
         assert [(x["name"], x["version"], x["definition"]) for x in listed] == [(name, 1, None)]
+
+        # its SQL runs as its owner: a client starts its runs only once granted (1.9), and a
+        # refused start creates nothing
+        problem(call(server, "POST", "/v1/runs", client,
+                     {"workflow_name": name, "queue": queue, "argument": {"n": 21}}), 403, "42501")
+        assert sql.execute("SELECT count(*) FROM dex.workflow_run WHERE workflow_name = %s",
+                           (name,)).fetchone()[0] == 0
+        sql.execute("SELECT dex.grant_definition(%s, %s)", (name, env.roles["client"]))
 
         # a run: the SQL step runs, then it waits for a person
         code, _, run = call(server, "POST", "/v1/runs", client,
