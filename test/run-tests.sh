@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one test command. Installs missing Debian packages, builds and installs dex, starts a
 # throwaway cluster (test/lib.sh) and runs every suite that has tests:
-#   layers     test/layers.py: dependencies between src/'s files run one way, without cycles
+#   layers     test/layers.py: dependencies between src/'s files run one way, without cycles;
+#              test/docs.py: the manual's links and paths lead somewhere
 #   regress    pg_regress over the Makefile's REGRESS (test/regress/sql/*.sql, test/regress/expected/*.out)
 #   isolation  pg_isolation_regress over the Makefile's ISOLATION (test/isolation/specs/*.spec)
 #   pgtap      pg_prove over test/pgtap/*.sql
@@ -112,8 +113,13 @@ make_var() {
 # The layering of src/ (test/layers.py): one test, over the object files the build left in
 # the source tree (the test copy leaves them out).
 suite_layers() {
+  local passed=0 failed=0
   run_logged layers "$DEX_SRC" python3 test/layers.py "$DEX_ROOT/src"
-  if ((rc == 0)); then record layers 1 0; else record layers 0 1; fi
+  if ((rc == 0)); then ((passed += 1)); else ((failed += 1)); fi
+  # the manual's links and paths (test/docs.py)
+  run_logged docs "$DEX_SRC" python3 test/docs.py "$DEX_ROOT"
+  if ((rc == 0)); then ((passed += 1)); else ((failed += 1)); fi
+  record layers "$passed" "$failed"
 }
 
 # pg_regress_suite SUITE RUNNER VAR: RUNNER (pg_regress, pg_isolation_regress) over the tests
