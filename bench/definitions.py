@@ -1,4 +1,4 @@
-"""Workflows defined in JSON against the same flow as an SDK workflow (README.md, "Performance").
+"""Workflows defined in JSON against the same flow as an SDK workflow (docs/performance.md).
 
 The flow: three steps, each adding 1 to a number. As a definition, three SQL steps that dex's
 interpreter runs inside the server; as an SDK workflow (the Python SDK's Worker, K workers), a

@@ -1,4 +1,4 @@
--- A loan approval defined in JSON, run by dex's interpreter (README.md, "Workflows defined in
+-- A loan approval defined in JSON, run by dex's interpreter (docs/json-workflows.md, "Workflows defined in
 -- JSON"): a SQL scoring step, a service task for a worker, a gateway, and a user task for large
 -- amounts.  Run it with psql in a database where dex 1.7 is installed and served:
 --

@@ -16,7 +16,7 @@ packages=(
   libtap-parser-sourcehandler-pgtap-perl # pg_prove
   libipc-run-perl                        # PostgreSQL::Test::Cluster (TAP tests)
   python3 python3-psycopg python3-pytest # reference client tests
-  python3-venv python3-pip               # the README's install of the Python SDK (tests/test_run_command.py)
+  python3-venv python3-pip               # docs/python.md's install of the Python SDK (tests/test_run_command.py)
   python3-fastapi python3-uvicorn python3-jinja2 python3-multipart  # python3 -m dex serve (REST API, dashboard)
   chromium chromium-driver python3-selenium  # the dashboard's browser test (headless)
   pgbouncer                              # reference client tests behind a transaction pool

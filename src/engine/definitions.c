@@ -5,7 +5,7 @@
  *	  when it is created, and its parsed form (DexDefinition) that the
  *	  interpreter (interpret.c) runs; loading a stored definition.
  *
- * The schema is README.md's "Workflows defined in JSON".  A definition is an
+ * The schema is docs/json-workflows.md's.  A definition is an
  * object {"steps": [...], "start"?, "searchPath"?, "description"?}; each step
  * an object with an "id" unique in the definition and a "type", and the keys
  * of its type, nothing else.  Steps name the steps that follow by id.  Every
@@ -77,7 +77,7 @@ bad_definition(const char *path, const char *fmt,...)
 	ereport(ERROR,
 			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			 errmsg("invalid definition at %s: %s", path, buf),
-			 errhint("README.md, \"Workflows defined in JSON\", gives the schema.")));
+			 errhint("docs/json-workflows.md gives the schema.")));
 }
 
 /* ----------------------------------------------------------------

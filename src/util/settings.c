@@ -3,8 +3,8 @@
  * settings.c
  *	  The dex.* settings (GUCs): their variables, definitions and defaults.
  *
- * Defined by _PG_init in every process that loads dex; the README's
- * Settings section documents each.  Settings read by the background workers
+ * Defined by _PG_init in every process that loads dex; docs/settings.md's
+ * table documents each.  Settings read by the background workers
  * are PGC_SIGHUP; those that shape one call are PGC_USERSET.
  *
  *-------------------------------------------------------------------------

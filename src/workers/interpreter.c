@@ -29,7 +29,7 @@
  *
  * A worker of an SDK that polls the same queue without declaring what it
  * runs may take these tasks too: give definitions' runs queues of their own
- * (README.md).  Leases last LEASE; a worker that dies leaves its tasks to
+ * (docs/json-workflows.md).  Leases last LEASE; a worker that dies leaves its tasks to
  * the lease's end.
  *
  * Wake-ups: a pass that found work is followed at once by another.  Each

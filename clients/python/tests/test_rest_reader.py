@@ -1,4 +1,4 @@
-"""A read-only role, made with the README's recipe (REST API, "A read-only role"): through
+"""A read-only role, made with the recipe of docs/monitoring.md (REST API, "A read-only role"): through
 the API and the dashboard it reads the runs, histories and attempts of the queues granted to
 it, and nothing else; every call that would change something is refused (403) with nothing
 changed, and it sees no action."""

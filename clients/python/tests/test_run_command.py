@@ -19,7 +19,8 @@ from conftest import stop_with_sigterm, worker_process
 HERE = os.path.dirname(os.path.abspath(__file__))
 SDK = os.path.dirname(HERE)
 ROOT = os.path.dirname(os.path.dirname(SDK))
-READMES = [os.path.join(ROOT, "README.md"), os.path.join(SDK, "README.md")]
+# the manual's page of the Python SDK, and the SDK's own README
+READMES = [os.path.join(ROOT, "docs", "python.md"), os.path.join(SDK, "README.md")]
 DOCUMENTED = re.compile(r"^\s+(PYTHONPATH=clients/python .*-m dex worker .*)$")
 
 MODULE = '''
@@ -39,13 +40,13 @@ def documented_commands():
     found = []
     for path in READMES:
         with open(path) as f:
-            found += [(os.path.basename(os.path.dirname(path)) or "README", m.group(1))
+            found += [(os.path.relpath(path, ROOT), m.group(1))
                       for m in map(DOCUMENTED.match, f) if m]
     return found
 
 
 def test_the_readmes_document_the_command():
-    assert len(documented_commands()) >= 2        # the top-level README's and the SDK's
+    assert len(documented_commands()) >= 2        # docs/python.md's and the SDK's README's
 
 
 def argv(command, queues, python=sys.executable):
@@ -109,7 +110,7 @@ INSTALL = re.compile(r"^\s+((?:python3 -m venv|~/dex-venv/bin/pip install) .*?)\
 
 
 def test_the_documented_install_runs_a_worker_in_a_built_checkout(tmp_path, client, queues):
-    """README.md's install (a venv that sees Debian's psycopg, pip install ./clients/python),
+    """docs/python.md's install (a venv that sees Debian's psycopg, pip install ./clients/python),
     made in a built checkout, and its `dex worker` command run there."""
     for module in ("ensurepip", "setuptools", "wheel"):
         if importlib.util.find_spec(module) is None:

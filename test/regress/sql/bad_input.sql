@@ -3,7 +3,7 @@
 -- gets NULLs, empty strings, malformed JSON and protobuf, unknown enum values, negative and
 -- huge durations, unknown queues, runs and tasks, the wrong task kind, stale leases, illegal
 -- transitions and payloads just over dex.max_payload_size, as applies to it. Each is refused
--- with its SQLSTATE (the "error classes" of the README's Guarantees), and after each group a
+-- with its SQLSTATE (the "error classes" of docs/guarantees.md), and after each group a
 -- fingerprint of every dex table shows that the refused calls changed nothing.
 --
 -- Cases marked "-- KNOWN:" are refused wrongly or not at all today; they are kept here,

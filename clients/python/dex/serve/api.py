@@ -152,8 +152,7 @@ class Attempts(BaseModel):
 class DefinitionCreate(BaseModel):
     name: str
     version: Int32 = 1
-    definition: Dict[str, Any] = Field(..., description="the JSON document (README.md, \"Workflows "
-                                                        "defined in JSON\")")
+    definition: Dict[str, Any] = Field(..., description="the JSON document (docs/json-workflows.md)")
 
 
 class Definition(BaseModel):
