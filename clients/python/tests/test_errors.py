@@ -59,6 +59,19 @@ def test_more_server_errors(client, queues):
     assert raised.value.sqlstate.startswith("22")
 
 
+
+def test_a_version_the_server_refuses_is_sent_as_given(client, queues):
+    """version=0 started version 1 (``version or 1``): the caller's version goes to the
+    server, which refuses 0 (22023), for a name and for a definition alike."""
+    name = f"errors-version-{uuid.uuid4().hex[:8]}"
+    for workflow in (name, flow):
+        with pytest.raises(dex.InvalidArgument) as raised:
+            client.start(workflow, 1, queue=queues[0], version=0)
+        assert raised.value.sqlstate == "22023"
+        with pytest.raises(dex.InvalidArgument):
+            client.start_many(workflow, [1], queue=queues[0], version=0)
+    assert client.list(workflow_name=name) == []
+
 def psycopg_error(sqlstate, message, detail=None):
     """The exception psycopg raises for a server error of that SQLSTATE (as from a result)."""
     try:
