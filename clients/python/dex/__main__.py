@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 
-from . import Client, DexError, Worker, __version__
+from . import Client, DexError, DuplicateDefinition, Worker, __version__
 
 
 def main(argv=None) -> int:
@@ -60,8 +60,12 @@ def main(argv=None) -> int:
                     pool_size=args.pool_size, sample_interval=args.sample_interval)
     elif args.cmd == "worker":
         sys.path.insert(0, ".")
-        for m in args.modules:
-            importlib.import_module(m)
+        try:
+            for m in args.modules:
+                importlib.import_module(m)
+        except DuplicateDefinition as e:    # which two: all there is to say
+            print(f"{p.prog} worker: {e}", file=sys.stderr)
+            return 1
         worker = Worker(args.conninfo, args.workflow_queue, args.activity_queue,
                         args.concurrency, activity_lease=args.activity_lease,
                         workflow_lease=args.workflow_lease,
