@@ -54,7 +54,7 @@ import time
 import uuid
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -344,6 +344,10 @@ class Worker:
         self._heartbeat_by_queue: "weakref.WeakKeyDictionary[psycopg.Connection, bool]" = \
             weakref.WeakKeyDictionary()
         self._declare_warned = False
+        # the queues a call of this worker's polled (its refusals are retried, not fatal):
+        # marked as each poll returns, not as the loop's turn ends, which with the one-call
+        # wait takes as long as tasks keep coming
+        self._polled: Set[str] = set()
         self._started = False
         # what stopped the worker by itself (a queue that does not exist, ...): run() raises it
         self.error: Optional[errors.DexError] = None
@@ -629,19 +633,24 @@ class Worker:
     def _poll_wait(self, conn: psycopg.Connection, queue: str, n: int, lease: float,
                    workflow: bool) -> List[Tuple]:
         """Lease up to ``n`` tasks, waiting for some (up to ``poll_timeout``) in the same
-        call; shutdown cancels the wait as it does ``_long_poll``'s (no task is leased then)."""
+        call; shutdown cancels the wait as it does ``_long_poll``'s (no task is leased then).
+        The first call of a queue does not wait: a refusal that stops the worker
+        (:meth:`_polling`) is then one the server made at once, not a revoke that came while
+        the call waited."""
         with self._waiting_on(conn, stoppable=True):
             try:
                 if self._stopping.is_set():
                     return []
-                return self._wire.poll_wait(conn, queue, self.worker_id, n, lease,
-                                            self.poll_timeout, workflow,
-                                            workflow and self._worker_cache(conn),
-                                            self._declared(conn, workflow))
+                rows = self._wire.poll_wait(
+                    conn, queue, self.worker_id, n, lease,
+                    self.poll_timeout if queue in self._polled else 0, workflow,
+                    workflow and self._worker_cache(conn), self._declared(conn, workflow))
             except psycopg.errors.QueryCanceled:
                 if not self._stopping.is_set():
                     raise
                 return []
+        self._polled.add(queue)
+        return rows
 
     def _polling(self, body: Any, queue: str, kind: str) -> None:
         """Run ``body(conn)`` until stopping; reconnect after connection errors.  A call the
@@ -649,7 +658,6 @@ class Worker:
         stops the worker if the queue was never polled (:meth:`_fail`), and is said once, in
         a line, and retried with backoff if it was."""
         conn: Optional[psycopg.Connection] = None
-        polled = False          # a call of this queue's went through
         refused: Optional[str] = None       # what the server says, while it refuses
         delay = REFUSED_BACKOFF[0]
         while not self._stopping.is_set():
@@ -657,7 +665,7 @@ class Worker:
                 if conn is None or conn.closed:
                     conn = self._connect()
                 body(conn)
-                polled = True
+                self._polled.add(queue)
                 if refused is not None:
                     log.info("%s queue %r: polled again", kind, queue)
                     refused, delay = None, REFUSED_BACKOFF[0]
@@ -680,7 +688,7 @@ class Worker:
                     conn = None
                 elif _refused_for_good(e):
                     error = _queue_error(kind, queue, e)
-                    if not polled:
+                    if queue not in self._polled:
                         self._fail(error)
                         break
                     if str(error) != refused:
@@ -769,6 +777,7 @@ class Worker:
         if rows is None:
             rows = wire.poll(conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
                              self._worker_cache(conn), self._declared(conn, True))
+            self._polled.add(queue)
         done, results, states = self._run_workflow_tasks(conn, rows)
         if done:
             self._complete_workflow_tasks(conn, done, results, states)
@@ -982,6 +991,7 @@ class Worker:
                     self._resend(held)      # (none: they would have made it CALL)
                     rows = wire.poll(conn, queue, self.worker_id, n, self.activity_lease,
                                      declared=self._declared(conn, False))
+                    self._polled.add(queue)
             except BaseException:
                 self._release(n)
                 raise
