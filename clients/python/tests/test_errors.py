@@ -144,3 +144,15 @@ def test_a_run_argument_that_is_not_json(client, queues):
     assert raised.value.path == "payload['when']"
     assert "the event's payload is not JSON" in str(raised.value)
     client.terminate(run_id)
+
+
+def test_a_value_the_sdk_refuses_before_sending_is_invalid_argument(client, queues):
+    """As the TypeScript SDK: a duration that is none is refused as the server would refuse it
+    (InvalidArgument, 22023), and is still a ValueError."""
+    with pytest.raises(dex.InvalidArgument) as raised:
+        client.start(flow, 1, queue=queues[0], execution_timeout="5 parsecs")
+    assert isinstance(raised.value, ValueError) and raised.value.sqlstate == "22023"
+    assert raised.value.message == ("not a duration: '5 parsecs' (use seconds, or \"250ms\", "
+                                    "\"30s\", \"5m\", \"2h\", \"1d\")")
+    with pytest.raises(dex.InvalidArgument, match="^negative duration -1"):
+        dex.RetryPolicy(initial_delay=-1).to_json()

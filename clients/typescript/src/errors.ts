@@ -128,8 +128,16 @@ export class AlreadyExistsError extends ServerError {}
 export class AlreadyActiveError extends ServerError {}
 /** 42501: the role may not do this (a queue it was not granted, a function of dex_admin). */
 export class PermissionDeniedError extends ServerError {}
-/** SQLSTATE class 22: a value the server refuses (wrong shape, a NULL where one is required, out of range). */
-export class InvalidArgumentError extends ServerError {}
+/**
+ * SQLSTATE class 22: a value refused (wrong shape, a NULL where one is required, out of
+ * range): by the server, or by the SDK before anything is sent (`sqlstate` 22023 then, as the
+ * server would say: "5 parsecs" is no duration).
+ */
+export class InvalidArgumentError extends ServerError {
+  constructor(message: string, options: { sqlstate?: string; detail?: string; hint?: string; cause?: unknown } = {}) {
+    super(message, { sqlstate: "22023", ...options });
+  }
+}
 /** 55000: not possible in the run's state (an event for an ended run, ...); class 25: a wait inside a transaction block. */
 export class InvalidStateError extends ServerError {}
 /** Class 54: a payload, a reason or a batch over its limit. */

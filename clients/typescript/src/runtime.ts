@@ -36,7 +36,7 @@ import {
 } from "./convert.js";
 import type { ActivityDefinition, WorkflowDefinition } from "./definitions.js";
 import {
-  ActivityError, CancelledError, ChildRunError, DexError, NON_DETERMINISM, NonDeterminismError,
+  ActivityError, CancelledError, ChildRunError, DexError, InvalidArgumentError, NON_DETERMINISM, NonDeterminismError,
   UNKNOWN_WORKFLOW, WaitTimeout, failureFromError,
 } from "./errors.js";
 
@@ -73,7 +73,7 @@ const KEY_FIELD: Record<string, string> = {
 const PATCH_MARKER = "dex.patch:";
 
 function patchName(changeId: string): string {
-  if (typeof changeId !== "string" || !changeId) throw new TypeError("a patch's change id is a non-empty string");
+  if (typeof changeId !== "string" || !changeId) throw new InvalidArgumentError("a patch's change id is a non-empty string");
   return PATCH_MARKER + changeId;
 }
 
@@ -452,7 +452,7 @@ export class WorkflowContext {
     if (options.parentClosePolicy !== undefined) {
       const p = String(options.parentClosePolicy).toUpperCase().replace(/^PARENT_CLOSE_POLICY_/, "");
       if (!(PARENT_CLOSE_POLICIES as readonly string[]).includes(p)) {
-        throw new TypeError(`parentClosePolicy must be one of ${PARENT_CLOSE_POLICIES.join(", ")}, not ${options.parentClosePolicy}`);
+        throw new InvalidArgumentError(`parentClosePolicy must be one of ${PARENT_CLOSE_POLICIES.join(", ")}, not ${options.parentClosePolicy}`);
       }
       body.parentClosePolicy = "PARENT_CLOSE_POLICY_" + p;
     }
@@ -473,10 +473,10 @@ export class WorkflowContext {
    */
   signal(eventId: string, payload: unknown, target: SignalTarget): Signal {
     if ((target.runId === undefined) === (target.instanceId === undefined)) {
-      throw new TypeError("ctx.signal: give exactly one of runId and instanceId");
+      throw new InvalidArgumentError("ctx.signal: give exactly one of runId and instanceId");
     }
     if (target.runId !== undefined && target.queue !== undefined) {
-      throw new TypeError("ctx.signal: a queue tells instance ids apart; a runId needs none");
+      throw new InvalidArgumentError("ctx.signal: a queue tells instance ids apart; a runId needs none");
     }
     const body: Message = { eventId: String(eventId) };
     if (target.runId !== undefined) body.runId = String(target.runId);
@@ -526,8 +526,8 @@ export class WorkflowContext {
   }
 }
 
-/** Thrown by ctx.continueAsNew() to end the workflow function. */
-export class ContinueAsNew extends Error {
+/** Thrown by ctx.continueAsNew() to end the workflow function (let it through). */
+export class ContinueAsNew extends DexError {
   constructor() {
     super("continue as new (the workflow function must let this error through)");
   }

@@ -30,8 +30,8 @@ import { randomUUID } from "node:crypto";
 import type pg from "pg";
 import { type Message, decode, toJsonText } from "./convert.js";
 import type { ActivityDefinition, WorkflowDefinition } from "./definitions.js";
-import { ApplicationError, DexError, LeaseLost, NonRetryableError, NotFoundError, QueueKindError, failureFromError, sqlstate } from "./errors.js";
-import { type ConnectionOptions, closeQuietly, connect, hasRoutines, isBroken, isConnectionError, notSupported } from "./pg.js";
+import { ApplicationError, DexError, InvalidArgumentError, LeaseLost, NonRetryableError, NotFoundError, QueueKindError, failureFromError, sqlstate } from "./errors.js";
+import { type ConnectionOptions, closeQuietly, connect, hasRoutines, isBroken, isConnectionError, notSupported, translate } from "./pg.js";
 import { Replayer, WorkflowTaskFailure, failRunCommand } from "./runtime.js";
 
 const LEASE_LOST = "WD001";
@@ -276,7 +276,7 @@ export class Worker {
     this.workflowQueues = [...(options.workflowQueues ?? [])];
     this.activityQueues = [...(options.activityQueues ?? [])];
     if (!this.workflowQueues.length && !this.activityQueues.length) {
-      throw new TypeError("a worker needs at least one workflow or activity queue");
+      throw new InvalidArgumentError("a worker needs at least one workflow or activity queue");
     }
     this.#connection = options.connection;
     this.concurrency = Math.max(1, Math.trunc(options.concurrency ?? 10));
@@ -291,11 +291,11 @@ export class Worker {
     this.#log = options.logger ?? console;
     this.#free = this.concurrency;
     for (const w of options.workflows ?? []) {
-      if (w?.kind !== "workflow") throw new TypeError(`not a workflow definition (use workflow(name, fn)): ${String(w)}`);
+      if (w?.kind !== "workflow") throw new InvalidArgumentError(`not a workflow definition (use workflow(name, fn)): ${String(w)}`);
       this.#workflows.set(`${w.name}@${w.version}`, w);
     }
     for (const a of options.activities ?? []) {
-      if (a?.kind !== "activity") throw new TypeError(`not an activity definition (use activity(name, fn)): ${String(a)}`);
+      if (a?.kind !== "activity") throw new InvalidArgumentError(`not an activity definition (use activity(name, fn)): ${String(a)}`);
       this.#activities.set(a.name, a);
     }
   }
@@ -315,7 +315,7 @@ export class Worker {
   /** Start polling; resolves once the installed dex was checked (rejects if it is too old). */
   async start(): Promise<this> {
     if (this.#started) return this;
-    const conn = await connect(this.#connection, `dex worker ${this.workerId}`);
+    const conn = await connect(this.#connection, `dex worker ${this.workerId}`).catch((e) => { throw translate(e); });
     try {
       // what the installed dex's polls take: 5 arguments with 1.5's worker_cache (and the
       // one-call wait's completions), 7 with 1.6's names and versions (what a worker runs)
@@ -329,6 +329,8 @@ export class Worker {
       }
       this.#declares = level >= 7;
       this.#canStopWaits = await hasRoutines(conn, "dex.stop_waiting(text)");
+    } catch (e) {
+      throw translate(e);
     } finally {
       await closeQuietly(conn);
     }
