@@ -23,6 +23,8 @@ export interface WorkflowOptions {
 
 export interface WorkflowDefinition<A = any, R = any> {
   readonly kind: "workflow";
+  /** Where it was defined (file:line:column), for messages. */
+  readonly definedAt: string;
   readonly name: string;
   readonly version: number;
   readonly fn: WorkflowFunction<A, R>;
@@ -41,8 +43,16 @@ export interface ActivityOptions {
 
 export interface ActivityDefinition<A = any, R = any> extends ActivityOptions {
   readonly kind: "activity";
+  readonly definedAt: string;
   readonly name: string;
   readonly fn: ActivityFunction<A, R>;
+}
+
+/** The place in the caller's code that called workflow() or activity(). */
+function callerPlace(): string {
+  const stack = new Error().stack?.split("\n").slice(1) ?? [];
+  const frame = stack.find((line) => !line.includes(import.meta.url)) ?? "";
+  return /(?:\(|at )([^()]*:\d+:\d+)\)?$/.exec(frame.trim())?.[1] ?? "an unknown place";
 }
 
 function checkName(what: string, name: unknown): string {
@@ -60,7 +70,7 @@ export function workflow<A = any, R = any>(name: string, fn: WorkflowFunction<A,
   const version = options.version ?? 1;
   if (!Number.isInteger(version) || version < 1) throw new InvalidArgumentError(`workflow '${name}': version must be an integer >= 1, not ${version}`);
   return Object.freeze({
-    kind: "workflow", name, version, fn, activityQueue: options.activityQueue,
+    kind: "workflow", definedAt: callerPlace(), name, version, fn, activityQueue: options.activityQueue,
     nonDeterminismFailsRun: options.nonDeterminismFailsRun === true,
   });
 }
@@ -72,5 +82,5 @@ export function workflow<A = any, R = any>(name: string, fn: WorkflowFunction<A,
 export function activity<A = any, R = any>(name: string, fn: ActivityFunction<A, R>, options: ActivityOptions = {}): ActivityDefinition<A, R> {
   checkName("an activity", name);
   if (typeof fn !== "function") throw new InvalidArgumentError(`activity '${name}': its code must be a function (arg, ctx) => result`);
-  return Object.freeze({ ...options, kind: "activity", name, fn });
+  return Object.freeze({ ...options, kind: "activity", definedAt: callerPlace(), name, fn });
 }

@@ -173,8 +173,11 @@ export class NotSerializableError extends DexError {
   }
 }
 
-/** A worker was given a queue as the other kind (a workflow queue as an activity queue, or the reverse). */
-export class QueueKindError extends DexError {}
+/** A worker was given a queue as the other kind (a workflow queue as an activity queue, or the reverse): the server's refusal, saying which kind it is. */
+export class QueueKindError extends WrongKindError {}
+
+/** Two definitions given to a worker for one (workflow, version), or one activity name: it could not tell which one to run. */
+export class DuplicateDefinitionError extends DexError {}
 
 
 /** A workflow task of a workflow (name, version) this worker does not have. */

@@ -360,11 +360,16 @@ const unknownActivity = workflow("unknown-activity", async (ctx) => {
   }
 });
 
-test("an activity the worker does not have fails its attempts with dex.UnknownActivity", async (t) => {
+test("an activity no worker has waits for one (dex.unserved lists it), and is not failed as unknown", async (t) => {
   const qs = await queues();
   await startWorker(t, qs, { workflows: [unknownActivity], activities: [] });
   const id = await client().start(unknownActivity, null, { queue: qs[0] });
-  assert.equal(await client().result(id, { timeout: 20 }), "dex.UnknownActivity 2");
+  await eventually(async () => (await client().sql("SELECT 1 FROM dex.unserved('0 s') WHERE queue = $1 AND name = 'no-such-activity'",
+                                                   [qs[1]])).length === 1, "the activity shown unserved");
+  assert.equal((await client().get(id)).status, "RUNNING");
+  const noSuch = activity("no-such-activity", () => "here");
+  await startWorker(t, qs, { workflowQueues: [], activities: [noSuch] });
+  assert.equal(await client().result(id, { timeout: 20 }), "ran");
 });
 
 test("startMany starts one run per argument; list finds them; formatHistory prints a run's events", async (t) => {

@@ -104,6 +104,6 @@ test("patching: a change id must be a non-empty string", async () => {
   const cmds = await replay({ runId: "r", workflowName: "pt-bad", newEvents: [
     { timestamp: "2026-01-01T00:00:00Z", workflowTaskStarted: {} },
     { runCreated: { workflowName: "pt-bad" } }, { runStarted: {} }] }, wf);
-  assert.equal(cmds[0]!.failRun.failure.type, "TypeError");
+  assert.equal(cmds[0]!.failRun.failure.type, "InvalidArgumentError");
   assert.match(cmds[0]!.failRun.failure.message, /change id is a non-empty string/);
 });

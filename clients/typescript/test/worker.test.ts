@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { type TestContext, test } from "node:test";
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { activity, workflow, replay, ApplicationError, LeaseLost, NotFoundError, QueueKindError, Worker, commandKind, eventKind, type Message } from "./sdk.js";
+import { activity, workflow, replay, ApplicationError, LeaseLost, NotFoundError, QueueKindError, Worker, WrongKindError, commandKind, eventKind, type Message } from "./sdk.js";
 import { client, eventually, kinds, queues, sleep, sql, startWorker } from "./helpers.js";
 import { activityLog, exited, lines, output, spawnTsWorker, waitForLine } from "./proc.js";
 import { order, step } from "./fixtures/crashflows.js";
@@ -70,16 +70,17 @@ test("a worker on a queue that does not exist stops: run() rejects with NotFound
   const missing = `no-such-queue-${Date.now()}`;
   const w = new Worker({ workflowQueues: [missing], workflows: [oneStep], pollTimeout: 5, logger: quiet });
   const t0 = Date.now();
-  await assert.rejects(w.run(), (e: unknown) => e instanceof NotFoundError &&
-    e.message.includes(`workflow queue '${missing}'`) && e.message.includes(`SELECT dex.create_queue('${missing}', 'workflow')`));
+  await assert.rejects(w.run(), (e: unknown) => e instanceof NotFoundError && e.sqlstate === "42704" && e.cause !== undefined &&
+    e.message === `workflow queue '${missing}': queue "${missing}" does not exist (SQLSTATE 42704); ` +
+                  `create it first: SELECT dex.create_queue('${missing}', 'workflow')`);
   assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms`);
 });
 
 test("a queue given as the other kind stops the worker: QueueKindError says which kind it is", async () => {
   const qs = await queues();
   const w = new Worker({ workflowQueues: [qs[1]], workflows: [oneStep], pollTimeout: 5, logger: quiet });
-  await assert.rejects(w.run(), (e: unknown) => e instanceof QueueKindError &&
-    e.message.includes(`workflow queue '${qs[1]}'`) && /it is an activity queue: give it in activityQueues/.test(e.message));
+  await assert.rejects(w.run(), (e: unknown) => e instanceof QueueKindError && e instanceof WrongKindError && e.sqlstate === "22023" &&
+    e.message.includes(`workflow queue '${qs[1]}'`) && /it is an activity queue: give it in activityQueues$/.test(e.message));
   const a = new Worker({ activityQueues: [qs[0]], activities: [one], pollTimeout: 5, logger: quiet });
   await assert.rejects(a.run(), (e: unknown) => e instanceof QueueKindError && /it is a workflow queue/.test(e.message));
 });
