@@ -59,11 +59,28 @@ export function cancelQuery(options: ConnectionOptions, client: pg.Client): void
   canceller.cancel(client, active);
 }
 
-/** Whether `e` is about the connection (lost, server shutting down) rather than the call. */
+/**
+ * Whether `e` says that a named prepared statement of the connection is missing on the server
+ * connection that ran the call (26000), or that another one has its name there (42P05): a
+ * pooler in transaction mode lent another server connection.  The call did not run.
+ */
+export function isPreparedStatementError(e: unknown): boolean {
+  const code = sqlstate(e);
+  return code === "26000" || code === "42P05";
+}
+
+export const POOLER_HINT = "the connection seems to go through a connection pooler in transaction pooling mode, " +
+  "where named prepared statements do not work: give the worker pooled: true (or leave pooled out: it is detected)";
+
+/**
+ * Whether `e` is about the connection (lost, server shutting down, a prepared statement the
+ * server connection of a pooler lacks) rather than the call: the call did not run, or its
+ * outcome is unknown; a new connection is the way on.
+ */
 export function isConnectionError(e: unknown): boolean {
   const code = sqlstate(e);
   if (code === undefined) return true;
-  return code.startsWith("08") || code === "57P01" || code === "57P02" || code === "57P03";
+  return code.startsWith("08") || code === "57P01" || code === "57P02" || code === "57P03" || isPreparedStatementError(e);
 }
 
 /** An error of a call as the SDK's typed error: a ServerError by its SQLSTATE; the SDK's own errors as they are. */

@@ -41,8 +41,8 @@ import {
   type ServerError, failureFromError, serverError, sqlstate,
 } from "./errors.js";
 import {
-  type ConnectionOptions, behindPooler, cancelQuery, closeQuietly, connect, hasRoutines, isBroken, isConnectionError,
-  notSupported, translate,
+  type ConnectionOptions, POOLER_HINT, behindPooler, cancelQuery, closeQuietly, connect, hasRoutines, isBroken, isConnectionError,
+  isPreparedStatementError, notSupported, translate,
 } from "./pg.js";
 import { Replayer, WorkflowTaskFailure, failRunCommand } from "./runtime.js";
 import { PROTOBUF_WIRE, type Row, type Wire, type WireName, wireNamed } from "./wire.js";
@@ -619,7 +619,11 @@ export class Worker {
         }
       } catch (e) {
         if (this.#stopping) break;
-        if (isConnectionError(e) || (conn && isBroken(conn))) {
+        if (isPreparedStatementError(e)) {
+          this.#log.error(`dex: queue ${p.queue}: ${(e as Error).message}; ${POOLER_HINT}; reconnecting`);
+          await closeQuietly(conn);
+          conn = undefined;
+        } else if (isConnectionError(e) || (conn && isBroken(conn))) {
           this.#log.warn(`dex: queue ${p.queue}: connection problem (${(e as Error).message}); reconnecting`);
           await closeQuietly(conn);
           conn = undefined;
@@ -1096,7 +1100,7 @@ export class Worker {
           nextBeat = Date.now() + interval;
         }
       } catch (e) {
-        this.#log.warn(`dex: reporter: ${(e as Error).message}; retrying`);
+        this.#log.warn(`dex: reporter: ${(e as Error).message}${isPreparedStatementError(e) ? `; ${POOLER_HINT}` : ""}; retrying`);
         await closeQuietly(conn);
         conn = undefined;
         this.#results.unshift(...batch);        // send them again

@@ -179,11 +179,12 @@ function commandsOf(history: Message[]): string[] {
   });
 }
 
-test("a run with the workflow cache and one replayed from scratch at every task give the same commands", async (t) => {
+for (const wire of ["protobuf", "json"] as const) test(`${wire}: a run with the workflow cache and one replayed from scratch at every task give the same commands`, async (t) => {
   activityLog();
   const cached = await queues(), uncached = await queues();
-  const wc = await startWorker(t, cached, { workflows: [fanout], activities: [step] });
-  const wu = await startWorker(t, uncached, { workflows: [fanout], activities: [step], workflowCacheSize: 0 });
+  const wc = await startWorker(t, cached, { workflows: [fanout], activities: [step], wire });
+  const wu = await startWorker(t, uncached, { workflows: [fanout], activities: [step], workflowCacheSize: 0, wire });
+  assert.equal(wc.wire, wire);
   const a = await client().start(fanout, 3, { queue: cached[0] });
   const b = await client().start(fanout, 3, { queue: uncached[0] });
   const ra = await client().result(a, { timeout: 30 }), rb = await client().result(b, { timeout: 30 });
