@@ -3,6 +3,7 @@ import type { Duration, RetryPolicy } from "./convert.js";
 import type { WorkflowContext } from "./runtime.js";
 import type { ActivityContext } from "./worker.js";
 import { InvalidArgumentError } from "./errors.js";
+import { codeLocation } from "./location.js";
 
 export type WorkflowFunction<A = any, R = any> = (ctx: WorkflowContext, arg: A) => Promise<R>;
 export type ActivityFunction<A = any, R = any> = (arg: A, ctx: ActivityContext) => R | Promise<R>;
@@ -48,13 +49,6 @@ export interface ActivityDefinition<A = any, R = any> extends ActivityOptions {
   readonly fn: ActivityFunction<A, R>;
 }
 
-/** The place in the caller's code that called workflow() or activity(). */
-function callerPlace(): string {
-  const stack = new Error().stack?.split("\n").slice(1) ?? [];
-  const frame = stack.find((line) => !line.includes(import.meta.url)) ?? "";
-  return /(?:\(|at )([^()]*:\d+:\d+)\)?$/.exec(frame.trim())?.[1] ?? "an unknown place";
-}
-
 function checkName(what: string, name: unknown): string {
   if (typeof name !== "string" || name === "") throw new InvalidArgumentError(`${what} needs a name (a non-empty string)`);
   return name;
@@ -70,7 +64,7 @@ export function workflow<A = any, R = any>(name: string, fn: WorkflowFunction<A,
   const version = options.version ?? 1;
   if (!Number.isInteger(version) || version < 1) throw new InvalidArgumentError(`workflow '${name}': version must be an integer >= 1, not ${version}`);
   return Object.freeze({
-    kind: "workflow", definedAt: callerPlace(), name, version, fn, activityQueue: options.activityQueue,
+    kind: "workflow", definedAt: codeLocation(new Error().stack) ?? "an unknown place", name, version, fn, activityQueue: options.activityQueue,
     nonDeterminismFailsRun: options.nonDeterminismFailsRun === true,
   });
 }
@@ -82,5 +76,5 @@ export function workflow<A = any, R = any>(name: string, fn: WorkflowFunction<A,
 export function activity<A = any, R = any>(name: string, fn: ActivityFunction<A, R>, options: ActivityOptions = {}): ActivityDefinition<A, R> {
   checkName("an activity", name);
   if (typeof fn !== "function") throw new InvalidArgumentError(`activity '${name}': its code must be a function (arg, ctx) => result`);
-  return Object.freeze({ ...options, kind: "activity", definedAt: callerPlace(), name, fn });
+  return Object.freeze({ ...options, kind: "activity", definedAt: codeLocation(new Error().stack) ?? "an unknown place", name, fn });
 }

@@ -184,6 +184,8 @@ export class DuplicateDefinitionError extends DexError {}
 export const UNKNOWN_WORKFLOW = "dex.UnknownWorkflow";
 /** The failure type of a run failed for non-determinism. */
 export const NON_DETERMINISM = "dex.NonDeterminism";
+/** The failure type of a workflow task whose code awaits something that is not a dex awaitable. */
+export const NOT_DEX_AWAITABLE = "dex.NotDexAwaitable";
 
 function className(e: unknown): string {
   if (e instanceof Error) {

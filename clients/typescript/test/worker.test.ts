@@ -250,6 +250,49 @@ test("non-determinism: a replay that issues another command fails the workflow t
   assert.equal(await client().result(id, { timeout: 30 }), "done");
 });
 
+let napFirst = true;
+const tick = activity("tick", (n: number) => n + 1);
+const napper = workflow("napper", async (ctx, n: number) => {
+  if (napFirst) await new Promise((resolve) => setTimeout(resolve, 100));      // not a dex awaitable
+  return ctx.activity(tick, n);
+});
+
+test("a workflow that awaits a Node timer fails its workflow task, saying so and where, instead of hanging; fixed code completes the run", async (t) => {
+  const qs = await queues();
+  napFirst = true;
+  const errors: string[] = [];
+  const consoleError = console.error;
+  console.error = (...args: unknown[]) => { errors.push(args.map(String).join(" ")); };
+  t.after(() => { console.error = consoleError; });
+  await startWorker(t, qs, { workflows: [napper], activities: [tick], workflowCacheSize: 0 });
+  const id = await client().start(napper, 1, { queue: qs[0] });
+  const failed = async () => (await sql(
+    "SELECT failure->>'message' AS message, failure->>'type' AS type FROM dex.run_attempts($1) " +
+    "WHERE task = 'workflow' AND outcome = 'FAILED'", [id])).rows;
+  await eventually(async () => (await failed()).length > 0, "a failed workflow task");
+  const [f] = await failed();
+  assert.equal(f.type, "dex.NotDexAwaitable");
+  assert.match(f.message, /^workflow code awaits something that is not a dex awaitable \(a timer, I\/O, or a promise that no dex awaitable settles\): workflows await only ctx.activity\(\), ctx.sleep\(\)/);
+  assert.match(f.message, /never setTimeout, setImmediate or I\/O \(ctx.sleep\(\) for setTimeout\)$/);
+  assert.equal((await client().get(id)).status, "CREATED");      // the task failed, not the run (it never took a step)
+  // the code that went on after its task ended is said, with where: the line after the bad await
+  await eventually(() => errors.some((e) => e.includes("went on after its workflow task ended")), "the late code said");
+  assert.match(errors.find((e) => e.includes("went on after"))!, /at file:\/\/.*worker\.test\.js:\d+:\d+: the await before that is not a dex awaitable/);
+  napFirst = false;                                  // the fix is deployed: the retried task completes the run
+  assert.equal(await client().result(id, { timeout: 30 }), 2);
+});
+
+test("the stalled workflow's message names its last dex call", async () => {
+  const late = workflow("late-nap", async (ctx) => {
+    await ctx.sideEffect(() => 1, "one");
+    await new Promise(() => {});                     // a promise nothing of dex settles
+  });
+  const task = { runId: "r", workflowName: "late-nap", newEvents: [
+    { timestamp: "2026-01-01T00:00:00Z", workflowTaskStarted: {} }, { runCreated: { workflowName: "late-nap" } }, { runStarted: {} }] };
+  await assert.rejects(replay(task, late), (e: unknown) => e instanceof Error &&
+    / after its last dex call at file:\/\/.*worker\.test\.js:\d+:\d+: workflows await only/.test(e.message));
+});
+
 test("non-determinism: a workflow declared with nonDeterminismFailsRun fails its run", async (t) => {
   const [id] = await deployChange(t, strict);
   const err = await client().result(id, { timeout: 20 }).catch((e) => e);
