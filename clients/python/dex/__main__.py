@@ -72,12 +72,21 @@ def main(argv=None) -> int:
                         shutdown_timeout=args.shutdown_timeout, worker_id=args.worker_id,
                         wire=args.wire, workflow_cache_size=args.workflow_cache_size,
                         pooled=args.pooled)
+        status = 0
         try:
             worker.run()
         except DexError as e:
             if e is not worker.error:
                 raise
-            return 1            # it stopped by itself, and said why in its log
+            status = 1          # it stopped by itself, and said why in its log
+        if worker.stats["activities_abandoned"]:
+            # their threads would keep the process until their code returns, for a result that
+            # is discarded: their attempts are failed as retryable already
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+        return status
     else:
         with Client(args.conninfo, pooled=args.pooled) as c:
             print(c.format_history(args.run_id))

@@ -358,7 +358,8 @@ class Worker:
         self.stats = {"workflow_tasks": 0, "activities_completed": 0, "activities_failed": 0,
                       "leases_lost": 0, "full_replays": 0, "cache_hits": 0, "cache_stale": 0,
                       "history_reads": 0, "activity_completions_in_poll": 0,
-                      "reporter_calls": 0, "workflow_complete_calls": 0}
+                      "reporter_calls": 0, "workflow_complete_calls": 0,
+                      "activities_abandoned": 0}
 
     # -- lifecycle ---------------------------------------------------------
     def __enter__(self) -> "Worker":
@@ -436,9 +437,12 @@ class Worker:
             time.sleep(0.05)
         with self._lock:
             abandoned = [r for r in self._inflight.values() if not r.finished and not r.reported]
+        self.stats["activities_abandoned"] += len(abandoned)
         for r in abandoned:
             log.warning("activity %s (id %s) of run %s still running at shutdown: failing it as "
-                        "retryable", r.ctx.info.name, r.task_id, r.run_id)
+                        "retryable (its code goes on until it returns: a process that does not "
+                        "want to wait for it ends with os._exit)", r.ctx.info.name, r.task_id,
+                        r.run_id)
             self._report(r, ("fail", {"message": "the worker shut down before the activity "
                                       "finished", "type": "dex.WorkerShutdown"}))
         if self._reporter is not None:

@@ -84,6 +84,33 @@ def test_sigterm_lets_running_activities_finish(client, queues, start_worker, tm
     assert "start c 2" not in log.read_text().splitlines()
 
 
+def test_sigterm_ends_the_process_after_the_shutdown_timeout_though_an_activity_goes_on(
+        client, queues, tmp_path, monkeypatch):
+    """An activity that ignores the shutdown: its attempt is failed as retryable when the
+    shutdown timeout passes, and the process ends then (its thread kept it until the
+    activity returned, for a result nobody takes)."""
+    log = tmp_path / "activities.log"
+    monkeypatch.setenv("DEX_TEST_LOG", str(log))
+    proc = spawn_worker(queues, log, "--shutdown-timeout", "1")
+    try:
+        run_id = client.start(crashflows.order, {"seconds": 60.0}, queue=queues[0])
+        wait_for_line(log, "start c 1", proc)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert time.monotonic() - t0 < 10
+        out = proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "still running at shutdown: failing it as retryable" in out
+    assert "done c 1" not in log.read_text().splitlines()
+    failures = [a.failure["type"] for a in client.attempts(run_id) if a.failure]
+    assert failures == ["dex.WorkerShutdown"]
+    client.terminate(run_id)
+
+
 def test_shutdown_gives_up_on_activities_that_do_not_finish(client, queues, start_worker,
                                                             tmp_path, monkeypatch):
     log = tmp_path / "activities.log"

@@ -290,6 +290,8 @@ export interface WorkerStats {
   activityReportCalls: number;
   /** Activity results completed by the activity loop's CALL dex.poll_tasks_wait, not by the reporter. */
   activityCompletionsInPoll: number;
+  /** Activities still running when shutdown's timeout passed, failed as retryable (dex.WorkerShutdown); their code goes on. */
+  activitiesAbandoned: number;
 }
 
 /** Runs workflows and activities of some queues. */
@@ -307,7 +309,7 @@ export class Worker {
   readonly stats: WorkerStats = {
     workflowTasks: 0, activitiesCompleted: 0, activitiesFailed: 0, leasesLost: 0,
     fullReplays: 0, cacheHits: 0, cacheStale: 0, historyReads: 0, workflowCompletionCalls: 0, workflowCompletionsInPoll: 0,
-    activityReportCalls: 0, activityCompletionsInPoll: 0,
+    activityReportCalls: 0, activityCompletionsInPoll: 0, activitiesAbandoned: 0,
   };
   readonly #connection: ConnectionOptions;
   readonly #workflows = new Map<string, WorkflowDefinition>();
@@ -525,7 +527,9 @@ export class Worker {
     while (Date.now() < deadline && [...this.#inflight.values()].some((r) => !r.reported)) await sleep(50);
     for (const r of this.#inflight.values()) {
       if (!r.finished && !r.reported) {
-        this.#log.warn(`dex: activity ${r.ctx.info.name} (id ${r.row.taskId}) of run ${r.row.runId} still running at shutdown: failing it as retryable`);
+        this.stats.activitiesAbandoned++;
+        this.#log.warn(`dex: activity ${r.ctx.info.name} (id ${r.row.taskId}) of run ${r.row.runId} still running at shutdown: ` +
+                       "failing it as retryable (its code goes on until it returns: call process.exit() after run() not to wait for it)");
         this.#report(r, { kind: "fail", failure: { message: "the worker shut down before the activity finished", type: "dex.WorkerShutdown" } });
       }
     }
