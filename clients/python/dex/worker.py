@@ -235,6 +235,10 @@ def _queue_error(kind: str, queue: str, e: BaseException) -> errors.ServerError:
     error.__cause__ = e
     other = "activity" if kind == "workflow" else "workflow"
     if f'{other} queue "{queue}"' in error.message:
+        # a queue of the other kind, whatever the SQLSTATE (22023 for what a poll declares)
+        error = errors.WrongKind(error.message, sqlstate=error.sqlstate, detail=error.detail,
+                                 hint=error.hint)
+        error.__cause__ = e
         hint = (f"; it is {'an' if other == 'activity' else 'a'} {other} queue: give it as "
                 f"one (python3 -m dex worker -{other[0]} {queue}, or "
                 f"Worker({other}_queues=[...]))")

@@ -48,6 +48,18 @@ def test_a_worker_of_a_queue_that_does_not_exist_says_so_once_and_exits(queues, 
         "stops")
 
 
+def test_a_queue_of_the_other_kind_is_wrong_kind_as_in_typescript():
+    refused = psycopg.errors.InvalidParameterValue(
+        'names are workflow names, but "a" is an activity queue',
+        info={DiagnosticField.SQLSTATE: b"22023",
+              DiagnosticField.MESSAGE_PRIMARY: b'workflows are declared on activity queue "a"'})
+    error = dex.worker._queue_error("workflow", "a", refused)
+    assert isinstance(error, dex.WrongKind) and error.sqlstate == "22023"
+    assert error.__cause__ is refused
+    assert str(error).endswith("it is an activity queue: give it as one (python3 -m dex worker "
+                               "-a a, or Worker(activity_queues=[...]))")
+
+
 def test_a_queue_given_as_the_other_kind_is_said_so(queues):
     """-w with an activity queue, or -a with a workflow queue: the server refuses the poll,
     which declares what the worker runs (22023), and the worker says which kind the queue is."""
