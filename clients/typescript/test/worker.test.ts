@@ -4,7 +4,7 @@ import { type TestContext, test } from "node:test";
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { activity, workflow, replay, ApplicationError, LeaseLost, NotFoundError, QueueKindError, Worker, WrongKindError, commandKind, eventKind, type Message } from "./sdk.js";
-import { client, eventually, kinds, queues, sleep, sql, startWorker } from "./helpers.js";
+import { client, eventually, failedWorkflowTask, kinds, queues, sleep, sql, startWorker } from "./helpers.js";
 import { activityLog, exited, lines, output, spawnTsWorker, waitForLine } from "./proc.js";
 import { order, step } from "./fixtures/crashflows.js";
 
@@ -238,11 +238,7 @@ const NAMES_BOTH = /the history has activityTaskCreated 'nd-step' \(id 1\), reco
 
 test("non-determinism: a replay that issues another command fails the workflow task, naming both; the rollback completes the run", async (t) => {
   const [id] = await deployChange(t, changing);
-  const failed = async () => (await sql(
-    "SELECT failure->>'message' AS message, failure->>'type' AS type FROM dex.run_attempts($1) " +
-    "WHERE task = 'workflow' AND outcome = 'FAILED'", [id])).rows;
-  await eventually(async () => (await failed()).length > 0, "a failed workflow task");
-  const [f] = await failed();
+  const f = await failedWorkflowTask(id);
   assert.equal(f.type, "dex.NonDeterminism");
   assert.match(f.message, NAMES_BOTH);
   assert.equal((await client().get(id)).status, "RUNNING");      // the task failed, not the run
@@ -266,11 +262,7 @@ test("a workflow that awaits a Node timer fails its workflow task, saying so and
   t.after(() => { console.error = consoleError; });
   await startWorker(t, qs, { workflows: [napper], activities: [tick], workflowCacheSize: 0 });
   const id = await client().start(napper, 1, { queue: qs[0] });
-  const failed = async () => (await sql(
-    "SELECT failure->>'message' AS message, failure->>'type' AS type FROM dex.run_attempts($1) " +
-    "WHERE task = 'workflow' AND outcome = 'FAILED'", [id])).rows;
-  await eventually(async () => (await failed()).length > 0, "a failed workflow task");
-  const [f] = await failed();
+  const f = await failedWorkflowTask(id);
   assert.equal(f.type, "dex.NotDexAwaitable");
   assert.match(f.message, /^workflow code awaits something that is not a dex awaitable \(a timer, I\/O, or a promise that no dex awaitable settles\): workflows await only ctx.activity\(\), ctx.sleep\(\)/);
   assert.match(f.message, /never setTimeout, setImmediate or I\/O \(ctx.sleep\(\) for setTimeout\)$/);
