@@ -40,7 +40,9 @@ import collections
 import datetime as _dt
 import hashlib
 import logging
+import os
 import random as _random
+import sys
 import uuid as _uuid
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -792,6 +794,18 @@ class WorkflowTaskFailure(Exception):
         self.failure = failure
 
 
+_SDK_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _code_location() -> str:
+    """" at file:line" of the workflow code that called into the SDK (the first frame outside
+    the dex package), as the TypeScript SDK names it; "" if there is none."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _SDK_DIR:
+        frame = frame.f_back
+    return f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+
+
 def _describe(kind: str, body: dict, id: int) -> str:
     key = KEY_FIELD.get(kind)
     name = f" {body.get(key)!r}" if key and body.get(key) not in (None, "") else ""
@@ -906,15 +920,15 @@ class _Replayer:
                 raise self.nondeterminism(
                     f"non-determinism: the history has {_describe(ek, eb, cid)}, recorded by "
                     f"workflow task {rseg.index}, but on replay the workflow issues "
-                    f"{_describe(kind, body, cid)} in workflow task {seg.index}",
+                    f"{_describe(kind, body, cid)} in workflow task {seg.index}{_code_location()}",
                     _patch_of(ev) or _patch_of({"markerRecorded": body}))
             self.matched.add(cid)
             return cid, ev
         if self.replaying:
             raise self.nondeterminism(
                 f"non-determinism: on replay of workflow task {seg.index} the workflow issues "
-                f"{_describe(kind, body, cid)}, which the history does not have (that task "
-                f"recorded {self._recorded_list(seg)})",
+                f"{_describe(kind, body, cid)}{_code_location()}, which the history does not have "
+                f"(that task recorded {self._recorded_list(seg)})",
                 _patch_of({"markerRecorded": body}) if kind == "recordMarker" else None)
         self.out.append({"id": cid, kind: body})
         return cid, None

@@ -343,3 +343,13 @@ def test_a_cancelled_workflow_compensates_then_ends_the_run():
     new = [started(2), {"activityTaskCompleted": {"activityTaskCreatedEventId": 2,
                                                   "result": {"json": "null"}}}]
     assert run(compensate, history, new) == [{"cancelRun": {}}]
+
+
+def test_non_determinism_names_the_code_location():
+    """As the TypeScript SDK: where in the workflow's code the command that does not match was
+    issued."""
+    history = first_task(5) + [
+        completed(), {"id": 1, "timerCreated": {"name": "nap"}}]
+    new = [started(1), {"timerElapsed": {"timerCreatedEventId": 1}}]
+    msg = failed_task(two_steps, history, new)
+    assert msg.endswith(f"in workflow task 1 at {__file__}:{two_steps.__code__.co_firstlineno + 2}")
