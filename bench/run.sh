@@ -118,14 +118,16 @@ rows=$(mktemp)
 sleep 0.5   # the tee's grep
 
 # W1 through the SDKs' own workers (BENCH_K workers each, every worker one workflow and one
-# activity loop): rows "ROW|sdk|runs|s|runs/s|xact/run|client CPU ms/run|create runs/s|process runs/s|check".
+# activity loop): rows "ROW|sdk|runs|s|runs/s|xact/run|client CPU ms/run|server CPU ms/run|create runs/s|process runs/s|check".
 sdk_rows=$(mktemp)
 if [[ ,$BENCH_ONLY, == *,SDK,* ]]; then
   n=$(awk -v s="$BENCH_SCALE" 'BEGIN { printf "%d", 10000 * s }')
-  echo "run.sh: SDK: W1 ($n runs) through the Python and the TypeScript workers"
+  echo "run.sh: SDK: W1 ($n runs) through the Python and the TypeScript workers (TypeScript: both wire forms)"
   "${DEX_PYTHON:-/usr/bin/python3}" "$here/sdk_w1.py" "$n" "$BENCH_K" | tee -a "$sdk_rows"
   "$root/clients/typescript/node_modules/.bin/tsc" -p "$root/clients/typescript"
-  node "$root/clients/typescript/dist/bench/w1.js" "$n" "$BENCH_K" | tee -a "$sdk_rows"
+  for wire in protobuf json; do
+    node "$root/clients/typescript/dist/bench/w1.js" "$n" "$BENCH_K" "$wire" | tee -a "$sdk_rows"
+  done
 fi
 
 # A definition of three SQL steps against the same flow as a Python SDK workflow calling three
@@ -160,9 +162,9 @@ fi
     }' "$rows"
   if [[ -s $sdk_rows ]]; then
     echo
-    echo "| W1 through the SDK's worker | runs | s | runs/s | xact/run | client CPU ms/run | create runs/s | process runs/s | check |"
-    echo "|---|--:|--:|--:|--:|--:|--:|--:|---|"
-    awk -F'|' '$1 == "ROW" { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$sdk_rows"
+    echo "| W1 through the SDK's worker | runs | s | runs/s | xact/run | client CPU ms/run | server CPU ms/run | create runs/s | process runs/s | check |"
+    echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"
+    awk -F'|' '$1 == "ROW" { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }' "$sdk_rows"
   fi
   if [[ -s $def_rows ]]; then
     echo

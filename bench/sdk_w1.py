@@ -3,8 +3,9 @@
 
     PGHOST=... python3 bench/sdk_w1.py [N] [K]
 
-Prints "ROW|python|N|seconds|runs/s|xact/run|client CPU ms/run|create runs/s|process runs/s|check"
-(client CPU: this process's time over the workload, creates included).
+Prints "ROW|python (protobuf)|N|seconds|runs/s|xact/run|client CPU ms/run|server CPU ms/run|create runs/s|process runs/s|check"
+(client CPU: this process's time over the workload, creates included; server CPU: the time of the
+workers' server backends, from /proc, so the cluster must run on this machine).
 """
 import os
 import sys
@@ -26,6 +27,22 @@ def inc(n):
 @dex.workflow("w1")
 async def w1(ctx, n):
     return await ctx.activity(inc, n)
+
+
+def backends_cpu(client, app_prefix):
+    """CPU seconds the server backends of the workers (application_name 'dex worker <prefix>...')
+    have used (/proc/PID/stat: utime + stime)."""
+    pids = [r[0] for r in client.conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name LIKE %s", (app_prefix + "%",))]
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except OSError:
+            pass                        # gone meanwhile
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def xacts(client):
@@ -54,6 +71,7 @@ def main():
         time.sleep(0.05)
     t2 = time.monotonic()
     cpu = time.process_time() - cpu0
+    server_cpu = backends_cpu(client, "dex worker w1py-")
     for w in workers:
         w.shutdown()
     ok, n = client.conn.execute(
@@ -61,7 +79,8 @@ def main():
         "count(*) FROM dex.runs WHERE queue = %s", (wq,)).fetchone()
     x1 = xacts(client)
     s = t2 - t0
-    print(f"ROW|python|{N}|{s:.2f}|{N / s:.0f}|{(x1 - x0) / N:.2f}|{1000 * cpu / N:.3f}|"
+    print(f"ROW|python (protobuf)|{N}|{s:.2f}|{N / s:.0f}|{(x1 - x0) / N:.2f}|{1000 * cpu / N:.3f}|"
+          f"{1000 * server_cpu / N:.3f}|"
           f"{N / (t1 - t0):.0f}|{N / (t2 - t1):.0f}|"
           f"{'ok' if ok == N else 'FAILED'}: {ok}/{n} completed with argument + 1")
 

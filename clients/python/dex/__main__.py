@@ -9,7 +9,7 @@ import logging
 import os
 import sys
 
-from . import Client, DexError, Worker, __version__
+from . import Client, DexError, DuplicateDefinition, Worker, __version__
 
 
 def main(argv=None) -> int:
@@ -60,20 +60,33 @@ def main(argv=None) -> int:
                     pool_size=args.pool_size, sample_interval=args.sample_interval)
     elif args.cmd == "worker":
         sys.path.insert(0, ".")
-        for m in args.modules:
-            importlib.import_module(m)
+        try:
+            for m in args.modules:
+                importlib.import_module(m)
+        except DuplicateDefinition as e:    # which two: all there is to say
+            print(f"{p.prog} worker: {e}", file=sys.stderr)
+            return 1
         worker = Worker(args.conninfo, args.workflow_queue, args.activity_queue,
                         args.concurrency, activity_lease=args.activity_lease,
                         workflow_lease=args.workflow_lease,
                         shutdown_timeout=args.shutdown_timeout, worker_id=args.worker_id,
                         wire=args.wire, workflow_cache_size=args.workflow_cache_size,
                         pooled=args.pooled)
+        status = 0
         try:
             worker.run()
         except DexError as e:
             if e is not worker.error:
                 raise
-            return 1            # it stopped by itself, and said why in its log
+            status = 1          # it stopped by itself, and said why in its log
+        if worker.stats["activities_abandoned"]:
+            # their threads would keep the process until their code returns, for a result that
+            # is discarded: their attempts are failed as retryable already
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
+        return status
     else:
         with Client(args.conninfo, pooled=args.pooled) as c:
             print(c.format_history(args.run_id))

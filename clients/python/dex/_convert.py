@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Tuple, Union
 
+from .errors import InvalidArgument
+
 Duration = Union[_dt.timedelta, int, float, str]
 
 
@@ -98,7 +100,7 @@ def duration(d: Duration) -> str:
     """A google.protobuf.Duration in JSON form: ``"1.5s"``."""
     s = seconds(d)
     if s < 0:
-        raise ValueError(f"negative duration {d!r}")
+        raise InvalidArgument(f"negative duration {d!r}", sqlstate="22023")
     text = f"{s:.9f}".rstrip("0").rstrip(".")
     return text + "s"
 
@@ -109,7 +111,8 @@ _DURATION_RE = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$")
 def parse_duration(text: str) -> float:
     m = _DURATION_RE.match(text)
     if not m:
-        raise ValueError(f"not a duration: {text!r}")
+        raise InvalidArgument(f"not a duration: {text!r} (use seconds, or \"250ms\", \"30s\", "
+                              f"\"5m\", \"2h\", \"1d\")", sqlstate="22023")
     unit = {"ms": 0.001, "s": 1, None: 1, "m": 60, "min": 60, "h": 3600, "d": 86400}[m.group(2)]
     return float(m.group(1)) * unit
 

@@ -40,7 +40,9 @@ import collections
 import datetime as _dt
 import hashlib
 import logging
+import os
 import random as _random
+import sys
 import uuid as _uuid
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -83,6 +85,8 @@ KEY_FIELD = {
 PATCH_MARKER = "dex.patch:"     # + the change id: the marker ctx.patched records
 
 NON_DETERMINISM = "dex.NonDeterminism"
+# the failure type of a workflow task whose code awaited something that is not a dex awaitable
+NOT_DEX_AWAITABLE = "dex.NotDexAwaitable"
 
 PARENT_CLOSE_POLICIES = ("TERMINATE", "REQUEST_CANCEL", "ABANDON")
 
@@ -106,6 +110,7 @@ class _Loop:
     def __init__(self) -> None:
         self._ready: collections.deque = collections.deque()
         self.fatal: Optional[BaseException] = None
+        self.no_asyncio = _NoAsyncio(self)
 
     def call_soon(self, fn: Callable, *args: Any) -> None:
         self._ready.append((fn, args))
@@ -187,18 +192,26 @@ DEX_AWAITABLES = ("workflows await only ctx.activity(), ctx.sleep(), ctx.wait_ev
                   "asyncio (ctx.sleep() for asyncio.sleep(), ctx.all_of() for asyncio.gather())")
 
 
+class _NotDexAwaitable(TypeError):
+    """Workflow code awaited something that is not a dex awaitable: a mistake of the code, as
+    non-determinism is, so its workflow task fails (dex.NotDexAwaitable) and a fixed deploy
+    lets the run go on."""
+
+
 class _NoAsyncio:
     """asyncio's running loop while workflow code runs: asyncio.sleep(1), asyncio.gather(),
     asyncio.create_task() and the like ask for the running loop first (outside any loop they
     would fail with "no running event loop"), and get this, whose every use says what is
-    wrong."""
+    wrong, and fails the workflow task (whatever the code does with the error)."""
+
+    def __init__(self, loop: "_Loop") -> None:
+        self._dex_loop = loop
 
     def __getattr__(self, name: str) -> Any:
-        raise TypeError(f"workflow code called asyncio (its event loop's {name}), which is not "
-                        f"a dex awaitable: {DEX_AWAITABLES}")
-
-
-_NO_ASYNCIO = _NoAsyncio()
+        err = _NotDexAwaitable(f"workflow code called asyncio (its event loop's {name}), which "
+                               f"is not a dex awaitable: {DEX_AWAITABLES}")
+        self._dex_loop.fatal = self._dex_loop.fatal or err
+        raise err
 
 
 class Task(Future):
@@ -231,16 +244,16 @@ class Task(Future):
                 self._waiting = yielded
                 yielded.add_done_callback(self._wakeup)
             else:
-                self._loop.call_soon(self._throw, TypeError(
+                self._loop.fatal = self._loop.fatal or _NotDexAwaitable(
                     f"workflow code awaited {yielded!r}, which is not a dex awaitable: "
-                    f"{DEX_AWAITABLES}"))
+                    f"{DEX_AWAITABLES}")
 
     def _send(self, exc: Optional[BaseException]) -> Any:
-        """Run the coroutine to its next await, with asyncio's running loop :data:`_NO_ASYNCIO`
+        """Run the coroutine to its next await, with asyncio's running loop a :class:`_NoAsyncio`
         meanwhile (and then again what it was: this thread's asyncio loop, if any, is not
         ours)."""
         outer = asyncio.events._get_running_loop()
-        asyncio.events._set_running_loop(_NO_ASYNCIO)
+        asyncio.events._set_running_loop(self._loop.no_asyncio)
         try:
             return self._coro.send(None) if exc is None else self._coro.throw(exc)
         finally:
@@ -781,6 +794,18 @@ class WorkflowTaskFailure(Exception):
         self.failure = failure
 
 
+_SDK_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _code_location() -> str:
+    """" at file:line" of the workflow code that called into the SDK (the first frame outside
+    the dex package), as the TypeScript SDK names it; "" if there is none."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _SDK_DIR:
+        frame = frame.f_back
+    return f" at {frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+
+
 def _describe(kind: str, body: dict, id: int) -> str:
     key = KEY_FIELD.get(kind)
     name = f" {body.get(key)!r}" if key and body.get(key) not in (None, "") else ""
@@ -895,15 +920,15 @@ class _Replayer:
                 raise self.nondeterminism(
                     f"non-determinism: the history has {_describe(ek, eb, cid)}, recorded by "
                     f"workflow task {rseg.index}, but on replay the workflow issues "
-                    f"{_describe(kind, body, cid)} in workflow task {seg.index}",
+                    f"{_describe(kind, body, cid)} in workflow task {seg.index}{_code_location()}",
                     _patch_of(ev) or _patch_of({"markerRecorded": body}))
             self.matched.add(cid)
             return cid, ev
         if self.replaying:
             raise self.nondeterminism(
                 f"non-determinism: on replay of workflow task {seg.index} the workflow issues "
-                f"{_describe(kind, body, cid)}, which the history does not have (that task "
-                f"recorded {self._recorded_list(seg)})",
+                f"{_describe(kind, body, cid)}{_code_location()}, which the history does not have "
+                f"(that task recorded {self._recorded_list(seg)})",
                 _patch_of({"markerRecorded": body}) if kind == "recordMarker" else None)
         self.out.append({"id": cid, kind: body})
         return cid, None
@@ -1062,6 +1087,10 @@ class _Replayer:
                 final = self._final_command()
                 if final is not None:
                     out.append(final)
+        except _NotDexAwaitable as e:
+            self.finished = True
+            log.error("run %s: %s", task.get("runId"), e)
+            raise WorkflowTaskFailure({"message": str(e), "type": NOT_DEX_AWAITABLE})
         except errors.NonDeterminismError as e:
             self.finished = True
             log.error("run %s: %s", task.get("runId"), e)

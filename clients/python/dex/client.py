@@ -261,10 +261,11 @@ class Client:
     # -- runs ----------------------------------------------------------------
     @staticmethod
     def _workflow(workflow: Any, version: Optional[int]) -> tuple:
+        # the version given, whatever it is (the server refuses 0 or less: 22023)
         if isinstance(workflow, str):
-            return workflow, version or 1
+            return workflow, 1 if version is None else version
         d = workflow_definition(workflow)
-        return d.name, version or d.version
+        return d.name, d.version if version is None else version
 
     @staticmethod
     def _lifecycle(start_at: Optional[_dt.datetime], execution_timeout: Optional[Duration]

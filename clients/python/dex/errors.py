@@ -164,9 +164,10 @@ class PermissionDenied(ServerError):
     """42501: the role may not do this (a queue it was not granted, a function of dex_admin)."""
 
 
-class InvalidArgument(ServerError):
-    """SQLSTATE class 22: a value the server refuses (of the wrong shape, a NULL where one is
-    required, out of range, malformed JSON or protobuf)."""
+class InvalidArgument(ServerError, ValueError):
+    """SQLSTATE class 22: a value refused (of the wrong shape, a NULL where one is required,
+    out of range, malformed JSON or protobuf): by the server, or by the SDK before anything is
+    sent (``sqlstate`` 22023 then, as the server would say: ``"5 parsecs"`` is no duration)."""
 
 
 class InvalidState(ServerError):

@@ -54,7 +54,7 @@ import time
 import uuid
 import weakref
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -235,6 +235,10 @@ def _queue_error(kind: str, queue: str, e: BaseException) -> errors.ServerError:
     error.__cause__ = e
     other = "activity" if kind == "workflow" else "workflow"
     if f'{other} queue "{queue}"' in error.message:
+        # a queue of the other kind, whatever the SQLSTATE (22023 for what a poll declares)
+        error = errors.WrongKind(error.message, sqlstate=error.sqlstate, detail=error.detail,
+                                 hint=error.hint)
+        error.__cause__ = e
         hint = (f"; it is {'an' if other == 'activity' else 'a'} {other} queue: give it as "
                 f"one (python3 -m dex worker -{other[0]} {queue}, or "
                 f"Worker({other}_queues=[...]))")
@@ -343,7 +347,11 @@ class Worker:
         # per connection, whether dex.heartbeat_tasks takes the tasks' queue (1.5)
         self._heartbeat_by_queue: "weakref.WeakKeyDictionary[psycopg.Connection, bool]" = \
             weakref.WeakKeyDictionary()
-        self._declare_warned = False
+        self._parts: Dict[bool, int] = {}      # pollers per queue, by kind (workflow: True)
+        # the queues a call of this worker's polled (its refusals are retried, not fatal):
+        # marked as each poll returns, not as the loop's turn ends, which with the one-call
+        # wait takes as long as tasks keep coming
+        self._polled: Set[str] = set()
         self._started = False
         # what stopped the worker by itself (a queue that does not exist, ...): run() raises it
         self.error: Optional[errors.DexError] = None
@@ -354,7 +362,8 @@ class Worker:
         self.stats = {"workflow_tasks": 0, "activities_completed": 0, "activities_failed": 0,
                       "leases_lost": 0, "full_replays": 0, "cache_hits": 0, "cache_stale": 0,
                       "history_reads": 0, "activity_completions_in_poll": 0,
-                      "reporter_calls": 0, "workflow_complete_calls": 0}
+                      "reporter_calls": 0, "workflow_complete_calls": 0,
+                      "activities_abandoned": 0}
 
     # -- lifecycle ---------------------------------------------------------
     def __enter__(self) -> "Worker":
@@ -367,16 +376,23 @@ class Worker:
         """Start polling in background threads; returns at once."""
         if self._started:
             return self
+        self._parts = {True: self._declaration_parts(True), False: self._declaration_parts(False)}
+        if not self._parts[True] and not self._parts[False]:
+            raise errors.DexError(f"worker {self.worker_id} has nothing to run: no workflows for "
+                                  f"its workflow queues {self.workflow_queues} and no activities "
+                                  f"for its activity queues {self.activity_queues}")
         self._started = True
-        if self.activity_queues:
+        if self._parts[False]:
             self._executor = ThreadPoolExecutor(self.concurrency, thread_name_prefix="dex-activity")
             self._reporter = threading.Thread(target=self._guard, args=(self._reporter_loop,),
                                               name="dex-reporter", daemon=True)
             self._reporter.start()
-        for q in self.workflow_queues:
-            self._spawn(self._workflow_loop, q, f"dex-wf-{q}")
-        for q in self.activity_queues:
-            self._spawn(self._activity_loop, q, f"dex-act-{q}")
+        for workflow, queues, loop, prefix in (
+                (True, self.workflow_queues, self._workflow_loop, "wf"),
+                (False, self.activity_queues, self._activity_loop, "act")):
+            for q in queues:
+                for part in range(self._parts[workflow]):
+                    self._spawn(loop, q, part, f"dex-{prefix}-{q}" + (f"-{part}" if part else ""))
         log.info("worker %s started: workflow queues %s, activity queues %s, concurrency %d",
                  self.worker_id, self.workflow_queues, self.activity_queues, self.concurrency)
         return self
@@ -425,9 +441,12 @@ class Worker:
             time.sleep(0.05)
         with self._lock:
             abandoned = [r for r in self._inflight.values() if not r.finished and not r.reported]
+        self.stats["activities_abandoned"] += len(abandoned)
         for r in abandoned:
             log.warning("activity %s (id %s) of run %s still running at shutdown: failing it as "
-                        "retryable", r.ctx.info.name, r.task_id, r.run_id)
+                        "retryable (its code goes on until it returns: a process that does not "
+                        "want to wait for it ends with os._exit)", r.ctx.info.name, r.task_id,
+                        r.run_id)
             self._report(r, ("fail", {"message": "the worker shut down before the activity "
                                       "finished", "type": "dex.WorkerShutdown"}))
         if self._reporter is not None:
@@ -451,8 +470,8 @@ class Worker:
         with self._slots:
             self._slots.notify_all()
 
-    def _spawn(self, fn: Any, q: str, name: str) -> None:
-        t = threading.Thread(target=self._guard, args=(fn, q), name=name, daemon=True)
+    def _spawn(self, fn: Any, q: str, part: int, name: str) -> None:
+        t = threading.Thread(target=self._guard, args=(fn, q, part), name=name, daemon=True)
         self._threads.append(t)
         t.start()
 
@@ -604,44 +623,53 @@ class Worker:
         installed dex has the argument (and the one-call wait that takes completions)."""
         return self.cache.size > 0 and self._poll_completes(conn)
 
-    def _declared(self, conn: psycopg.Connection, workflow: bool) -> Declared:
-        """What this worker's polls declare it runs (dex 1.6), so that the server hands it
-        nothing else: the (name, version) pairs of its workflows on a workflow queue, the names
-        of its activities on an activity queue.  None (every task, as before 1.6) when the
-        installed dex cannot take it, or when the registry is empty or too large to declare
-        (DECLARE_MAX), with a warning."""
+    def _declaration_parts(self, workflow: bool) -> int:
+        """How many pollers each queue of the kind gets: one per DECLARE_MAX of what the
+        worker runs of that kind (a poll declares at most that many), none when it runs
+        nothing of it (said once: those queues are not polled)."""
+        queues = self.workflow_queues if workflow else self.activity_queues
+        n = len(self._workflows if workflow else self._activities)
+        if queues and n == 0:
+            log.warning("worker %s has no %s: it does not poll its %s queues %s", self.worker_id,
+                        "workflows" if workflow else "activities",
+                        "workflow" if workflow else "activity", queues)
+        return -(-n // DECLARE_MAX) if queues else 0
+
+    def _declared(self, conn: psycopg.Connection, workflow: bool, part: int) -> Declared:
+        """What the polls of a poller declare it runs (dex 1.6), so that the server hands it
+        nothing else: part ``part`` (DECLARE_MAX each, see :meth:`_declaration_parts`) of the
+        (name, version) pairs of the worker's workflows on a workflow queue, of the names of
+        its activities on an activity queue.  None (every task) when the installed dex
+        cannot take it (before 1.6)."""
         if self._api_level(conn)[0] < 7:
             return None
+        part_of = slice(part * DECLARE_MAX, (part + 1) * DECLARE_MAX)
         if workflow:
-            keys = sorted(self._workflows)
-            declared: Declared = ([k[0] for k in keys], [k[1] for k in keys])
-        else:
-            declared = (sorted(self._activities), None)
-        if not declared[0] or len(declared[0]) > DECLARE_MAX:
-            if not self._declare_warned:
-                self._declare_warned = True
-                log.warning("worker %s has %d %s registered: its polls declare none and take "
-                            "every task of their queues", self.worker_id, len(declared[0]),
-                            "workflows" if workflow else "activities")
-            return None
-        return declared
+            keys = sorted(self._workflows)[part_of]
+            return [k[0] for k in keys], [k[1] for k in keys]
+        return sorted(self._activities)[part_of], None
 
     def _poll_wait(self, conn: psycopg.Connection, queue: str, n: int, lease: float,
-                   workflow: bool) -> List[Tuple]:
+                   workflow: bool, part: int) -> List[Tuple]:
         """Lease up to ``n`` tasks, waiting for some (up to ``poll_timeout``) in the same
-        call; shutdown cancels the wait as it does ``_long_poll``'s (no task is leased then)."""
+        call; shutdown cancels the wait as it does ``_long_poll``'s (no task is leased then).
+        The first call of a queue does not wait: a refusal that stops the worker
+        (:meth:`_polling`) is then one the server made at once, not a revoke that came while
+        the call waited."""
         with self._waiting_on(conn, stoppable=True):
             try:
                 if self._stopping.is_set():
                     return []
-                return self._wire.poll_wait(conn, queue, self.worker_id, n, lease,
-                                            self.poll_timeout, workflow,
-                                            workflow and self._worker_cache(conn),
-                                            self._declared(conn, workflow))
+                rows = self._wire.poll_wait(
+                    conn, queue, self.worker_id, n, lease,
+                    self.poll_timeout if queue in self._polled else 0, workflow,
+                    workflow and self._worker_cache(conn), self._declared(conn, workflow, part))
             except psycopg.errors.QueryCanceled:
                 if not self._stopping.is_set():
                     raise
                 return []
+        self._polled.add(queue)
+        return rows
 
     def _polling(self, body: Any, queue: str, kind: str) -> None:
         """Run ``body(conn)`` until stopping; reconnect after connection errors.  A call the
@@ -649,7 +677,6 @@ class Worker:
         stops the worker if the queue was never polled (:meth:`_fail`), and is said once, in
         a line, and retried with backoff if it was."""
         conn: Optional[psycopg.Connection] = None
-        polled = False          # a call of this queue's went through
         refused: Optional[str] = None       # what the server says, while it refuses
         delay = REFUSED_BACKOFF[0]
         while not self._stopping.is_set():
@@ -657,7 +684,7 @@ class Worker:
                 if conn is None or conn.closed:
                     conn = self._connect()
                 body(conn)
-                polled = True
+                self._polled.add(queue)
                 if refused is not None:
                     log.info("%s queue %r: polled again", kind, queue)
                     refused, delay = None, REFUSED_BACKOFF[0]
@@ -680,7 +707,7 @@ class Worker:
                     conn = None
                 elif _refused_for_good(e):
                     error = _queue_error(kind, queue, e)
-                    if not polled:
+                    if queue not in self._polled:
                         self._fail(error)
                         break
                     if str(error) != refused:
@@ -696,7 +723,7 @@ class Worker:
             conn.close()
 
     # -- workflow tasks ------------------------------------------------------
-    def _workflow_loop(self, queue: str) -> None:
+    def _workflow_loop(self, queue: str, part: int) -> None:
         # the last poll did not fill a batch: the next one may wait.  With the one-call
         # wait that poll looks first, so a batch it did not fill goes straight to it (one
         # call, where a plain poll that finds nothing would cost a call more)
@@ -711,21 +738,21 @@ class Worker:
                 # full batch goes to it too (one call and one transaction, where
                 # dex.complete_tasks and a plain poll are two)
                 deferred = self._worker_cache(conn)
-                rows = self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
+                rows = self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True, part)
                 while rows:
                     if not deferred or self._stopping.is_set():
-                        self._workflow_batch(conn, queue, rows)
+                        self._workflow_batch(conn, queue, part, rows)
                         break
-                    rows = self._complete_and_poll_wait(conn, queue, rows)
+                    rows = self._complete_and_poll_wait(conn, queue, part, rows)
                 idle = not rows or len(rows) < self.max_batch
                 return
-            n = self._workflow_batch(conn, queue)
+            n = self._workflow_batch(conn, queue, part)
             if n == 0 and not self._can_poll_wait(conn):
                 self._long_poll(conn, queue)
             idle = n < self.max_batch if self._can_poll_wait(conn) else n == 0
         self._polling(body, queue, "workflow")
 
-    def _complete_and_poll_wait(self, conn: psycopg.Connection, queue: str,
+    def _complete_and_poll_wait(self, conn: psycopg.Connection, queue: str, part: int,
                                 rows: List[Tuple]) -> List[Tuple]:
         """Run the leased workflow tasks, then complete them and wait for the next ones in
         one CALL (dex 1.5); the rows it leased.  A completion the engine refuses (invalid
@@ -733,14 +760,14 @@ class Worker:
         :meth:`_workflow_batch` does, and the next ones polled with the plain one-call wait."""
         done, results, states = self._run_workflow_tasks(conn, rows)
         if not done:
-            return self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
+            return self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True, part)
         wire = self._wire
         try:
             with self._waiting_on(conn, stoppable=True):
                 leased, applied = wire.complete_and_poll_wait(
                     conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
                     self.poll_timeout, done, [wire.commands(c) for c in results],
-                    self._declared(conn, True))
+                    self._declared(conn, True, part))
         except psycopg.errors.Error as e:
             for_shutdown = isinstance(e, psycopg.errors.QueryCanceled) and self._stopping.is_set()
             if _connection_error(e) or isinstance(e, psycopg.errors.QueryCanceled):
@@ -757,18 +784,19 @@ class Worker:
                 return []
             log.warning("completion with the poll refused (%s); completing apart", e)
             self._complete_workflow_tasks(conn, done, results, states)
-            return self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True)
+            return self._poll_wait(conn, queue, self.max_batch, self.workflow_lease, True, part)
         self._settle_workflow_tasks(done, states, {r[0] for r, ok in zip(done, applied) if ok})
         return leased
 
-    def _workflow_batch(self, conn: psycopg.Connection, queue: str,
+    def _workflow_batch(self, conn: psycopg.Connection, queue: str, part: int,
                         rows: Optional[List[Tuple]] = None) -> int:
         """Poll a batch of workflow tasks (unless given), run them, complete them in one
         call; how many tasks were polled."""
         wire = self._wire
         if rows is None:
             rows = wire.poll(conn, queue, self.worker_id, self.max_batch, self.workflow_lease,
-                             self._worker_cache(conn), self._declared(conn, True))
+                             self._worker_cache(conn), self._declared(conn, True, part))
+            self._polled.add(queue)
         done, results, states = self._run_workflow_tasks(conn, rows)
         if done:
             self._complete_workflow_tasks(conn, done, results, states)
@@ -959,12 +987,12 @@ class Worker:
                 self._free += n
                 self._slots.notify_all()
 
-    def _activity_loop(self, queue: str) -> None:
+    def _activity_loop(self, queue: str, part: int) -> None:
         wire = self._wire
         idle = False            # the last poll found nothing
         # the one-call wait holds its reserved slots while it waits: only when no other
         # activity queue of this worker shares them
-        one_queue = len(self.activity_queues) == 1
+        one_queue = len(self.activity_queues) * self._parts[False] == 1
 
         def body(conn: psycopg.Connection) -> None:
             nonlocal idle
@@ -977,11 +1005,12 @@ class Worker:
                 if n == 0:
                     return
                 if call and (idle or held):
-                    rows = self._complete_activities_and_poll_wait(conn, queue, n, held)
+                    rows = self._complete_activities_and_poll_wait(conn, queue, part, n, held)
                 else:
                     self._resend(held)      # (none: they would have made it CALL)
                     rows = wire.poll(conn, queue, self.worker_id, n, self.activity_lease,
-                                     declared=self._declared(conn, False))
+                                     declared=self._declared(conn, False, part))
+                    self._polled.add(queue)
             except BaseException:
                 self._release(n)
                 raise
@@ -1074,8 +1103,9 @@ class Worker:
         level = self._api_level(conn)
         return level[0] >= 5 and level[1]
 
-    def _complete_activities_and_poll_wait(self, conn: psycopg.Connection, queue: str, n: int,
-                                           held: List[_Running]) -> List[Tuple]:
+    def _complete_activities_and_poll_wait(self, conn: psycopg.Connection, queue: str,
+                                           part: int, n: int, held: List[_Running]
+                                           ) -> List[Tuple]:
         """Lease up to ``n`` activity tasks with the one-call wait (as :meth:`_poll_wait`),
         completing in the same CALL, and the same transaction as its first look, the
         activities whose outcomes were handed to the poller (``held``, emptied: each is
@@ -1086,7 +1116,7 @@ class Worker:
         server refused (a result too large, ...) changed nothing: the reporter sends them
         (one by one when its batch is refused too), and a plain one-call wait polls."""
         if not held:
-            return self._poll_wait(conn, queue, n, self.activity_lease, False)
+            return self._poll_wait(conn, queue, n, self.activity_lease, False, part)
         carried = list(held)
         held.clear()
         wire = self._wire
@@ -1098,7 +1128,8 @@ class Worker:
                 rows, applied = wire.complete_and_poll_wait(
                     conn, queue, self.worker_id, n, self.activity_lease, self.poll_timeout,
                     [(r.run_id, r.task_id, r.lock_version) for r in carried],
-                    [wire.result(r.outcome[1]) for r in carried], self._declared(conn, False),
+                    [wire.result(r.outcome[1]) for r in carried],
+                    self._declared(conn, False, part),
                     workflow=False)
         except psycopg.errors.Error as e:
             cancelled = isinstance(e, psycopg.errors.QueryCanceled)
@@ -1110,7 +1141,7 @@ class Worker:
             log.warning("activity completions with the poll refused (%s); the reporter sends "
                         "them", e)
             self._resend(carried)
-            return self._poll_wait(conn, queue, n, self.activity_lease, False)
+            return self._poll_wait(conn, queue, n, self.activity_lease, False, part)
         except BaseException:
             self._resend(carried, maybe_applied=True)
             raise

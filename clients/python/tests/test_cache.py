@@ -323,7 +323,7 @@ def manual_worker(conninfo, queues, **kw):
 
 
 def batch(worker, conn, queue):
-    n = worker._workflow_batch(conn, queue)
+    n = worker._workflow_batch(conn, queue, 0)
     assert n == 1
     return n
 
@@ -360,7 +360,7 @@ def test_a_cached_run_is_sent_only_the_last_batch(conninfo, client, queues, wire
         # the second task was shown 5 events; its batch: 2 shown, completed, wait started
         assert a._wire.history_omitted(raw) == 5
         assert task["historyLength"] == 9 and len(task["history"]) == 4
-        a._workflow_batch(conn, queues[0], rows)
+        a._workflow_batch(conn, queues[0], 0, rows)
         assert client.result(run_id, timeout=10) == 111
     assert a.stats == dict(a.stats, full_replays=1, cache_hits=2, cache_stale=0, history_reads=0)
 

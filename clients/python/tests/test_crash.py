@@ -61,27 +61,49 @@ def test_a_killed_worker_is_replaced_and_nothing_done_is_redone(client, queues, 
     assert [c["attempt"] for c in completed] == [1, 1, 2, 1]
 
 
-def test_sigterm_lets_running_activities_finish(client, queues, start_worker, tmp_path,
-                                                monkeypatch):
-    log = tmp_path / "activities.log"
-    monkeypatch.setenv("DEX_TEST_LOG", str(log))
-    proc = spawn_worker(queues, log, "--shutdown-timeout", "10")
+def sigterm_while_c_runs(client, queues, log, seconds, shutdown_timeout):
+    """A worker process runs crash-order, whose activity c takes ``seconds``; SIGTERM while c
+    runs: the worker exits 0 within 10 s.  The run's id and what the worker printed."""
+    proc = spawn_worker(queues, log, "--shutdown-timeout", str(shutdown_timeout))
     try:
-        run_id = client.start(crashflows.order, {"seconds": 1.0}, queue=queues[0])
+        run_id = client.start(crashflows.order, {"seconds": seconds}, queue=queues[0])
         wait_for_line(log, "start c 1", proc)
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
         assert time.monotonic() - t0 < 10
+        return run_id, proc.stdout.read()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_sigterm_lets_running_activities_finish(client, queues, start_worker, tmp_path,
+                                                monkeypatch):
+    log = tmp_path / "activities.log"
+    monkeypatch.setenv("DEX_TEST_LOG", str(log))
+    run_id, _ = sigterm_while_c_runs(client, queues, log, 1.0, 10)
     # c finished and was reported before the worker left: nothing is redone
     assert "done c 1" in log.read_text().splitlines()
     start_worker()
     assert client.result(run_id, timeout=30) == ["a", "b", "c", "d"]
     assert "start c 2" not in log.read_text().splitlines()
+
+
+def test_sigterm_ends_the_process_after_the_shutdown_timeout_though_an_activity_goes_on(
+        client, queues, tmp_path, monkeypatch):
+    """An activity that ignores the shutdown: its attempt is failed as retryable when the
+    shutdown timeout passes, and the process ends then (its thread kept it until the
+    activity returned, for a result nobody takes)."""
+    log = tmp_path / "activities.log"
+    monkeypatch.setenv("DEX_TEST_LOG", str(log))
+    run_id, out = sigterm_while_c_runs(client, queues, log, 60.0, 1)
+    assert "still running at shutdown: failing it as retryable" in out
+    assert "done c 1" not in log.read_text().splitlines()
+    failures = [a.failure["type"] for a in client.attempts(run_id) if a.failure]
+    assert failures == ["dex.WorkerShutdown"]
+    client.terminate(run_id)
 
 
 def test_shutdown_gives_up_on_activities_that_do_not_finish(client, queues, start_worker,

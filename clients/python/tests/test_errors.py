@@ -59,6 +59,19 @@ def test_more_server_errors(client, queues):
     assert raised.value.sqlstate.startswith("22")
 
 
+
+def test_a_version_the_server_refuses_is_sent_as_given(client, queues):
+    """version=0 started version 1 (``version or 1``): the caller's version goes to the
+    server, which refuses 0 (22023), for a name and for a definition alike."""
+    name = f"errors-version-{uuid.uuid4().hex[:8]}"
+    for workflow in (name, flow):
+        with pytest.raises(dex.InvalidArgument) as raised:
+            client.start(workflow, 1, queue=queues[0], version=0)
+        assert raised.value.sqlstate == "22023"
+        with pytest.raises(dex.InvalidArgument):
+            client.start_many(workflow, [1], queue=queues[0], version=0)
+    assert client.list(workflow_name=name) == []
+
 def psycopg_error(sqlstate, message, detail=None):
     """The exception psycopg raises for a server error of that SQLSTATE (as from a result)."""
     try:
@@ -131,3 +144,15 @@ def test_a_run_argument_that_is_not_json(client, queues):
     assert raised.value.path == "payload['when']"
     assert "the event's payload is not JSON" in str(raised.value)
     client.terminate(run_id)
+
+
+def test_a_value_the_sdk_refuses_before_sending_is_invalid_argument(client, queues):
+    """As the TypeScript SDK: a duration that is none is refused as the server would refuse it
+    (InvalidArgument, 22023), and is still a ValueError."""
+    with pytest.raises(dex.InvalidArgument) as raised:
+        client.start(flow, 1, queue=queues[0], execution_timeout="5 parsecs")
+    assert isinstance(raised.value, ValueError) and raised.value.sqlstate == "22023"
+    assert raised.value.message == ("not a duration: '5 parsecs' (use seconds, or \"250ms\", "
+                                    "\"30s\", \"5m\", \"2h\", \"1d\")")
+    with pytest.raises(dex.InvalidArgument, match="^negative duration -1"):
+        dex.RetryPolicy(initial_delay=-1).to_json()

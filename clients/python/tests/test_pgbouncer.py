@@ -386,6 +386,8 @@ def test_the_cli_passes_pooled_on(monkeypatch, flag, pooled):
     seen = {}
 
     class FakeWorker:
+        stats = {"activities_abandoned": 0}
+
         def __init__(self, *args, **kwargs):
             seen.update(kwargs)
 

@@ -2,6 +2,7 @@
 second function under a workflow's name and version, or an activity's name, would silently
 replace the first, and workers would run whichever was imported last."""
 
+import importlib
 import os
 import subprocess
 import sys
@@ -91,3 +92,60 @@ def test_a_script_imported_again_by_its_name_is_told_so(tmp_path):
     assert last.startswith("dex.errors.DuplicateDefinition: workflow 'registry-main' version 1 "
                            "is defined twice: by __main__.flow (")
     assert "(one module imported twice, as __main__ and by its name?" in last
+
+
+def test_two_functions_of_one_name_in_one_module_are_refused(tmp_path, monkeypatch):
+    """A copy-paste: the same function name twice in a module, both for one (workflow,
+    version) or one activity name, replaced each other without a word."""
+    (tmp_path / "registry_copied.py").write_text(
+        "import dex\n\n"
+        "@dex.workflow('registry-copied')\nasync def flow(ctx):\n    return 1\n\n"
+        "@dex.workflow('registry-copied')\nasync def flow(ctx):\n    return 2\n")
+    (tmp_path / "registry_copied_act.py").write_text(
+        "import dex\n\n"
+        "@dex.activity('registry-copied-act')\ndef act():\n    return 1\n\n"
+        "@dex.activity('registry-copied-act')\ndef act():\n    return 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(dex.DuplicateDefinition) as raised:
+        importlib.import_module("registry_copied")
+    where = str(tmp_path / "registry_copied.py")
+    assert str(raised.value) == (
+        f"workflow 'registry-copied' version 1 is defined twice: by registry_copied.flow "
+        f"({where}:3) and by registry_copied.flow ({where}:7); give one of them another version")
+    with pytest.raises(dex.DuplicateDefinition, match="^activity 'registry-copied-act' is "
+                       "defined twice: by registry_copied_act.act .*:3.* and by "
+                       "registry_copied_act.act .*:7"):
+        importlib.import_module("registry_copied_act")
+
+
+def test_a_module_reloaded_after_an_edit_replaces_its_definitions(tmp_path, monkeypatch):
+    path = tmp_path / "registry_reloaded.py"
+    path.write_text("import dex\n\n@dex.workflow('registry-reloaded')\nasync def flow(ctx):\n"
+                    "    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("registry_reloaded")
+    path.write_text("import dex\n\n# moved down a line\n@dex.workflow('registry-reloaded')\n"
+                    "async def flow(ctx):\n    return 2\n")
+    importlib.invalidate_caches()
+    os.utime(path, (0, 2_000_000_000))          # newer than the cached bytecode, whatever it is
+    importlib.reload(module)
+    assert WORKFLOWS[("registry-reloaded", 1)].fn is module.flow
+    assert module.flow.__code__.co_firstlineno == 4
+
+
+def test_dex_worker_names_the_two_modules_of_a_duplicate_in_one_line(tmp_path):
+    """Two modules given to `dex worker` that define the same (workflow, version): a 14-frame
+    traceback said it; one line does."""
+    for name, result in (("registry_one", 1), ("registry_two", 2)):
+        (tmp_path / f"{name}.py").write_text(
+            f"import dex\n\n@dex.workflow('registry-both')\nasync def flow(ctx):\n"
+            f"    return {result}\n")
+    sdk = os.path.dirname(os.path.dirname(os.path.abspath(dex.__file__)))
+    out = subprocess.run([sys.executable, "-m", "dex", "worker", "registry_one", "registry_two",
+                          "-w", "q"], cwd=tmp_path, capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=sdk), timeout=60)
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        f"python3 -m dex worker: workflow 'registry-both' version 1 is defined twice: by "
+        f"registry_one.flow ({tmp_path}/registry_one.py:3) and by registry_two.flow "
+        f"({tmp_path}/registry_two.py:3); give one of them another version"]

@@ -173,9 +173,22 @@ async def uses_asyncio(ctx):
     await Foreign()
 
 
-def test_awaiting_asyncio_fails_the_run_clearly():
-    (cmd,) = run(uses_asyncio, [], first_task())
-    assert "not a dex awaitable" in cmd["failRun"]["failure"]["message"]
+def not_dex_awaitable(fn):
+    """The failure of a workflow task whose code awaits something that is not a dex awaitable:
+    the task fails, as for non-determinism, not the run (it failed the run: the TypeScript SDK,
+    which cannot throw into an await, fails the task, and so does this one now)."""
+    with pytest.raises(WorkflowTaskFailure) as err:
+        run(fn, [], first_task())
+    assert err.value.failure["type"] == "dex.NotDexAwaitable"
+    return err.value.failure["message"]
+
+
+def test_awaiting_something_else_fails_the_workflow_task_clearly():
+    assert not_dex_awaitable(uses_asyncio) == (
+        "workflow code awaited 'something of another event loop', which is not a dex awaitable: "
+        "workflows await only ctx.activity(), ctx.sleep(), ctx.wait_event(), ctx.child(), "
+        "ctx.all_of(), ctx.any_of() and their own coroutines, never asyncio (ctx.sleep() for "
+        "asyncio.sleep(), ctx.all_of() for asyncio.gather())")
 
 
 @dex.workflow("replay-asyncio-sleep")
@@ -194,11 +207,10 @@ async def gathers_with_asyncio(ctx):
 def test_asyncio_in_a_workflow_says_it_is_not_a_dex_awaitable(fn, called):
     """asyncio.sleep(5) and asyncio.gather() ask for asyncio's running loop: outside one they
     failed with "RuntimeError: no running event loop"."""
-    failure = run(fn, [], first_task())[-1]["failRun"]["failure"]
-    assert failure["type"] == "TypeError"
-    assert failure["message"].startswith(f"workflow code called asyncio (its event loop's "
-                                         f"{called}), which is not a dex awaitable: ")
-    assert "ctx.sleep() for asyncio.sleep()" in failure["message"]
+    message = not_dex_awaitable(fn)
+    assert message.startswith(f"workflow code called asyncio (its event loop's {called}), which "
+                              "is not a dex awaitable: ")
+    assert "ctx.sleep() for asyncio.sleep()" in message
 
 
 def test_asyncio_in_a_workflow_inside_a_running_asyncio_loop():
@@ -206,13 +218,12 @@ def test_asyncio_in_a_workflow_inside_a_running_asyncio_loop():
     caller's loop is its running loop again afterwards."""
     async def main():
         loop = asyncio.get_running_loop()
-        (cmd,) = run(sleeps_with_asyncio, [], first_task())
+        message = not_dex_awaitable(sleeps_with_asyncio)
         assert asyncio.get_running_loop() is loop
         await asyncio.sleep(0.01)
-        return cmd
+        return message
 
-    cmd = asyncio.run(main())
-    assert "not a dex awaitable" in cmd["failRun"]["failure"]["message"]
+    assert "not a dex awaitable" in asyncio.run(main())
     with pytest.raises(RuntimeError, match="no running event loop"):
         asyncio.get_running_loop()
 
@@ -332,3 +343,13 @@ def test_a_cancelled_workflow_compensates_then_ends_the_run():
     new = [started(2), {"activityTaskCompleted": {"activityTaskCreatedEventId": 2,
                                                   "result": {"json": "null"}}}]
     assert run(compensate, history, new) == [{"cancelRun": {}}]
+
+
+def test_non_determinism_names_the_code_location():
+    """As the TypeScript SDK: where in the workflow's code the command that does not match was
+    issued."""
+    history = first_task(5) + [
+        completed(), {"id": 1, "timerCreated": {"name": "nap"}}]
+    new = [started(1), {"timerElapsed": {"timerCreatedEventId": 1}}]
+    msg = failed_task(two_steps, history, new)
+    assert msg.endswith(f"in workflow task 1 at {__file__}:{two_steps.__code__.co_firstlineno + 2}")

@@ -105,3 +105,61 @@ def test_an_activity_no_worker_has_waits(client, queues, start_worker):
     assert client.get(run_id).status == "RUNNING"         # not failed as an unknown activity
     start_worker(workflow_queues=[], activities=[missing])
     assert client.result(run_id, timeout=30) == -5
+
+
+def test_a_worker_polls_no_queue_it_has_nothing_to_run_for(client, queues, start_worker, caplog):
+    """A worker given a queue of a kind it has nothing registered for declared nothing and took
+    every task of it, failing other workers' runs (dex.UnknownWorkflow) and activities
+    (dex.UnknownActivity).  It does not poll such a queue, and says so."""
+    if not declares_versions():
+        pytest.skip("the installed dex has no version-aware dispatch")
+    wf, act = queues
+    tag = uuid.uuid4().hex[:6]
+    no_workflows = start_worker(workflows=[], activities=[missing], worker_id=f"nowf-{tag}")
+    no_activities = start_worker(workflows=[needs_missing], activities=[],
+                                 worker_id=f"noact-{tag}")
+    assert [r.getMessage() for r in caplog.records if "it does not poll" in r.getMessage()] == [
+        f"worker nowf-{tag} has no workflows: it does not poll its workflow queues ['{wf}']",
+        f"worker noact-{tag} has no activities: it does not poll its activity queues ['{act}']"]
+    run_id = client.start(flow_v2, 1, queue=wf, version=2)     # a workflow neither has
+    served = client.start(needs_missing, 5, queue=wf)          # the activity of the other's
+    assert client.result(served, timeout=30) == -5
+    assert workers_of(client, served) == {no_activities.worker_id}
+    wait_until("the workflow nobody has shown unserved", lambda: sql(
+        "SELECT 1 FROM dex.unserved('0 s') WHERE queue = %s AND name = 'dv-flow'", (wf,)))
+    assert client.get(run_id).status == "CREATED"
+    assert no_workflows.stats["workflow_tasks"] == 0
+    assert no_activities.stats["activities_failed"] == 0
+    with pytest.raises(dex.DexError, match="has nothing to run: no workflows for its workflow "
+                       r"queues \['q'\] and no activities for its activity queues \[\]"):
+        dex.Worker("", ["q"], workflows=[], worker_id="idle").start()
+
+
+class _Generated:
+    """A workflow of the test's own, not in the global registry."""
+
+    def __init__(self, name):
+        async def fn(ctx, arg):
+            return name
+        self.__dex_workflow__ = dex.registry.WorkflowDefinition(name, 1, fn, None, True)
+
+
+def test_a_worker_with_more_workflows_than_a_poll_declares_polls_only_them(
+        client, queues, start_worker):
+    """1,200 workflows, more than one poll declares (1,000): the worker declared none and took
+    every task of its queue.  It polls with one poller per 1,000, each declaring its part."""
+    if not declares_versions():
+        pytest.skip("the installed dex has no version-aware dispatch")
+    wf = queues[0]
+    tag = uuid.uuid4().hex[:6]
+    many = [_Generated(f"dv-many-{tag}-{i:04d}") for i in range(1200)]
+    w = start_worker(workflows=many, activities=[step], activity_queues=[])
+    assert sorted(t.name for t in w._threads) == [f"dex-wf-{wf}", f"dex-wf-{wf}-1"]
+    first = client.start(f"dv-many-{tag}-0007", None, queue=wf)
+    last = client.start(f"dv-many-{tag}-1199", None, queue=wf)
+    other = client.start(flow_v1, 1, queue=wf)                 # not among them
+    assert client.result(first, timeout=30) == f"dv-many-{tag}-0007"
+    assert client.result(last, timeout=30) == f"dv-many-{tag}-1199"
+    wait_until("the workflow it does not have shown unserved", lambda: sql(
+        "SELECT 1 FROM dex.unserved('0 s') WHERE queue = %s AND name = 'dv-flow'", (wf,)))
+    assert client.get(other).status == "CREATED"

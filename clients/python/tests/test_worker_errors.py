@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 
 import psycopg
@@ -45,6 +46,18 @@ def test_a_worker_of_a_queue_that_does_not_exist_says_so_once_and_exits(queues, 
         f"dex.worker {kind} queue '{missing}': queue \"{missing}\" does not exist (SQLSTATE "
         f"42704); create it first: SELECT dex.create_queue('{missing}', '{kind}'); the worker "
         "stops")
+
+
+def test_a_queue_of_the_other_kind_is_wrong_kind_as_in_typescript():
+    refused = psycopg.errors.InvalidParameterValue(
+        'names are workflow names, but "a" is an activity queue',
+        info={DiagnosticField.SQLSTATE: b"22023",
+              DiagnosticField.MESSAGE_PRIMARY: b'workflows are declared on activity queue "a"'})
+    error = dex.worker._queue_error("workflow", "a", refused)
+    assert isinstance(error, dex.WrongKind) and error.sqlstate == "22023"
+    assert error.__cause__ is refused
+    assert str(error).endswith("it is an activity queue: give it as one (python3 -m dex worker "
+                               "-a a, or Worker(activity_queues=[...]))")
 
 
 def test_a_queue_given_as_the_other_kind_is_said_so(queues):
@@ -157,3 +170,48 @@ def test_a_refused_workflow_task_failure_stays_in_the_batch(monkeypatch, caplog)
     assert w._run_workflow_tasks(Refusing(), [(uuid.uuid4(), 1, 1, b"")]) == ([], [], [])
     assert any("1 workflow task(s) could not be failed (the failure is refused); left to their "
                "leases" in r.getMessage() for r in caplog.records)
+
+
+@dex.workflow("worker-errors-revoked")
+async def revoked_flow(ctx, n):
+    return await ctx.activity(revoked_step, n)
+
+
+@dex.activity("worker-errors-revoked-step")
+def revoked_step(n):
+    return n + 1
+
+
+def test_a_queue_revoked_while_its_worker_waits_is_retried(
+        conninfo, client, queues, monkeypatch, caplog):
+    """The revoke reaches the worker's CALL dex.poll_tasks_wait while it waits (42501): the
+    worker had polled the queue, so it says so and tries again, and goes on once the queue is
+    granted back.  It stopped for good: a call that had not returned (30 s without a task, or
+    never while tasks kept coming) did not count as polled."""
+    monkeypatch.setattr(dex.worker, "REFUSED_BACKOFF", (0.2, 0.4))
+    caplog.set_level(logging.INFO, logger="dex")
+    role = f"worker_errors_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN IN ROLE dex_worker")
+        w = dex.Worker(f"{conninfo} user={role}", [queues[0]], [queues[1]], poll_timeout=30,
+                       shutdown_timeout=2, workflows=[revoked_flow], activities=[revoked_step])
+        try:
+            w.start()
+            run_id = client.start(revoked_flow, 1, queue=queues[0])
+            assert client.result(run_id, timeout=20) == 2
+            time.sleep(0.5)                 # the workflow poller waits in its CALL again
+            admin.execute("SELECT dex.revoke_queue(%s, 'dex_worker')", (queues[0],))
+            deadline = time.monotonic() + 15
+            while not any("trying again" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, "the worker never said the queue was refused"
+                time.sleep(0.05)
+            assert w.error is None and not w._stopping.is_set()
+            admin.execute("SELECT dex.grant_queue(%s, 'dex_worker')", (queues[0],))
+            run_id = client.start(revoked_flow, 5, queue=queues[0])
+            assert client.result(run_id, timeout=20) == 6
+            assert w.error is None
+            assert not any("the worker stops" in r.getMessage() for r in caplog.records)
+        finally:
+            w.shutdown()
+            admin.execute("SELECT dex.grant_queue(%s, 'dex_worker')", (queues[0],))
+            admin.execute(f"DROP ROLE {role}")

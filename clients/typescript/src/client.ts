@@ -3,7 +3,7 @@ import pg from "pg";
 import { type Duration, type Message, eventKind, seconds, toJsonText } from "./convert.js";
 import type { WorkflowDefinition } from "./definitions.js";
 import {
-  AlreadyExistsError, NotFoundError, RunCancelledError, RunFailedError, RunTerminatedError, RunTimedOutError, WaitTimeoutError,
+  AlreadyExistsError, InvalidArgumentError, NotFoundError, RunCancelledError, RunFailedError, RunTerminatedError, RunTimedOutError, WaitTimeoutError,
 } from "./errors.js";
 import { type ConnectionOptions, isConnectionError, translate } from "./pg.js";
 
@@ -318,7 +318,7 @@ export class Client {
     // the per-run arguments only when given: dex 1.6 has none
     const perRun = (arg: string, list: unknown[] | undefined, cast: string, map: (x: any, i: number) => unknown = (x) => x ?? null) => {
       if (list === undefined) return;
-      if (list.length !== args.length) throw new TypeError(`${arg} has ${list.length} elements for ${args.length} arguments`);
+      if (list.length !== args.length) throw new InvalidArgumentError(`${arg} has ${list.length} elements for ${args.length} arguments`);
       values.push(list.map(map));
       extra += `, ${arg} => $${values.length}::${cast}`;
     };

@@ -2,7 +2,7 @@
  * Payloads, durations, timestamps and retry policies in canonical proto3 JSON (the wire form
  * of dex's JSON API: dex.v1.Payload is `{"json": "<text>"}` or `{"binary": "<base64>"}`).
  */
-import { NotSerializableError } from "./errors.js";
+import { InvalidArgumentError, NotSerializableError } from "./errors.js";
 
 /** A JSON value: what arguments, results, event payloads and side effects may be. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -82,18 +82,18 @@ const UNITS: Record<string, number> = { ms: 0.001, s: 1, "": 1, m: 60, min: 60, 
 /** A duration in seconds. */
 export function seconds(d: Duration): number {
   if (typeof d === "number") {
-    if (!Number.isFinite(d)) throw new TypeError(`not a duration: ${d}`);
+    if (!Number.isFinite(d)) throw new InvalidArgumentError(`not a duration: ${d}`);
     return d;
   }
   const m = /^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?\s*$/.exec(String(d));
-  if (!m) throw new TypeError(`not a duration: ${JSON.stringify(d)} (use seconds, or "250ms", "30s", "5m", "2h", "1d")`);
+  if (!m) throw new InvalidArgumentError(`not a duration: ${JSON.stringify(d)} (use seconds, or "250ms", "30s", "5m", "2h", "1d")`);
   return Number(m[1]) * UNITS[m[2] ?? ""]!;
 }
 
 /** A google.protobuf.Duration in JSON form: "1.5s". */
 export function duration(d: Duration): string {
   const s = seconds(d);
-  if (s < 0) throw new RangeError(`negative duration ${JSON.stringify(d)}`);
+  if (s < 0) throw new InvalidArgumentError(`negative duration ${JSON.stringify(d)}`);
   return s.toFixed(9).replace(/\.?0+$/, "") + "s";
 }
 

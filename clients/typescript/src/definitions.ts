@@ -2,6 +2,8 @@
 import type { Duration, RetryPolicy } from "./convert.js";
 import type { WorkflowContext } from "./runtime.js";
 import type { ActivityContext } from "./worker.js";
+import { InvalidArgumentError } from "./errors.js";
+import { codeLocation } from "./location.js";
 
 export type WorkflowFunction<A = any, R = any> = (ctx: WorkflowContext, arg: A) => Promise<R>;
 export type ActivityFunction<A = any, R = any> = (arg: A, ctx: ActivityContext) => R | Promise<R>;
@@ -22,6 +24,8 @@ export interface WorkflowOptions {
 
 export interface WorkflowDefinition<A = any, R = any> {
   readonly kind: "workflow";
+  /** Where it was defined (file:line:column), for messages. */
+  readonly definedAt: string;
   readonly name: string;
   readonly version: number;
   readonly fn: WorkflowFunction<A, R>;
@@ -40,12 +44,13 @@ export interface ActivityOptions {
 
 export interface ActivityDefinition<A = any, R = any> extends ActivityOptions {
   readonly kind: "activity";
+  readonly definedAt: string;
   readonly name: string;
   readonly fn: ActivityFunction<A, R>;
 }
 
 function checkName(what: string, name: unknown): string {
-  if (typeof name !== "string" || name === "") throw new TypeError(`${what} needs a name (a non-empty string)`);
+  if (typeof name !== "string" || name === "") throw new InvalidArgumentError(`${what} needs a name (a non-empty string)`);
   return name;
 }
 
@@ -55,11 +60,11 @@ function checkName(what: string, name: unknown): string {
  */
 export function workflow<A = any, R = any>(name: string, fn: WorkflowFunction<A, R>, options: WorkflowOptions = {}): WorkflowDefinition<A, R> {
   checkName("a workflow", name);
-  if (typeof fn !== "function") throw new TypeError(`workflow '${name}': its code must be a function (ctx, arg) => Promise`);
+  if (typeof fn !== "function") throw new InvalidArgumentError(`workflow '${name}': its code must be a function (ctx, arg) => Promise`);
   const version = options.version ?? 1;
-  if (!Number.isInteger(version) || version < 1) throw new RangeError(`workflow '${name}': version must be an integer >= 1, not ${version}`);
+  if (!Number.isInteger(version) || version < 1) throw new InvalidArgumentError(`workflow '${name}': version must be an integer >= 1, not ${version}`);
   return Object.freeze({
-    kind: "workflow", name, version, fn, activityQueue: options.activityQueue,
+    kind: "workflow", definedAt: codeLocation(new Error().stack) ?? "an unknown place", name, version, fn, activityQueue: options.activityQueue,
     nonDeterminismFailsRun: options.nonDeterminismFailsRun === true,
   });
 }
@@ -70,6 +75,6 @@ export function workflow<A = any, R = any>(name: string, fn: WorkflowFunction<A,
  */
 export function activity<A = any, R = any>(name: string, fn: ActivityFunction<A, R>, options: ActivityOptions = {}): ActivityDefinition<A, R> {
   checkName("an activity", name);
-  if (typeof fn !== "function") throw new TypeError(`activity '${name}': its code must be a function (arg, ctx) => result`);
-  return Object.freeze({ ...options, kind: "activity", name, fn });
+  if (typeof fn !== "function") throw new InvalidArgumentError(`activity '${name}': its code must be a function (arg, ctx) => result`);
+  return Object.freeze({ ...options, kind: "activity", definedAt: codeLocation(new Error().stack) ?? "an unknown place", name, fn });
 }

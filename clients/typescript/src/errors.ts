@@ -128,8 +128,16 @@ export class AlreadyExistsError extends ServerError {}
 export class AlreadyActiveError extends ServerError {}
 /** 42501: the role may not do this (a queue it was not granted, a function of dex_admin). */
 export class PermissionDeniedError extends ServerError {}
-/** SQLSTATE class 22: a value the server refuses (wrong shape, a NULL where one is required, out of range). */
-export class InvalidArgumentError extends ServerError {}
+/**
+ * SQLSTATE class 22: a value refused (wrong shape, a NULL where one is required, out of
+ * range): by the server, or by the SDK before anything is sent (`sqlstate` 22023 then, as the
+ * server would say: "5 parsecs" is no duration).
+ */
+export class InvalidArgumentError extends ServerError {
+  constructor(message: string, options: { sqlstate?: string; detail?: string; hint?: string; cause?: unknown } = {}) {
+    super(message, { sqlstate: "22023", ...options });
+  }
+}
 /** 55000: not possible in the run's state (an event for an ended run, ...); class 25: a wait inside a transaction block. */
 export class InvalidStateError extends ServerError {}
 /** Class 54: a payload, a reason or a batch over its limit. */
@@ -165,14 +173,19 @@ export class NotSerializableError extends DexError {
   }
 }
 
-/** A worker was given a queue as the other kind (a workflow queue as an activity queue, or the reverse). */
-export class QueueKindError extends DexError {}
+/** A worker was given a queue as the other kind (a workflow queue as an activity queue, or the reverse): the server's refusal, saying which kind it is. */
+export class QueueKindError extends WrongKindError {}
+
+/** Two definitions given to a worker for one (workflow, version), or one activity name: it could not tell which one to run. */
+export class DuplicateDefinitionError extends DexError {}
 
 
 /** A workflow task of a workflow (name, version) this worker does not have. */
 export const UNKNOWN_WORKFLOW = "dex.UnknownWorkflow";
 /** The failure type of a run failed for non-determinism. */
 export const NON_DETERMINISM = "dex.NonDeterminism";
+/** The failure type of a workflow task whose code awaits something that is not a dex awaitable. */
+export const NOT_DEX_AWAITABLE = "dex.NotDexAwaitable";
 
 function className(e: unknown): string {
   if (e instanceof Error) {

@@ -36,9 +36,10 @@ import {
 } from "./convert.js";
 import type { ActivityDefinition, WorkflowDefinition } from "./definitions.js";
 import {
-  ActivityError, CancelledError, ChildRunError, DexError, NON_DETERMINISM, NonDeterminismError,
-  UNKNOWN_WORKFLOW, WaitTimeout, failureFromError,
+  ActivityError, CancelledError, ChildRunError, DexError, InvalidArgumentError, NON_DETERMINISM, NOT_DEX_AWAITABLE,
+  NonDeterminismError, UNKNOWN_WORKFLOW, WaitTimeout, failureFromError,
 } from "./errors.js";
+import { codeLocation } from "./location.js";
 
 /** The event each command records (command kind -> event kind). */
 export const COMMAND_EVENT: Record<string, string> = {
@@ -73,7 +74,7 @@ const KEY_FIELD: Record<string, string> = {
 const PATCH_MARKER = "dex.patch:";
 
 function patchName(changeId: string): string {
-  if (typeof changeId !== "string" || !changeId) throw new TypeError("a patch's change id is a non-empty string");
+  if (typeof changeId !== "string" || !changeId) throw new InvalidArgumentError("a patch's change id is a non-empty string");
   return PATCH_MARKER + changeId;
 }
 
@@ -96,6 +97,18 @@ export class WorkflowTaskFailure extends Error {
 
 const PARENT_CLOSE_POLICIES = ["TERMINATE", "REQUEST_CANCEL", "ABANDON"] as const;
 export type ParentClosePolicy = (typeof PARENT_CLOSE_POLICIES)[number];
+
+const DEX_AWAITABLES = "workflows await only ctx.activity(), ctx.sleep(), ctx.waitEvent(), ctx.child(), ctx.all(), ctx.any() " +
+  "and their own async functions, never setTimeout, setImmediate or I/O (ctx.sleep() for setTimeout)";
+
+/** Workflow code waits for something that is not a dex awaitable: its workflow task fails (dex.NotDexAwaitable). */
+class NotDexAwaitable extends DexError {}
+
+/** " at file:line:column" of the user's code where `e` was made, or "". */
+function at(e: Error): string {
+  const where = codeLocation(e.stack);
+  return where ? ` at ${where}` : "";
+}
 
 /** Let every microtask run: workflow code then waits for the next history event. */
 function drain(): Promise<void> {
@@ -151,6 +164,24 @@ export class DexFuture<T = unknown> implements PromiseLike<T> {
       else settle();
     });
     return settled.then(onfulfilled, onrejected);
+  }
+
+  /** @internal Whether something waits for it (workflow code awaits it, or a promise made of it). */
+  get _awaited(): boolean {
+    return this.#listeners.length > 0;
+  }
+
+  /** @internal Call `fn` when it settles (at once if it has); the function that stops that. */
+  _watch(fn: () => void): () => void {
+    if (this.#state !== "pending") {
+      fn();
+      return () => {};
+    }
+    this.#listeners.push(fn);
+    return () => {
+      const i = this.#listeners.indexOf(fn);
+      if (i >= 0) this.#listeners.splice(i, 1);
+    };
   }
 }
 
@@ -452,7 +483,7 @@ export class WorkflowContext {
     if (options.parentClosePolicy !== undefined) {
       const p = String(options.parentClosePolicy).toUpperCase().replace(/^PARENT_CLOSE_POLICY_/, "");
       if (!(PARENT_CLOSE_POLICIES as readonly string[]).includes(p)) {
-        throw new TypeError(`parentClosePolicy must be one of ${PARENT_CLOSE_POLICIES.join(", ")}, not ${options.parentClosePolicy}`);
+        throw new InvalidArgumentError(`parentClosePolicy must be one of ${PARENT_CLOSE_POLICIES.join(", ")}, not ${options.parentClosePolicy}`);
       }
       body.parentClosePolicy = "PARENT_CLOSE_POLICY_" + p;
     }
@@ -473,10 +504,10 @@ export class WorkflowContext {
    */
   signal(eventId: string, payload: unknown, target: SignalTarget): Signal {
     if ((target.runId === undefined) === (target.instanceId === undefined)) {
-      throw new TypeError("ctx.signal: give exactly one of runId and instanceId");
+      throw new InvalidArgumentError("ctx.signal: give exactly one of runId and instanceId");
     }
     if (target.runId !== undefined && target.queue !== undefined) {
-      throw new TypeError("ctx.signal: a queue tells instance ids apart; a runId needs none");
+      throw new InvalidArgumentError("ctx.signal: a queue tells instance ids apart; a runId needs none");
     }
     const body: Message = { eventId: String(eventId) };
     if (target.runId !== undefined) body.runId = String(target.runId);
@@ -519,15 +550,23 @@ export class WorkflowContext {
   /** Await the first to settle (resolve or reject): its index.  Then await that item for its value. */
   any(items: readonly PromiseLike<unknown>[]): Promise<number> {
     return new Promise<number>((resolve) => {
+      // the dex futures that lose stop being waited for: a workflow that goes on to await
+      // something that is not a dex awaitable is then seen waiting for nothing of dex
+      const unwatch: Array<() => void> = [];
+      const first = (i: number) => {
+        for (const u of unwatch) u();
+        resolve(i);
+      };
       items.forEach((item, i) => {
-        Promise.resolve(item).then(() => resolve(i), () => resolve(i));
+        if (item instanceof DexFuture) unwatch.push(item._watch(() => first(i)));
+        else Promise.resolve(item).then(() => first(i), () => first(i));
       });
     });
   }
 }
 
-/** Thrown by ctx.continueAsNew() to end the workflow function. */
-export class ContinueAsNew extends Error {
+/** Thrown by ctx.continueAsNew() to end the workflow function (let it through). */
+export class ContinueAsNew extends DexError {
   constructor() {
     super("continue as new (the workflow function must let this error through)");
   }
@@ -675,13 +714,25 @@ export class Replayer {
   }
 
   private patchOfFatal: string | undefined;
+  /** Where the last command issued in a task that is not a replay was issued (its stack). */
+  private lastCall: Error | undefined;
+  /** Workflow code ran after its task ended (said once). */
+  private wentOnLate = false;
 
   /** Issue a command: a new one is sent, a recorded one is matched; [id, recorded event]. */
   command(kind: string, body: Message): [number, Message | undefined] {
     if (this.closed) {
-      throw new DexError("the workflow task is over: workflow code cannot issue commands now " +
-                         "(did it await something that is not a dex awaitable, such as a timer or I/O?)");
+      const err = new DexError("the workflow task is over: workflow code cannot issue commands now " +
+                               "(did it await something that is not a dex awaitable, such as a timer or I/O?)");
+      if (!this.wentOnLate) {
+        // its task may have ended long ago: say where it went on, once
+        this.wentOnLate = true;
+        console.error(`dex: run ${this.task.runId ?? "?"}: workflow code went on after its workflow task ended, at ` +
+                      `${codeLocation(err.stack) ?? "an unknown place"}: the await before that is not a dex awaitable`);
+      }
+      throw err;
     }
+    if (!this.replaying) this.lastCall = new Error();
     const id = ++this.nextId;
     const seg = this.segment!;
     const rec = this.recorded.get(id);
@@ -694,7 +745,7 @@ export class Replayer {
       if (!same || rseg !== seg) {
         throw this.nondeterminism(
           `non-determinism: the history has ${describe(ek, eb, id)}, recorded by workflow task ${rseg.index}, ` +
-          `but on replay the workflow issues ${describe(kind, body, id)} in workflow task ${seg.index}`,
+          `but on replay the workflow issues ${describe(kind, body, id)} in workflow task ${seg.index}${at(new Error())}`,
           patchOf(ev) ?? patchOf({ markerRecorded: body }));
       }
       this.matched.add(id);
@@ -703,7 +754,7 @@ export class Replayer {
     if (this.replaying) {
       const list = seg.recorded.map((e) => describe(eventKind(e), e[eventKind(e)] ?? {}, e.id ?? 0));
       throw this.nondeterminism(
-        `non-determinism: on replay of workflow task ${seg.index} the workflow issues ${describe(kind, body, id)}, ` +
+        `non-determinism: on replay of workflow task ${seg.index} the workflow issues ${describe(kind, body, id)}${at(new Error())}, ` +
         `which the history does not have (that task recorded ${list.length ? list.join(", ") : "no command"})`,
         kind === "recordMarker" ? patchOf({ markerRecorded: body }) : undefined);
     }
@@ -891,6 +942,11 @@ export class Replayer {
       }
     } catch (e) {
       this.finished = true;
+      if (e instanceof NotDexAwaitable) {
+        console.error(`dex: run ${task.runId}: ${e.message}`);
+        // a mistake of the code, as non-determinism: the task fails, and a fixed deploy lets the run go on
+        throw new WorkflowTaskFailure({ message: e.message, type: NOT_DEX_AWAITABLE });
+      }
       if (e instanceof NonDeterminismError) {
         console.error(`dex: run ${task.runId}: ${e.message}`);
         if (this.patchOfFatal === undefined && this.definition?.nonDeterminismFailsRun) {
@@ -928,6 +984,11 @@ export class Replayer {
     for (const ev of seg.inputs) this.apply(ev);
     await drain();
     if (this.fatal) throw this.fatal;
+    if (this.main && !this.main.done && !this.waitsForDex()) {
+      throw new NotDexAwaitable(
+        `workflow code awaits something that is not a dex awaitable (a timer, I/O, or a promise that no dex awaitable ` +
+        `settles)${this.lastCall ? ` after its last dex call${at(this.lastCall)}` : ""}: ${DEX_AWAITABLES}`);
+    }
     if (seg.completed) {
       const missing = seg.recorded.find((e) => e.id && !this.matched.has(Number(e.id)));
       if (missing) {
@@ -940,6 +1001,13 @@ export class Replayer {
         throw this.nondeterminism(`non-determinism: on replay the workflow ended in workflow task ${seg.index}, but the history goes on`);
       }
     }
+  }
+
+  /** Whether workflow code waits for something of dex: a future of a command pending (a promise made of it waits for it). */
+  private waitsForDex(): boolean {
+    const pending: Iterable<DexFuture<any>>[] = [this.pendingActivities.values(), this.timers.values(), this.children.values(),
+                                                 this.signals.values(), ...[...this.waiters.values()].map((ws) => ws.values())];
+    return pending.some((fs) => [...fs].some((f) => f._awaited));
   }
 
   /** Drop the state: workflow code still waiting never runs again (and can issue nothing). */

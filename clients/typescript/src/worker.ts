@@ -22,21 +22,85 @@
  * `shutdownTimeout` seconds to finish and report; those still running then are failed as
  * retryable (dex.WorkerShutdown), so their retry does not wait for the lease to expire.
  *
- * Task calls use the JSON forms (jsonb); the workflow cache asks the server for incremental
- * histories (worker_cache), so a cached run's task carries only what is new.
+ * Task calls use the protobuf forms by default (`dex.poll_tasks_wait_pb`, ..., see wire.ts), or
+ * the JSON forms (`wire: "json"`); the workflow cache asks the server for incremental histories
+ * (worker_cache), so a cached run's task carries only what is new.
+ *
+ * A worker polls only what it runs: each poll declares its (workflow, version) pairs or activity
+ * names (dex 1.6), at most 1,000 a poll, so a queue gets one loop per 1,000 of them; a queue of a
+ * kind the worker runs nothing of is not polled.  Behind a connection pooler in transaction
+ * mode (PgBouncer) its connections use no named prepared statements (`pooled`).
  */
 import { hostname } from "node:os";
 import { randomUUID } from "node:crypto";
 import type pg from "pg";
 import { type Message, decode, toJsonText } from "./convert.js";
 import type { ActivityDefinition, WorkflowDefinition } from "./definitions.js";
-import { ApplicationError, DexError, LeaseLost, NonRetryableError, NotFoundError, QueueKindError, failureFromError, sqlstate } from "./errors.js";
-import { type ConnectionOptions, closeQuietly, connect, hasRoutines, isBroken, isConnectionError, notSupported } from "./pg.js";
+import {
+  ApplicationError, DexError, DuplicateDefinitionError, InvalidArgumentError, LeaseLost, NonRetryableError, QueueKindError,
+  type ServerError, failureFromError, serverError, sqlstate,
+} from "./errors.js";
+import {
+  type ConnectionOptions, POOLER_HINT, behindPooler, cancelQuery, closeQuietly, connect, hasRoutines, isBroken, isConnectionError,
+  isPreparedStatementError, notSupported, translate,
+} from "./pg.js";
 import { Replayer, WorkflowTaskFailure, failRunCommand } from "./runtime.js";
+import { PROTOBUF_WIRE, type Row, type Wire, type WireName, wireNamed } from "./wire.js";
 
 const LEASE_LOST = "WD001";
 /** The most names one poll may declare (the server's DEX_MAX_DECLARED). */
 const DECLARE_MAX = 1000;
+/** A queue the server refuses after it was polled (revoked, ...) is tried again after 1 s, then twice as long each time, up to 30 s. */
+const REFUSED_BACKOFF: [number, number] = [1000, 30_000];
+
+/**
+ * One polling loop: a queue, its kind, and which part of what the worker runs of that kind
+ * its polls declare (DECLARE_MAX each).
+ */
+interface Poller {
+  queue: string;
+  workflow: boolean;
+  part: number;
+}
+
+/**
+ * Whether the server refused a poll for a reason that polling again will not mend: the queue
+ * does not exist or the role may not use it (42704, 42501), a queue of the other kind (42809,
+ * or 22023 for what the poll declares), no dex in the database (3F000) or not the routine
+ * (42883): SQLSTATE classes 42, 3F and 22.
+ */
+function refusedForGood(e: unknown): boolean {
+  return ["42", "3F", "22"].includes(sqlstate(e)?.slice(0, 2) ?? "");
+}
+
+/**
+ * The {@link ServerError} for a poll the server refused, in one line that names the queue and its
+ * kind, and for a queue of the other kind ({@link QueueKindError}) or one that does not exist
+ * how to mend it.
+ */
+function queueError(p: Poller, e: unknown): ServerError {
+  const err = serverError(e);
+  const kind = p.workflow ? "workflow" : "activity", other = p.workflow ? "activity" : "workflow";
+  const said = `${kind} queue '${p.queue}': ${err.message} (SQLSTATE ${err.sqlstate})` +
+    (err.detail ? `; DETAIL: ${err.detail}` : "") + (err.hint ? `; HINT: ${err.hint}` : "");
+  const options = { sqlstate: err.sqlstate, detail: err.detail, hint: err.hint, cause: e };
+  if (err.message.includes(`${other} queue "${p.queue}"`)) {
+    return new QueueKindError(`${said}; it is ${p.workflow ? "an" : "a"} ${other} queue: give it in ${other}Queues`, options);
+  }
+  if (err.sqlstate === "42704" && err.hint === undefined && err.message.includes(`queue "${p.queue}"`)) {
+    return new (err.constructor as typeof ServerError)(`${said}; create it first: SELECT dex.create_queue('${p.queue}', '${kind}')`, options);
+  }
+  return new (err.constructor as typeof ServerError)(said, options);
+}
+
+/** Put a definition in a worker's table, unless another one has its key: {@link DuplicateDefinitionError}. */
+function register<D extends { definedAt: string }>(table: Map<string, D>, key: string, d: D, what: string, other: string): void {
+  const old = table.get(key);
+  if (old !== undefined && old !== d) {
+    throw new DuplicateDefinitionError(`${what} is defined twice: at ${old.definedAt} and at ${d.definedAt}; give one of them another ${other}`);
+  }
+  table.set(key, d);
+}
 
 /** A query text with `$N` / `$V` (the declaration's parameters) numbered after `base` parameters. */
 function withDeclared(text: string, declared: { sql: string; values: unknown[] }, base: number): string {
@@ -69,6 +133,19 @@ export interface WorkerOptions {
   workflowCacheSize?: number;
   /** Where the worker's own messages go (default console). */
   logger?: Pick<Console, "info" | "warn" | "error">;
+  /**
+   * The form of the task calls: "protobuf" (the default: `dex.poll_tasks_wait_pb` and friends,
+   * the cheaper as measured, see the README) or "json".
+   */
+  wire?: WireName;
+  /**
+   * Whether the connections go through a connection pooler in transaction mode (PgBouncer's
+   * `pool_mode = transaction`), where a named prepared statement does not survive from one
+   * transaction to the next: true turns them off, false keeps them, undefined (the default)
+   * turns them off when a pooler is detected (the backend's process id is not the one the
+   * connection was given).
+   */
+  pooled?: boolean;
 }
 
 /** What an activity attempt is. */
@@ -120,8 +197,6 @@ export class ActivityContext {
   }
 }
 
-type Row = { runId: string; taskId: number; lockVersion: string; task: Message };
-
 type Outcome = { kind: "complete"; value: unknown } | { kind: "fail"; failure: Message };
 
 /** Completions a CALL dex.poll_tasks_wait makes before it leases: the tasks and their results. */
@@ -136,8 +211,8 @@ class Running {
   /** In the activity loop's CALL (which completes it before it waits): no heartbeat. */
   inCall = false;
   readonly ctx: ActivityContext;
-  constructor(readonly row: Row, worker: Worker) {
-    const t = row.task;
+  constructor(readonly row: Row, readonly task: Message, worker: Worker) {
+    const t = task;
     this.ctx = new ActivityContext({
       runId: row.runId, taskId: row.taskId, name: t.name ?? "", queue: t.queue ?? "",
       attempt: Number(t.attempt ?? 1), lockVersion: row.lockVersion, retryPolicy: t.retryPolicy ?? {},
@@ -198,15 +273,6 @@ function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
-function taskRow(t: Message): Row {
-  return { runId: t.runId, taskId: Number(t.taskId ?? 0), lockVersion: String(t.lockVersion ?? "0"), task: t };
-}
-
-/** Encoded values for a jsonb[] parameter: JSON text each (null stays SQL NULL). */
-function jsonArray(values: unknown[]): Array<string | null> {
-  return values.map((v) => (v === null || v === undefined ? null : JSON.stringify(v)));
-}
-
 export interface WorkerStats {
   workflowTasks: number;
   activitiesCompleted: number;
@@ -224,6 +290,8 @@ export interface WorkerStats {
   activityReportCalls: number;
   /** Activity results completed by the activity loop's CALL dex.poll_tasks_wait, not by the reporter. */
   activityCompletionsInPoll: number;
+  /** Activities still running when shutdown's timeout passed, failed as retryable (dex.WorkerShutdown); their code goes on. */
+  activitiesAbandoned: number;
 }
 
 /** Runs workflows and activities of some queues. */
@@ -241,7 +309,7 @@ export class Worker {
   readonly stats: WorkerStats = {
     workflowTasks: 0, activitiesCompleted: 0, activitiesFailed: 0, leasesLost: 0,
     fullReplays: 0, cacheHits: 0, cacheStale: 0, historyReads: 0, workflowCompletionCalls: 0, workflowCompletionsInPoll: 0,
-    activityReportCalls: 0, activityCompletionsInPoll: 0,
+    activityReportCalls: 0, activityCompletionsInPoll: 0, activitiesAbandoned: 0,
   };
   readonly #connection: ConnectionOptions;
   readonly #workflows = new Map<string, WorkflowDefinition>();
@@ -269,6 +337,12 @@ export class Worker {
   readonly #waiting = new Map<pg.Client, boolean>();
   /** Whether the installed dex has dex.stop_waiting (1.6). */
   #canStopWaits = false;
+  readonly #wire: Wire;
+  readonly #pooled: boolean | undefined;
+  /** Whether the connections run without named prepared statements (pooled, or a pooler detected by start()). */
+  behindPooler: boolean | undefined;
+  /** The queues a poll of this worker's went through: a refusal of them is retried, not fatal. */
+  readonly #polled = new Set<string>();
   /** What stopped the worker by itself (a queue that does not exist): run() rejects with it. */
   error: DexError | undefined;
 
@@ -276,7 +350,7 @@ export class Worker {
     this.workflowQueues = [...(options.workflowQueues ?? [])];
     this.activityQueues = [...(options.activityQueues ?? [])];
     if (!this.workflowQueues.length && !this.activityQueues.length) {
-      throw new TypeError("a worker needs at least one workflow or activity queue");
+      throw new InvalidArgumentError("a worker needs at least one workflow or activity queue");
     }
     this.#connection = options.connection;
     this.concurrency = Math.max(1, Math.trunc(options.concurrency ?? 10));
@@ -290,14 +364,22 @@ export class Worker {
     this.#cache = new WorkflowCache(Math.max(0, Math.trunc(options.workflowCacheSize ?? 1000)));
     this.#log = options.logger ?? console;
     this.#free = this.concurrency;
+    this.#wire = wireNamed(options.wire ?? PROTOBUF_WIRE);
+    this.#pooled = options.pooled;
+    this.behindPooler = options.pooled;
     for (const w of options.workflows ?? []) {
-      if (w?.kind !== "workflow") throw new TypeError(`not a workflow definition (use workflow(name, fn)): ${String(w)}`);
-      this.#workflows.set(`${w.name}@${w.version}`, w);
+      if (w?.kind !== "workflow") throw new InvalidArgumentError(`not a workflow definition (use workflow(name, fn)): ${String(w)}`);
+      register(this.#workflows, `${w.name}@${w.version}`, w, `workflow '${w.name}' version ${w.version}`, "version");
     }
     for (const a of options.activities ?? []) {
-      if (a?.kind !== "activity") throw new TypeError(`not an activity definition (use activity(name, fn)): ${String(a)}`);
-      this.#activities.set(a.name, a);
+      if (a?.kind !== "activity") throw new InvalidArgumentError(`not an activity definition (use activity(name, fn)): ${String(a)}`);
+      register(this.#activities, a.name, a, `activity '${a.name}'`, "name");
     }
+  }
+
+  /** The form of the task calls: "protobuf" or "json". */
+  get wire(): WireName {
+    return this.#wire.name;
   }
 
   /** True once the worker was asked to stop. */
@@ -315,7 +397,7 @@ export class Worker {
   /** Start polling; resolves once the installed dex was checked (rejects if it is too old). */
   async start(): Promise<this> {
     if (this.#started) return this;
-    const conn = await connect(this.#connection, `dex worker ${this.workerId}`);
+    const conn = await connect(this.#connection, `dex worker ${this.workerId}`).catch((e) => { throw translate(e); });
     try {
       // what the installed dex's polls take: 5 arguments with 1.5's worker_cache (and the
       // one-call wait's completions), 7 with 1.6's names and versions (what a worker runs)
@@ -329,17 +411,49 @@ export class Worker {
       }
       this.#declares = level >= 7;
       this.#canStopWaits = await hasRoutines(conn, "dex.stop_waiting(text)");
+      if (this.#pooled === undefined && (this.behindPooler = await behindPooler(conn))) {
+        this.#log.info(`dex: worker ${this.workerId}: the connection goes through a connection pooler; named prepared statements are off`);
+      }
+    } catch (e) {
+      throw translate(e);
     } finally {
       await closeQuietly(conn);
+    }
+    const pollers = [...this.#pollers(true), ...this.#pollers(false)];
+    if (!pollers.length) {
+      throw new DexError(`worker ${this.workerId} has nothing to run: no workflows for its workflow queues ` +
+                         `${JSON.stringify(this.workflowQueues)} and no activities for its activity queues ${JSON.stringify(this.activityQueues)}`);
     }
     this.#started = true;
     this.#stopping = false;
     this.error = undefined;
     this.#reporterStop = false;
-    if (this.activityQueues.length) this.#reporter = this.#guard("reporter", () => this.#reporterLoop());
-    for (const q of this.workflowQueues) this.#loops.push(this.#guard(`workflow queue ${q}`, () => this.#workflowLoop(q)));
-    for (const q of this.activityQueues) this.#loops.push(this.#guard(`activity queue ${q}`, () => this.#activityLoop(q)));
+    this.#activityPollers = pollers.filter((p) => !p.workflow).length;
+    if (this.#activityPollers) this.#reporter = this.#guard("reporter", () => this.#reporterLoop());
+    for (const p of pollers) {
+      const what = `${p.workflow ? "workflow" : "activity"} queue ${p.queue}${p.part ? ` (part ${p.part})` : ""}`;
+      this.#loops.push(this.#guard(what, () => (p.workflow ? this.#workflowLoop(p) : this.#activityLoop(p))));
+    }
     return this;
+  }
+
+  /** How many activity loops there are: with one, it may hold its slots while it waits in the server. */
+  #activityPollers = 0;
+
+  /**
+   * The polling loops of the queues of a kind: one per DECLARE_MAX of what the worker runs of
+   * that kind (a poll declares at most that many), none when it runs nothing of it (said once:
+   * those queues are not polled).
+   */
+  #pollers(workflow: boolean): Poller[] {
+    const queues = workflow ? this.workflowQueues : this.activityQueues;
+    const n = (workflow ? this.#workflows : this.#activities).size;
+    if (queues.length && n === 0) {
+      this.#log.warn(`dex: worker ${this.workerId} has no ${workflow ? "workflows" : "activities"}: ` +
+                     `it does not poll its ${workflow ? "workflow" : "activity"} queues ${JSON.stringify(queues)}`);
+    }
+    const parts = this.#declares ? Math.ceil(n / DECLARE_MAX) : Math.min(n, 1);
+    return queues.flatMap((queue) => Array.from({ length: parts }, (_, part) => ({ queue, workflow, part })));
   }
 
   /** Start, then run until SIGTERM or SIGINT, then shut down gracefully. */
@@ -365,28 +479,23 @@ export class Worker {
   #declares = false;
 
   /**
-   * The declaration of a poll (dex 1.6: the server hands the worker nothing else): the
-   * (name, version) pairs of its workflows on a workflow queue, the names of its activities on
-   * an activity queue; none (every task of the queue) before 1.6, or with nothing or more than
-   * the server takes (1,000) to declare.
+   * The declaration of a poller's polls (dex 1.6: the server hands the worker nothing else):
+   * its part of the (name, version) pairs of the worker's workflows on a workflow queue, of the
+   * names of its activities on an activity queue; none (every task of the queue) before 1.6.
    */
-  #declared(workflow: boolean): { sql: string; values: unknown[] } {
-    const none = { sql: "", values: [] };
-    if (!this.#declares) return none;
-    const names = workflow ? [...this.#workflows.values()].map((w) => w.name) : [...this.#activities.keys()];
-    if (!names.length || names.length > DECLARE_MAX) {
-      if (!this.#declareWarned) {
-        this.#declareWarned = true;
-        this.#log.warn(`dex: worker ${this.workerId} has ${names.length} ${workflow ? "workflows" : "activities"}: ` +
-                       "its polls declare none and take every task of their queues");
-      }
-      return none;
-    }
-    const versions = workflow ? [...this.#workflows.values()].map((w) => w.version) : null;
+  #declared(p: Poller): { sql: string; values: unknown[] } {
+    if (!this.#declares) return { sql: "", values: [] };
+    const part = (xs: unknown[]) => xs.slice(p.part * DECLARE_MAX, (p.part + 1) * DECLARE_MAX);
+    const workflows = part([...this.#workflows.values()]) as WorkflowDefinition[];
+    const names = p.workflow ? workflows.map((w) => w.name) : part([...this.#activities.keys()]);
+    const versions = p.workflow ? workflows.map((w) => w.version) : null;
     return { sql: ", names => $N::text[], versions => $V::integer[]", values: [names, versions] };
   }
 
-  #declareWarned = false;
+  /** A statement's name, unless the connections go through a pooler, where a named statement may be missing or another one. */
+  #named(name: string): string | undefined {
+    return this.behindPooler ? undefined : `${name}${this.#wire.suffix}`;
+  }
 
   /**
    * Stop leasing, finish what is in hand, wait for running activities (up to `timeout`
@@ -405,6 +514,7 @@ export class Worker {
     this.#stopRequested?.();
     this.#stopping = true;
     for (const w of this.#slotWaiters.splice(0)) w();
+    for (const wake of this.#pauses) wake();
     for (const r of this.#inflight.values()) r.ctx._shutdown();
     let loopsDone = false;
     const all = Promise.all(this.#loops).then(() => { loopsDone = true; });
@@ -417,7 +527,9 @@ export class Worker {
     while (Date.now() < deadline && [...this.#inflight.values()].some((r) => !r.reported)) await sleep(50);
     for (const r of this.#inflight.values()) {
       if (!r.finished && !r.reported) {
-        this.#log.warn(`dex: activity ${r.ctx.info.name} (id ${r.row.taskId}) of run ${r.row.runId} still running at shutdown: failing it as retryable`);
+        this.stats.activitiesAbandoned++;
+        this.#log.warn(`dex: activity ${r.ctx.info.name} (id ${r.row.taskId}) of run ${r.row.runId} still running at shutdown: ` +
+                       "failing it as retryable (its code goes on until it returns: call process.exit() after run() not to wait for it)");
         this.#report(r, { kind: "fail", failure: { message: "the worker shut down before the activity finished", type: "dex.WorkerShutdown" } });
       }
     }
@@ -458,24 +570,44 @@ export class Worker {
    */
   async #cancelWaits(): Promise<void> {
     const stop = this.#canStopWaits && [...this.#waiting.values()].some((stoppable) => stoppable);
-    const pids = [...this.#waiting].filter(([, stoppable]) => !(stoppable && this.#canStopWaits))
-      .map(([c]) => (c as unknown as { processID: number }).processID).filter(Boolean);
-    if (!stop && !pids.length) return;
+    const others = [...this.#waiting].filter(([, stoppable]) => !(stoppable && this.#canStopWaits)).map(([c]) => c);
+    // (the protocol's cancel request: a pooler forwards it to the server connection it lent)
+    for (const c of others) cancelQuery(this.#connection, c);
+    if (!stop) return;
     let conn: pg.Client | undefined;
     try {
       conn = await connect(this.#connection, `dex worker ${this.workerId} shutdown`);
-      if (stop) await conn.query("SELECT dex.stop_waiting($1)", [this.workerId]);
-      if (pids.length) await conn.query("SELECT pg_catalog.pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid", [pids]);
+      await conn.query("SELECT dex.stop_waiting($1)", [this.workerId]);
     } catch (e) {
-      this.#log.warn(`dex: could not cancel the long polls: ${(e as Error).message}`);
+      this.#log.warn(`dex: could not end the long polls: ${(e as Error).message}`);
     } finally {
       await closeQuietly(conn);
     }
   }
 
-  /** Run `body(conn)` until stopping; reconnect after connection errors. */
-  async #polling(queue: string, body: (conn: pg.Client) => Promise<void>): Promise<void> {
+  /** Wait `ms`, or less if the worker stops meanwhile. */
+  async #pause(ms: number): Promise<void> {
+    if (this.#stopping) return;
+    let wake = () => {};
+    const woken = new Promise<void>((resolve) => { wake = resolve; });
+    this.#pauses.add(wake);
+    const t = setTimeout(wake, ms);
+    await woken;
+    clearTimeout(t);
+    this.#pauses.delete(wake);
+  }
+
+  readonly #pauses = new Set<() => void>();
+
+  /**
+   * Run `body(conn)` until stopping; reconnect after connection errors.  A poll the server
+   * refuses for good ({@link refusedForGood}: the queue does not exist, ...) stops the worker
+   * if the queue was never polled, and is said once and tried again with backoff if it was.
+   */
+  async #polling(p: Poller, body: (conn: pg.Client) => Promise<void>): Promise<void> {
     let conn: pg.Client | undefined;
+    let refused: string | undefined;           // what the server says, while it refuses
+    let delay = REFUSED_BACKOFF[0];
     while (!this.#stopping) {
       try {
         if (!conn || isBroken(conn)) {
@@ -483,28 +615,40 @@ export class Worker {
           conn = await this.#connect();
         }
         await body(conn);
+        this.#polled.add(p.queue);
+        if (refused !== undefined) {
+          this.#log.info(`dex: ${p.workflow ? "workflow" : "activity"} queue '${p.queue}': polled again`);
+          refused = undefined;
+          delay = REFUSED_BACKOFF[0];
+        }
       } catch (e) {
         if (this.#stopping) break;
-        if (isConnectionError(e) || (conn && isBroken(conn))) {
-          this.#log.warn(`dex: queue ${queue}: connection problem (${(e as Error).message}); reconnecting`);
+        if (isPreparedStatementError(e)) {
+          this.#log.error(`dex: queue ${p.queue}: ${(e as Error).message}; ${POOLER_HINT}; reconnecting`);
+          await closeQuietly(conn);
+          conn = undefined;
+        } else if (isConnectionError(e) || (conn && isBroken(conn))) {
+          this.#log.warn(`dex: queue ${p.queue}: connection problem (${(e as Error).message}); reconnecting`);
           await closeQuietly(conn);
           conn = undefined;
           await sleep(500);
-        } else if (sqlstate(e) === "42704" || sqlstate(e) === "22023") {
-          // the queue does not exist, or is of the other kind (the server refuses what the poll
-          // declares): nothing to do but stop
-          const kind = this.workflowQueues.includes(queue) ? "workflow" : "activity";
-          const what = `${kind} queue '${queue}': ${(e as Error).message} (SQLSTATE ${sqlstate(e)})`;
-          this.error ??= sqlstate(e) === "42704"
-            ? new NotFoundError(`${what}; create it first: SELECT dex.create_queue('${queue}', '${kind}')`, { cause: e })
-            : new QueueKindError(`${what}; it is ${kind === "workflow" ? "an activity" : "a workflow"} queue: give it in ` +
-                                 `${kind === "workflow" ? "activityQueues" : "workflowQueues"}`, { cause: e });
-          this.#log.error(`dex: worker ${this.workerId}: ${this.error.message}; the worker stops`);
-          this.#stopping = true;
-          this.#stopRequested?.();
-          break;
+        } else if (refusedForGood(e)) {
+          const error = queueError(p, e);
+          if (!this.#polled.has(p.queue)) {
+            this.error ??= error;
+            this.#log.error(`dex: worker ${this.workerId}: ${error.message}; the worker stops`);
+            this.#stopping = true;
+            this.#stopRequested?.();
+            break;
+          }
+          if (error.message !== refused) {
+            refused = error.message;
+            this.#log.error(`dex: worker ${this.workerId}: ${error.message}; trying again, less and less often`);
+          }
+          await this.#pause(delay);
+          delay = Math.min(2 * delay, REFUSED_BACKOFF[1]);
         } else {
-          this.#log.error(`dex: queue ${queue}: unexpected error; going on in 1 s:`, e);
+          this.#log.error(`dex: queue ${p.queue}: unexpected error; going on in 1 s:`, e);
           await sleep(1000);
         }
       }
@@ -527,52 +671,78 @@ export class Worker {
   }
 
   /**
-   * The CALL dex.poll_tasks_wait that leases up to `n` tasks of the queue, making the
-   * completions given (as dex.complete_tasks takes them) first, in the transaction of its first look.
+   * The CALL dex.poll_tasks_wait(_pb) that leases up to `n` tasks of the poller's queue, making
+   * the completions given (as dex.complete_tasks takes them) first, in the transaction of its
+   * first look.  The first call of a queue does not wait: a refusal that stops the worker
+   * (#polling) is then one the server made at once, not a revoke that came while it waited.
    */
-  #pollWaitQuery(queue: string, n: number, lease: number, workflow: boolean, cache: boolean, completions?: Completions): pg.QueryConfig {
-    const declared = this.#declared(workflow);
-    const head = [queue, this.workerId, n, lease, this.pollTimeout, cache];
-    const call = "CALL dex.poll_tasks_wait($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5), NULL, $6";
-    if (!completions) return { text: withDeclared(`${call}/*declared*/)`, declared, 6), values: [...head, ...declared.values] };
+  #pollWaitQuery(p: Poller, n: number, cache: boolean, completions?: Completions): pg.QueryConfig {
+    const wire = this.#wire;
+    const declared = this.#declared(p);
+    const lease = p.workflow ? this.workflowLease : this.activityLease;
+    const head = [p.queue, this.workerId, n, lease, this.#polled.has(p.queue) ? this.pollTimeout : 0, cache];
+    const call = `CALL dex.poll_tasks_wait${wire.suffix}($1, $2, $3, make_interval(secs => $4), make_interval(secs => $5), NULL, $6`;
+    if (!completions) {
+      return { text: withDeclared(`${call}/*declared*/)`, declared, 6), values: [...head, ...declared.values], types: wire.types };
+    }
     return {
-      text: withDeclared(`${call}, $7::uuid[], $8::integer[], $9::bigint[], $10::jsonb[]/*declared*/)`, declared, 10),
+      text: withDeclared(`${call}, $7::uuid[], $8::integer[], $9::bigint[], $10::${wire.arrayType}/*declared*/)`, declared, 10),
       values: [...head, completions.rows.map((r) => r.runId), completions.rows.map((r) => r.taskId),
-               completions.rows.map((r) => r.lockVersion), jsonArray(completions.results), ...declared.values],
+               completions.rows.map((r) => r.lockVersion),
+               p.workflow ? wire.commandsArray(completions.results as Message[][]) : wire.resultsArray(completions.results),
+               ...declared.values],
+      types: wire.types,
     };
   }
 
-  async #pollWait(conn: pg.Client, queue: string, n: number, lease: number, workflow: boolean, cache: boolean): Promise<Row[]> {
-    return this.#waitingCall(conn, true, async () => {
-      const res = await conn.query(this.#pollWaitQuery(queue, n, lease, workflow, cache));
-      return ((res.rows[0]?.tasks ?? []) as Message[]).map(taskRow);
-    }, []);
+  /** The rows of the tasks a CALL dex.poll_tasks_wait(_pb) leased; the queue counts as polled. */
+  #leased(p: Poller, res: pg.QueryResult): Row[] {
+    this.#polled.add(p.queue);
+    return this.#wire.tasks(res.rows[0]?.tasks).map((t) => this.#wire.row(t, p.workflow));
   }
 
-  async #poll(conn: pg.Client, queue: string, n: number, lease: number, workflow: boolean, cache: boolean): Promise<Row[]> {
-    const declared = this.#declared(workflow);
+  async #pollWait(conn: pg.Client, p: Poller, n: number, cache: boolean): Promise<Row[]> {
+    return this.#waitingCall(conn, true, async () => this.#leased(p, await conn.query(this.#pollWaitQuery(p, n, cache))), []);
+  }
+
+  async #poll(conn: pg.Client, p: Poller, n: number, cache: boolean): Promise<Row[]> {
+    const declared = this.#declared(p);
     const res = await conn.query({
-      name: `dex_poll_${workflow ? "w" : "a"}${cache ? "c" : "n"}${declared.sql ? "d" : ""}`,
-      text: withDeclared("SELECT task FROM dex.poll_tasks($1, $2, $3, make_interval(secs => $4), $5/*declared*/)", declared, 5),
-      values: [queue, this.workerId, n, lease, cache, ...declared.values],
+      name: this.#named(`dex_poll_${p.workflow ? "w" : "a"}${cache ? "c" : "n"}${declared.sql ? "d" : ""}`),
+      text: withDeclared(`SELECT task FROM dex.poll_tasks${this.#wire.suffix}($1, $2, $3, make_interval(secs => $4), $5/*declared*/)`,
+                         declared, 5),
+      values: [p.queue, this.workerId, n, p.workflow ? this.workflowLease : this.activityLease, cache, ...declared.values],
     });
-    return res.rows.map((r: { task: Message }) => taskRow(r.task));
+    this.#polled.add(p.queue);
+    return res.rows.map((r: { task: unknown }) => this.#wire.row(r.task, p.workflow));
+  }
+
+  /** dex.complete_tasks(_pb) or dex.fail_tasks(_pb) of a batch: the keys of those applied ("run/task"). */
+  async #completeBatch(conn: pg.Client, rows: Row[], values: unknown, fail: boolean): Promise<Set<string>> {
+    const fn = fail ? "fail_tasks" : "complete_tasks";
+    const res = await conn.query({
+      name: this.#named(`dex_${fn}`),
+      text: `SELECT run_id, task_id, ${fail ? "failed" : "completed"} AS ok FROM dex.${fn}${this.#wire.suffix}(` +
+            `$1::uuid[], $2::integer[], $3::bigint[], $4::${this.#wire.arrayType})`,
+      values: [rows.map((r) => r.runId), rows.map((r) => r.taskId), rows.map((r) => r.lockVersion), values],
+    });
+    return new Set(res.rows.filter((r) => r.ok).map((r) => `${r.run_id}/${r.task_id}`));
   }
 
   // -- workflow tasks ----------------------------------------------------------------------------
 
-  async #workflowLoop(queue: string): Promise<void> {
+  async #workflowLoop(p: Poller): Promise<void> {
     const cache = this.#cache.size > 0;
-    await this.#polling(queue, async (conn) => {
-      let rows = await this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true, cache);
+    await this.#polling(p, async (conn) => {
+      let rows = await this.#pollWait(conn, p, this.maxBatch, cache);
       while (rows.length) {
         const done = await this.#runWorkflowTasks(conn, rows);
         if (cache && !this.#stopping) {
           // complete them and lease the next ones in one call (waiting only if there are none)
-          rows = await this.#completeAndPollWait(conn, queue, done);
+          rows = await this.#completeAndPollWait(conn, p, done);
         } else {
           await this.#completeWorkflowTasks(conn, done);
-          rows = this.#stopping ? [] : await this.#poll(conn, queue, this.maxBatch, this.workflowLease, true, cache);
+          rows = this.#stopping ? [] : await this.#poll(conn, p, this.maxBatch, cache);
         }
       }
     });
@@ -598,12 +768,13 @@ export class Worker {
       }
     }
     if (failed.length) {
-      await conn.query({
-        name: "dex_fail_tasks",
-        text: "SELECT run_id, task_id, failed AS ok FROM dex.fail_tasks($1::uuid[], $2::integer[], $3::bigint[], $4::jsonb[])",
-        values: [failed.map(([r]) => r.runId), failed.map(([r]) => r.taskId), failed.map(([r]) => r.lockVersion),
-                 jsonArray(failed.map(([, f]) => f))],
-      });
+      try {
+        await this.#completeBatch(conn, failed.map(([r]) => r), this.#wire.failuresArray(failed.map(([, f]) => f)), true);
+      } catch (e) {
+        if (isConnectionError(e)) throw e;
+        // refused (a failure too large, ...): the completion's business, not the poll's
+        this.#log.error(`dex: ${failed.length} workflow task(s) could not be failed (${(e as Error).message}); left to their leases`);
+      }
     }
     return done;
   }
@@ -619,13 +790,16 @@ export class Worker {
    * whole history (read from the server when the task left out the part this worker had seen).
    */
   async #runWorkflowTask(conn: pg.Client, row: Row): Promise<[Replayer, Message[]]> {
-    let task = row.task;
-    const omitted = Number(task.historyOmitted ?? 0);
+    const wire = this.#wire;
+    let task: Message | undefined;
+    const omitted = wire.historyOmitted(row.raw);
     const cached = this.#cache.take(row.runId);
     if (cached) {
+      // the history in the message starts after the omitted events; skip, undecoded, those of them the state has seen
+      const [shown, skipped] = wire.workflowTask(row.raw, Math.max(0, cached.historySeen - omitted));
       let cmds: Message[] | undefined;
       try {
-        cmds = await cached.resume(task, task.history ?? [], omitted);
+        cmds = await cached.resume(shown, shown.history ?? [], omitted + skipped);
       } catch (e) {
         if (e instanceof WorkflowTaskFailure) {
           cached.close();
@@ -639,7 +813,9 @@ export class Worker {
       }
       cached.close();
       this.stats.cacheStale++;
+      if (!skipped) task = shown;
     }
+    task ??= wire.workflowTask(row.raw, 0)[0];
     if (omitted) task = await this.#wholeTask(conn, row.runId, task);
     const state = this.#replayer(task);
     try {
@@ -655,26 +831,25 @@ export class Worker {
   /** The task with its whole history (as it was when leased: only its completion adds to it). */
   async #wholeTask(conn: pg.Client, runId: string, task: Message): Promise<Message> {
     const length = Number(task.historyLength ?? 0);
-    let res: pg.QueryResult;
+    let history: Message[];
     try {
-      res = await conn.query("SELECT event FROM dex.run_history($1) ORDER BY sequence", [runId]);
+      history = this.#wire.history((await conn.query({ text: this.#wire.historyQuery, values: [runId] })).rows);
     } catch (e) {
       throw new HistoryReadError(e);
     }
-    const history = res.rows.map((r: { event: Message }) => r.event);
     if (history.length < length) throw new DexError(`run ${runId}: its history has ${history.length} events, the task says ${length}`);
     this.stats.historyReads++;
     return { ...task, history: history.slice(0, length), historyOmitted: 0 };
   }
 
   /** Run them, complete them and lease the next ones in one CALL; the rows leased. */
-  async #completeAndPollWait(conn: pg.Client, queue: string, done: Array<[Row, Message[], Replayer]>): Promise<Row[]> {
-    if (!done.length) return this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true, true);
+  async #completeAndPollWait(conn: pg.Client, p: Poller, done: Array<[Row, Message[], Replayer]>): Promise<Row[]> {
+    if (!done.length) return this.#pollWait(conn, p, this.maxBatch, true);
     let res: pg.QueryResult;
     try {
       this.#waiting.set(conn, true);
       try {
-        res = await conn.query(this.#pollWaitQuery(queue, this.maxBatch, this.workflowLease, true, true,
+        res = await conn.query(this.#pollWaitQuery(p, this.maxBatch, true,
                                                    { rows: done.map((d) => d[0]), results: done.map((d) => d[1]) }));
       } finally {
         this.#waiting.delete(conn);
@@ -692,26 +867,21 @@ export class Worker {
       }
       this.#log.warn(`dex: completion with the poll refused (${(e as Error).message}); completing apart`);
       await this.#completeWorkflowTasks(conn, done);
-      return this.#pollWait(conn, queue, this.maxBatch, this.workflowLease, true, true);
+      return this.#pollWait(conn, p, this.maxBatch, true);
     }
     this.stats.workflowCompletionCalls++;
     const applied: boolean[] = res.rows[0]?.completed ?? [];
     this.stats.workflowCompletionsInPoll += applied.filter((a) => a === true).length;
     this.#settleWorkflowTasks(done, (i) => applied[i] === true);
-    return ((res.rows[0]?.tasks ?? []) as Message[]).map(taskRow);
+    return this.#leased(p, res);
   }
 
   /** dex.complete_tasks for the batch; `quiet`: a lost lease is expected (the tasks may be completed already). */
   async #completeWorkflowTasks(conn: pg.Client, done: Array<[Row, Message[], Replayer]>, quiet = false): Promise<void> {
     if (!done.length) return;
-    let res: pg.QueryResult;
+    let ok: Set<string>;
     try {
-      res = await conn.query({
-        name: "dex_complete_tasks",
-        text: "SELECT run_id, task_id, completed FROM dex.complete_tasks($1::uuid[], $2::integer[], $3::bigint[], $4::jsonb[])",
-        values: [done.map((d) => d[0].runId), done.map((d) => d[0].taskId), done.map((d) => d[0].lockVersion),
-                 jsonArray(done.map((d) => d[1]))],
-      });
+      ok = await this.#completeBatch(conn, done.map((d) => d[0]), this.#wire.commandsArray(done.map((d) => d[1])), false);
     } catch (e) {
       for (const d of done) d[2].close();
       if (isConnectionError(e)) throw e;
@@ -721,8 +891,7 @@ export class Worker {
       return;
     }
     this.stats.workflowCompletionCalls++;
-    const ok = new Set(res.rows.filter((r) => r.completed).map((r) => r.run_id as string));
-    this.#settleWorkflowTasks(done, (i) => ok.has(done[i]![0].runId), quiet);
+    this.#settleWorkflowTasks(done, (i) => ok.has(`${done[i]![0].runId}/0`), quiet);
   }
 
   /** Keep the state of each run whose task the engine completed, drop the others' (lost leases). */
@@ -778,11 +947,12 @@ export class Worker {
     for (const w of this.#slotWaiters.splice(0)) w();
   }
 
-  async #activityLoop(queue: string): Promise<void> {
+  async #activityLoop(p: Poller): Promise<void> {
     // the one-call wait holds its reserved slots while it waits: only when no other activity
-    // queue of this worker shares them; otherwise poll, and long-poll with dex.wait_for_tasks
-    const oneQueue = this.activityQueues.length === 1;
-    await this.#polling(queue, async (conn) => {
+    // loop of this worker shares them; otherwise poll, and long-poll with dex.wait_for_tasks
+    const oneQueue = this.#activityPollers === 1;
+    const queue = p.queue;
+    await this.#polling(p, async (conn) => {
       // between calls: results of activities ending now ride the next call (see #handoff)
       this.#handoffOpen = oneQueue;
       const n = await this.#reserve();
@@ -793,15 +963,23 @@ export class Worker {
       }
       let rows: Row[];
       try {
-        rows = oneQueue ? await this.#pollWaitWithResults(conn, queue, n, this.#handoff.splice(0))
-                        : await this.#poll(conn, queue, n, this.activityLease, false, false);
+        rows = oneQueue ? await this.#pollWaitWithResults(conn, p, n, this.#handoff.splice(0))
+                        : await this.#poll(conn, p, n, false);
       } catch (e) {
         this.#release(n);
         throw e;
       }
       this.#release(n - rows.length);
       for (const row of rows) {
-        const r = new Running(row, this);
+        let task: Message;
+        try {
+          task = this.#wire.activityTask(row.raw);
+        } catch (e) {                                 // left to its lease, which fails the attempt
+          this.#release(1);
+          this.#log.error(`dex: run ${row.runId}: activity task ${row.taskId} cannot be decoded:`, e);
+          continue;
+        }
+        const r = new Running(row, task, this);
         this.#inflight.set(r.key, r);
         void this.#execute(r);
       }
@@ -820,17 +998,17 @@ export class Worker {
    * A call that fails leaves them to the reporter: refused (a result too large, ...), it changed
    * nothing; broken or cancelled, it may have applied them, so a lost lease then is expected.
    */
-  async #pollWaitWithResults(conn: pg.Client, queue: string, n: number, handed: Running[]): Promise<Row[]> {
+  async #pollWaitWithResults(conn: pg.Client, p: Poller, n: number, handed: Running[]): Promise<Row[]> {
     if (!handed.length || this.#stopping) {
       this.#toReporter(handed);
-      return this.#pollWait(conn, queue, n, this.activityLease, false, false);
+      return this.#pollWait(conn, p, n, false);
     }
     for (const r of handed) r.inCall = true;
     let res: pg.QueryResult;
     try {
       this.#waiting.set(conn, true);
       try {
-        res = await conn.query(this.#pollWaitQuery(queue, n, this.activityLease, false, false, {
+        res = await conn.query(this.#pollWaitQuery(p, n, false, {
           rows: handed.map((r) => r.row), results: handed.map((r) => (r.outcome as { value: unknown }).value) }));
       } finally {
         this.#waiting.delete(conn);
@@ -844,14 +1022,14 @@ export class Worker {
       }
       this.#log.warn(`dex: activity results with the poll refused (${(e as Error).message}); the reporter sends them`);
       this.#toReporter(handed);
-      return this.#pollWait(conn, queue, n, this.activityLease, false, false);
+      return this.#pollWait(conn, p, n, false);
     }
     const applied: boolean[] = res.rows[0]?.completed ?? [];
     handed.forEach((r, i) => {
       if (applied[i] === true) this.stats.activityCompletionsInPoll++;
       this.#settle(r, applied[i] === true);
     });
-    return ((res.rows[0]?.tasks ?? []) as Message[]).map(taskRow);
+    return this.#leased(p, res);
   }
 
   async #execute(r: Running): Promise<void> {
@@ -860,7 +1038,7 @@ export class Worker {
     try {
       const d = this.#activities.get(info.name);
       if (!d) throw new ApplicationError(`no activity '${info.name}' is registered on worker ${this.workerId}`, { type: "dex.UnknownActivity" });
-      const result = await d.fn(decode(r.row.task.argument), r.ctx);
+      const result = await d.fn(decode(r.task.argument), r.ctx);
       try {
         toJsonText(result, `the result of activity '${info.name}'`);
       } catch (e) {
@@ -926,7 +1104,7 @@ export class Worker {
           nextBeat = Date.now() + interval;
         }
       } catch (e) {
-        this.#log.warn(`dex: reporter: ${(e as Error).message}; retrying`);
+        this.#log.warn(`dex: reporter: ${(e as Error).message}${isPreparedStatementError(e) ? `; ${POOLER_HINT}` : ""}; retrying`);
         await closeQuietly(conn);
         conn = undefined;
         this.#results.unshift(...batch);        // send them again
@@ -948,23 +1126,18 @@ export class Worker {
     for (const [i, rs] of groups.entries()) {
       const fail = i === 1;
       if (!rs.length) continue;
-      const values = rs.map((r) => (r.outcome!.kind === "fail" ? r.outcome!.failure : (r.outcome as { value: unknown }).value));
-      const fn = fail ? "fail_tasks" : "complete_tasks";
-      let res: pg.QueryResult;
+      const values = fail ? this.#wire.failuresArray(rs.map((r) => (r.outcome as { failure: Message }).failure))
+                          : this.#wire.resultsArray(rs.map((r) => (r.outcome as { value: unknown }).value));
+      let ok: Set<string>;
       try {
-        res = await conn.query({
-          name: `dex_${fn}`,
-          text: `SELECT run_id, task_id, ${fail ? "failed" : "completed"} AS ok FROM dex.${fn}($1::uuid[], $2::integer[], $3::bigint[], $4::jsonb[])`,
-          values: [rs.map((r) => r.row.runId), rs.map((r) => r.row.taskId), rs.map((r) => r.row.lockVersion), jsonArray(values)],
-        });
+        ok = await this.#completeBatch(conn, rs.map((r) => r.row), values, fail);
       } catch (e) {
         if (isConnectionError(e)) throw e;
-        this.#log.warn(`dex: reporter: dex.${fn} refused (${(e as Error).message}); one by one`);
+        this.#log.warn(`dex: reporter: dex.${fail ? "fail_tasks" : "complete_tasks"} refused (${(e as Error).message}); one by one`);
         for (const r of rs) await this.#sendOne(conn, r);
         continue;
       }
       this.stats.activityReportCalls++;
-      const ok = new Set(res.rows.filter((x) => x.ok).map((x) => `${x.run_id}/${x.task_id}`));
       for (const r of rs) this.#settle(r, ok.has(r.key));
     }
   }
@@ -1018,7 +1191,7 @@ export class Worker {
     const kept = new Set<string>();
     for (const [queue, rs] of groups) {
       const res = await conn.query({
-        name: "dex_heartbeat_tasks",
+        name: this.#named("dex_heartbeat_tasks"),
         text: "SELECT run_id, task_id FROM dex.heartbeat_tasks($1::uuid[], $2::integer[], $3::bigint[], make_interval(secs => $4), $5)",
         values: [rs.map((r) => r.row.runId), rs.map((r) => r.row.taskId), rs.map((r) => r.row.lockVersion), this.activityLease, queue],
       });

@@ -4,9 +4,11 @@ import { test } from "node:test";
 import {
   activity, workflow, ActivityError, ApplicationError, CancelledError, ChildRunError, NonRetryableError,
   NotFoundError, NotSerializableError, RunCancelledError, RunFailedError, WaitTimeout, WaitTimeoutError,
-  AlreadyActiveError, AlreadyExistsError, InvalidArgumentError, InvalidStateError,
+  AlreadyActiveError, AlreadyExistsError, ConnectionFailedError, DexError, InvalidArgumentError, InvalidStateError, Worker,
 } from "./sdk.js";
 import { client, eventually, kinds, queues, sleep, startWorker } from "./helpers.js";
+
+const quiet = { info() {}, warn() {}, error() {} };
 
 // -- activities: retries and terminal errors ---------------------------------------------------
 
@@ -283,6 +285,24 @@ test("an argument that is not JSON is refused before anything is sent, naming wh
   assert.equal((await client().list({ workflowName: "x" })).filter((r) => r.queue === qs[0]).length, 0);
 });
 
+test("every error the SDK throws is a DexError: a value it refuses before sending is InvalidArgumentError (22023)", async () => {
+  const qs = await queues();
+  const refused = (what: RegExp) => (e: unknown) =>
+    e instanceof InvalidArgumentError && e instanceof DexError && e.sqlstate === "22023" && what.test(e.message);
+  await assert.rejects(client().start(retries, "k", { queue: qs[0], executionTimeout: "5 parsecs" }),
+                       refused(/^not a duration: "5 parsecs" \(use seconds, or "250ms"/));
+  await assert.rejects(client().start(retries, "k", { queue: qs[0], executionTimeout: -1 }), refused(/must be positive/));
+  assert.throws(() => workflow("", async () => null), refused(/^a workflow needs a name/));
+  assert.throws(() => workflow("w", async () => null, { version: 0 }), refused(/version must be an integer >= 1, not 0/));
+  assert.throws(() => new Worker({}), refused(/^a worker needs at least one workflow or activity queue/));
+  await assert.rejects(new Worker({ workflowQueues: [qs[0]], workflows: [retries], logger: quiet,
+                                    connection: "postgresql://nobody@localhost:1/none?connect_timeout=2" }).start(),
+                       (e: unknown) => e instanceof ConnectionFailedError && e instanceof DexError);
+  // the server's refusal of a value is the same class
+  await assert.rejects(client().start(retries, "k", { queue: qs[0], version: 0 }),
+                       (e: unknown) => e instanceof InvalidArgumentError && e.sqlstate === "22023");
+});
+
 const badArg = workflow("bad-arg", async (ctx) => {
   try {
     ctx.activity(record, { m: new Map() });
@@ -340,11 +360,16 @@ const unknownActivity = workflow("unknown-activity", async (ctx) => {
   }
 });
 
-test("an activity the worker does not have fails its attempts with dex.UnknownActivity", async (t) => {
+test("an activity no worker has waits for one (dex.unserved lists it), and is not failed as unknown", async (t) => {
   const qs = await queues();
   await startWorker(t, qs, { workflows: [unknownActivity], activities: [] });
   const id = await client().start(unknownActivity, null, { queue: qs[0] });
-  assert.equal(await client().result(id, { timeout: 20 }), "dex.UnknownActivity 2");
+  await eventually(async () => (await client().sql("SELECT 1 FROM dex.unserved('0 s') WHERE queue = $1 AND name = 'no-such-activity'",
+                                                   [qs[1]])).length === 1, "the activity shown unserved");
+  assert.equal((await client().get(id)).status, "RUNNING");
+  const noSuch = activity("no-such-activity", () => "here");
+  await startWorker(t, qs, { workflowQueues: [], activities: [noSuch] });
+  assert.equal(await client().result(id, { timeout: 20 }), "ran");
 });
 
 test("startMany starts one run per argument; list finds them; formatHistory prints a run's events", async (t) => {

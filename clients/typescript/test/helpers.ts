@@ -60,6 +60,15 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
+/** The first failed workflow task of the run (dex.run_attempts), once there is one: its failure's message and type. */
+export async function failedWorkflowTask(runId: string): Promise<{ message: string; type: string }> {
+  const failed = async () => (await sql(
+    "SELECT failure->>'message' AS message, failure->>'type' AS type FROM dex.run_attempts($1) " +
+    "WHERE task = 'workflow' AND outcome = 'FAILED'", [runId])).rows;
+  await eventually(async () => (await failed()).length > 0, "a failed workflow task");
+  return (await failed())[0];
+}
+
 /** Poll `check` until it holds (or fail after `timeout` ms). */
 export async function eventually(check: () => Promise<boolean> | boolean, what: string, timeout = 15000): Promise<void> {
   const deadline = Date.now() + timeout;

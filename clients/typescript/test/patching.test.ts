@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { type TestContext, test } from "node:test";
 import { randomUUID } from "node:crypto";
 import { activity, workflow, type Worker, type WorkflowFunction } from "./sdk.js";
-import { client, eventually, queues, sql, startWorker } from "./helpers.js";
+import { client, eventually, failedWorkflowTask, queues, sql, startWorker } from "./helpers.js";
 
 const oldStep = activity("pt-old", (n: number) => `old ${n}`);
 const newStep = activity("pt-new", (n: number) => `new ${n}`);
@@ -86,11 +86,7 @@ test("patching: a misplaced patch fails the workflow task (dex.NonDeterminism na
   const id = await start(qs[0], 4);                    // recorded the marker first
   w = await deploy(t, qs, w, misplaced);               // the check moved: the history does not match
   await client().sendEvent(id, "go");
-  const failed = async () => (await sql(
-    "SELECT failure->>'message' AS message, failure->>'type' AS type FROM dex.run_attempts($1) " +
-    "WHERE task = 'workflow' AND outcome = 'FAILED'", [id])).rows;
-  await eventually(async () => (await failed()).length > 0, "a failed workflow task");
-  const [f] = await failed();
+  const f = await failedWorkflowTask(id);
   assert.equal(f.type, "dex.NonDeterminism");
   assert.match(f.message, /use-new-step/);
   assert.equal((await client().get(id)).status, "RUNNING");      // the run goes on
@@ -104,6 +100,6 @@ test("patching: a change id must be a non-empty string", async () => {
   const cmds = await replay({ runId: "r", workflowName: "pt-bad", newEvents: [
     { timestamp: "2026-01-01T00:00:00Z", workflowTaskStarted: {} },
     { runCreated: { workflowName: "pt-bad" } }, { runStarted: {} }] }, wf);
-  assert.equal(cmds[0]!.failRun.failure.type, "TypeError");
+  assert.equal(cmds[0]!.failRun.failure.type, "InvalidArgumentError");
   assert.match(cmds[0]!.failRun.failure.message, /change id is a non-empty string/);
 });

@@ -3,8 +3,8 @@ import assert from "node:assert/strict";
 import { type TestContext, test } from "node:test";
 import { spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { activity, workflow, replay, ApplicationError, LeaseLost, NotFoundError, QueueKindError, Worker, commandKind, eventKind, type Message } from "./sdk.js";
-import { client, eventually, kinds, queues, sleep, sql, startWorker } from "./helpers.js";
+import { activity, workflow, replay, ApplicationError, LeaseLost, NotFoundError, QueueKindError, Worker, WrongKindError, commandKind, eventKind, type Message } from "./sdk.js";
+import { client, eventually, failedWorkflowTask, kinds, queues, sleep, sql, startWorker } from "./helpers.js";
 import { activityLog, exited, lines, output, spawnTsWorker, waitForLine } from "./proc.js";
 import { order, step } from "./fixtures/crashflows.js";
 
@@ -70,16 +70,17 @@ test("a worker on a queue that does not exist stops: run() rejects with NotFound
   const missing = `no-such-queue-${Date.now()}`;
   const w = new Worker({ workflowQueues: [missing], workflows: [oneStep], pollTimeout: 5, logger: quiet });
   const t0 = Date.now();
-  await assert.rejects(w.run(), (e: unknown) => e instanceof NotFoundError &&
-    e.message.includes(`workflow queue '${missing}'`) && e.message.includes(`SELECT dex.create_queue('${missing}', 'workflow')`));
+  await assert.rejects(w.run(), (e: unknown) => e instanceof NotFoundError && e.sqlstate === "42704" && e.cause !== undefined &&
+    e.message === `workflow queue '${missing}': queue "${missing}" does not exist (SQLSTATE 42704); ` +
+                  `create it first: SELECT dex.create_queue('${missing}', 'workflow')`);
   assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms`);
 });
 
 test("a queue given as the other kind stops the worker: QueueKindError says which kind it is", async () => {
   const qs = await queues();
   const w = new Worker({ workflowQueues: [qs[1]], workflows: [oneStep], pollTimeout: 5, logger: quiet });
-  await assert.rejects(w.run(), (e: unknown) => e instanceof QueueKindError &&
-    e.message.includes(`workflow queue '${qs[1]}'`) && /it is an activity queue: give it in activityQueues/.test(e.message));
+  await assert.rejects(w.run(), (e: unknown) => e instanceof QueueKindError && e instanceof WrongKindError && e.sqlstate === "22023" &&
+    e.message.includes(`workflow queue '${qs[1]}'`) && /it is an activity queue: give it in activityQueues$/.test(e.message));
   const a = new Worker({ activityQueues: [qs[0]], activities: [one], pollTimeout: 5, logger: quiet });
   await assert.rejects(a.run(), (e: unknown) => e instanceof QueueKindError && /it is a workflow queue/.test(e.message));
 });
@@ -178,11 +179,12 @@ function commandsOf(history: Message[]): string[] {
   });
 }
 
-test("a run with the workflow cache and one replayed from scratch at every task give the same commands", async (t) => {
+for (const wire of ["protobuf", "json"] as const) test(`${wire}: a run with the workflow cache and one replayed from scratch at every task give the same commands`, async (t) => {
   activityLog();
   const cached = await queues(), uncached = await queues();
-  const wc = await startWorker(t, cached, { workflows: [fanout], activities: [step] });
-  const wu = await startWorker(t, uncached, { workflows: [fanout], activities: [step], workflowCacheSize: 0 });
+  const wc = await startWorker(t, cached, { workflows: [fanout], activities: [step], wire });
+  const wu = await startWorker(t, uncached, { workflows: [fanout], activities: [step], workflowCacheSize: 0, wire });
+  assert.equal(wc.wire, wire);
   const a = await client().start(fanout, 3, { queue: cached[0] });
   const b = await client().start(fanout, 3, { queue: uncached[0] });
   const ra = await client().result(a, { timeout: 30 }), rb = await client().result(b, { timeout: 30 });
@@ -236,16 +238,51 @@ const NAMES_BOTH = /the history has activityTaskCreated 'nd-step' \(id 1\), reco
 
 test("non-determinism: a replay that issues another command fails the workflow task, naming both; the rollback completes the run", async (t) => {
   const [id] = await deployChange(t, changing);
-  const failed = async () => (await sql(
-    "SELECT failure->>'message' AS message, failure->>'type' AS type FROM dex.run_attempts($1) " +
-    "WHERE task = 'workflow' AND outcome = 'FAILED'", [id])).rows;
-  await eventually(async () => (await failed()).length > 0, "a failed workflow task");
-  const [f] = await failed();
+  const f = await failedWorkflowTask(id);
   assert.equal(f.type, "dex.NonDeterminism");
   assert.match(f.message, NAMES_BOTH);
   assert.equal((await client().get(id)).status, "RUNNING");      // the task failed, not the run
   variant = "a";                                     // the rollback: the retried task completes it
   assert.equal(await client().result(id, { timeout: 30 }), "done");
+});
+
+let napFirst = true;
+const tick = activity("tick", (n: number) => n + 1);
+const napper = workflow("napper", async (ctx, n: number) => {
+  if (napFirst) await new Promise((resolve) => setTimeout(resolve, 100));      // not a dex awaitable
+  return ctx.activity(tick, n);
+});
+
+test("a workflow that awaits a Node timer fails its workflow task, saying so and where, instead of hanging; fixed code completes the run", async (t) => {
+  const qs = await queues();
+  napFirst = true;
+  const errors: string[] = [];
+  const consoleError = console.error;
+  console.error = (...args: unknown[]) => { errors.push(args.map(String).join(" ")); };
+  t.after(() => { console.error = consoleError; });
+  await startWorker(t, qs, { workflows: [napper], activities: [tick], workflowCacheSize: 0 });
+  const id = await client().start(napper, 1, { queue: qs[0] });
+  const f = await failedWorkflowTask(id);
+  assert.equal(f.type, "dex.NotDexAwaitable");
+  assert.match(f.message, /^workflow code awaits something that is not a dex awaitable \(a timer, I\/O, or a promise that no dex awaitable settles\): workflows await only ctx.activity\(\), ctx.sleep\(\)/);
+  assert.match(f.message, /never setTimeout, setImmediate or I\/O \(ctx.sleep\(\) for setTimeout\)$/);
+  assert.equal((await client().get(id)).status, "CREATED");      // the task failed, not the run (it never took a step)
+  // the code that went on after its task ended is said, with where: the line after the bad await
+  await eventually(() => errors.some((e) => e.includes("went on after its workflow task ended")), "the late code said");
+  assert.match(errors.find((e) => e.includes("went on after"))!, /at file:\/\/.*worker\.test\.js:\d+:\d+: the await before that is not a dex awaitable/);
+  napFirst = false;                                  // the fix is deployed: the retried task completes the run
+  assert.equal(await client().result(id, { timeout: 30 }), 2);
+});
+
+test("the stalled workflow's message names its last dex call", async () => {
+  const late = workflow("late-nap", async (ctx) => {
+    await ctx.sideEffect(() => 1, "one");
+    await new Promise(() => {});                     // a promise nothing of dex settles
+  });
+  const task = { runId: "r", workflowName: "late-nap", newEvents: [
+    { timestamp: "2026-01-01T00:00:00Z", workflowTaskStarted: {} }, { runCreated: { workflowName: "late-nap" } }, { runStarted: {} }] };
+  await assert.rejects(replay(task, late), (e: unknown) => e instanceof Error &&
+    / after its last dex call at file:\/\/.*worker\.test\.js:\d+:\d+: workflows await only/.test(e.message));
 });
 
 test("non-determinism: a workflow declared with nonDeterminismFailsRun fails its run", async (t) => {
