@@ -7,10 +7,11 @@ import datetime as _dt
 import json
 import math
 import re
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Tuple, Union
 
-from .errors import InvalidArgument
+from .errors import ApplicationError, FailureError, InvalidArgument
 
 Duration = Union[_dt.timedelta, int, float, str]
 
@@ -182,3 +183,39 @@ def command_kind(command: dict) -> str:
         if k != "id":
             return k
     return "empty"
+
+
+def failure_from_exception(exc: BaseException) -> dict:
+    """The dex.v1.Failure (canonical JSON) describing ``exc`` and its causes."""
+    seen = set()
+
+    def one(e: BaseException) -> dict:
+        seen.add(id(e))
+        if isinstance(e, ApplicationError):
+            f = {"message": e.message, "type": e.type or type(e).__name__}
+            if e.terminal:
+                f["terminal"] = True
+            details = {"traceback": _tb(e)} if e.details is None else e.details
+        elif isinstance(e, FailureError):
+            f = {"message": str(e), "type": type(e).__name__}
+            if e.failure:
+                f["cause"] = e.failure
+            details = None
+        else:
+            f = {"message": str(e) or type(e).__name__, "type": type(e).__name__}
+            details = {"traceback": _tb(e)}
+        if details is not None and "details" not in f:
+            try:
+                f["details"] = encode(details)
+            except (TypeError, ValueError):
+                f["details"] = encode({"repr": repr(details)})
+        cause = e.__cause__ or (None if e.__suppress_context__ else e.__context__)
+        if cause is not None and id(cause) not in seen and "cause" not in f:
+            f["cause"] = one(cause)
+        return f
+
+    return one(exc)
+
+
+def _tb(e: BaseException) -> str:
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__))[-4000:]

@@ -48,7 +48,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tup
 
 from . import errors
 from ._convert import (Duration, decode, duration, encode, event_kind, command_kind,
-                       parse_timestamp, retry_policy_json, roundtrip)
+                       failure_from_exception, parse_timestamp, retry_policy_json, roundtrip)
 from .registry import ACTIVITIES, WorkflowDefinition, activity_definition
 
 log = logging.getLogger("dex.runtime")
@@ -1165,7 +1165,7 @@ class _Replayer:
             exc = e
         if isinstance(exc, errors.CancelledError) and self.cancel_reason is not None:
             return cancelled_command(self.cancel_reason)
-        failure = errors.failure_from_exception(exc)
+        failure = failure_from_exception(exc)
         return {"failRun": {"failure": failure}}
 
 

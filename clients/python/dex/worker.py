@@ -61,7 +61,7 @@ from psycopg.types.json import Jsonb
 
 from . import errors
 from ._connect import POOLER_HINT, connect as _connect_pooled, is_prepared_statement_error
-from ._convert import decode, json_text
+from ._convert import decode, failure_from_exception, json_text
 from ._wire import PROTOBUF, Declared, Wire, wire as _wire_named
 from .registry import (ACTIVITIES, WORKFLOWS, ActivityDefinition, WorkflowDefinition,
                        activity_definition, register, workflow_definition)
@@ -1053,7 +1053,7 @@ class Worker:
                 raise errors.NonRetryableError(str(e), type="TypeError") from None
             outcome: Tuple[str, Any] = ("complete", result)
         except BaseException as e:        # activity code may raise anything
-            outcome = ("fail", errors.failure_from_exception(e))
+            outcome = ("fail", failure_from_exception(e))
             log.info("activity %s (id %s) of run %s, attempt %s failed: %s",
                      info.name, info.task_id, info.run_id, info.attempt, e)
         finally:

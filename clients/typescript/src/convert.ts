@@ -3,12 +3,13 @@
  * of dex's JSON API: dex.v1.Payload is `{"json": "<text>"}` or `{"binary": "<base64>"}`).
  */
 import { InvalidArgumentError, NotSerializableError } from "./errors.js";
+import type { Message } from "./message.js";
 
 /** A JSON value: what arguments, results, event payloads and side effects may be. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 /** A message of dex's protobuf schema in its canonical JSON form. */
-export type Message = Record<string, any>;
+export type { Message } from "./message.js";
 
 /** Seconds (a number), or text with a unit: "250ms", "30s", "5m", "2h", "1d". */
 export type Duration = number | string;

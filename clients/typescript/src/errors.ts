@@ -2,7 +2,7 @@
  * The errors of the dex SDK and their mapping to dex.v1.Failure (canonical JSON).
  * Every error this SDK throws at a user is a {@link DexError}.
  */
-import type { Message } from "./convert.js";
+import type { Message } from "./message.js";
 
 /** Base class of every error this SDK throws. */
 export class DexError extends Error {
