@@ -107,6 +107,8 @@ dex_restart_run_internal(pg_uuid_t *run_id)
 
 	(void) lock_run(run_id);
 	old = dex_find_run(dex_load_runs(dex_uuid_array(&run_id, 1), false), run_id);
+	/* a new run of a definition is the caller's to start (definition_access.c) */
+	dex_check_definition_start(old->workflow_name, old->workflow_version, dex_access_caller());
 	if (copy_run(new_id, old, dex_status_is_terminal(old->status), "CREATED", "RESTART"))
 		dex_insert_first_task(new_id, old->queue_id, old->priority);
 	return new_id;
@@ -371,6 +373,7 @@ dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason)
 				 errmsg("event id must be positive"),
 				 errhint("Name an event by its sequence number in dex.run_history.")));
 	old = dex_find_run(dex_load_runs(dex_uuid_array(&run_id, 1), false), run_id);
+	dex_check_definition_start(old->workflow_name, old->workflow_version, dex_access_caller());
 	if (event_id > old->history_length)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

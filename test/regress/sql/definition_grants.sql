@@ -74,6 +74,9 @@ SELECT dex.revoke_definition('dg-audit', 'regress_dg_starter');
 RESET ROLE;
 SET ROLE regress_dg_starter;
 SELECT dex.create_run('dg-audit', 'dg-wf');
+-- ... nor does a restart or a reset of a run it started when it could (a new run's SQL)
+SELECT dex.restart_run(:'run');
+SELECT dex.reset_run(:'run', 1);
 RESET ROLE;
 
 -- a definition of another owner that calls it: the run fails with 42501 unless the
