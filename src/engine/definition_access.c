@@ -24,18 +24,25 @@
  * after any change: the functions that change either table send a relcache
  * invalidation of dex.definition (dex_definitions_changed), which reaches
  * every backend at commit, and this one at its next command.  So starting a
- * run of a workflow of an SDK costs a hash probe, no statement.  Runs in the
- * caller's transaction and SPI connection.
+ * run of a workflow of an SDK costs a hash probe, no statement.  (A
+ * superuser's own writes to those tables send none: a session sees them
+ * when it next loads the cache.)  Loaded under a transaction snapshot
+ * (REPEATABLE READ, SERIALIZABLE), which may predate a change whose
+ * invalidation it received, it serves that transaction only; an error while
+ * loading leaves it to be loaded again.  Runs in the caller's transaction
+ * and SPI connection.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
@@ -60,6 +67,8 @@ static MemoryContext cache_context = NULL;
 static bool cache_valid = false;
 static bool grants_exist = false;	/* the schema has dex.definition_grant (1.9) */
 static Oid	definition_relid = InvalidOid;
+/* the transaction the cache serves, when it serves one only (see load_definitions) */
+static LocalTransactionId cache_lxid = InvalidLocalTransactionId;
 
 static DexPlan load_definitions_plan = {
 	"SELECT name, version, owner::oid FROM dex.definition ORDER BY name, version",
@@ -100,15 +109,20 @@ entry_for(const char *name, bool create)
 	return e;
 }
 
-/* The cache, loaded again if a change voided it */
+static void fill_cache(void);
+
+/*
+ * The cache, loaded again if a change voided it.  Loaded under REPEATABLE
+ * READ or SERIALIZABLE, whose snapshot may predate a change whose
+ * invalidation has arrived, it serves that transaction only.
+ */
 static void
 load_definitions(void)
 {
 	Oid			schema = get_namespace_oid("dex", false);
-	HASHCTL		ctl;
-	DexRows		rows;
-	MemoryContext old;
 
+	if (cache_valid && cache_lxid != InvalidLocalTransactionId && cache_lxid != MyProc->lxid)
+		cache_valid = false;
 	if (cache_valid)
 		return;
 	if (cache_context == NULL)
@@ -118,10 +132,31 @@ load_definitions(void)
 		CacheRegisterRelcacheCallback(definitions_invalidated, (Datum) 0);
 	}
 	MemoryContextReset(cache_context);
+	definitions = NULL;
 	definition_relid = get_relname_relid("definition", schema);
 	grants_exist = OidIsValid(get_relname_relid("definition_grant", schema));
-	/* valid from now on: an invalidation while loading voids it again */
+	/* valid from now on: an invalidation while loading voids it again, and so does an error */
 	cache_valid = true;
+	cache_lxid = IsolationUsesXactSnapshot() ? MyProc->lxid : InvalidLocalTransactionId;
+	PG_TRY();
+	{
+		fill_cache();
+	}
+	PG_CATCH();
+	{
+		cache_valid = false;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
+/* Fill the emptied cache (load_definitions) */
+static void
+fill_cache(void)
+{
+	HASHCTL		ctl;
+	DexRows		rows;
+	MemoryContext old;
 
 	memset(&ctl, 0, sizeof(ctl));
 	ctl.keysize = DEX_NAME_MAX_LEN + 1;
