@@ -21,6 +21,15 @@ def wait_until(what, predicate, timeout=30):
         time.sleep(0.1)
 
 
+def first_failed_workflow_task(run_id, timeout=30):
+    """(message, type) of the run's first failed workflow task, once there is one."""
+    def failed():
+        return sql("SELECT failure->>'message', failure->>'type' FROM dex.run_attempts(%s) "
+                   "WHERE task = 'workflow' AND outcome = 'FAILED'", (run_id,))
+    wait_until("a failed workflow task", failed, timeout)
+    return tuple(failed()[0])
+
+
 def require_dex(client, at_least, what):
     """``client``, if the database's dex is version ``at_least`` (a tuple) or later; the test
     is skipped otherwise, saying it has no ``what``."""

@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 import dex
-from dbtools import sql, wait_until
+from dbtools import first_failed_workflow_task
 from dex._convert import command_kind
 from dex._runtime import COMMAND_EVENT, WorkflowTaskFailure, _Replayer
 from dex.registry import workflow_definition
@@ -430,11 +430,7 @@ def test_the_determinism_check_still_works_with_the_cache(client, queues, start_
     w.cache.clear()
     client.send_event(run_id, "again")
 
-    def failed_attempts():
-        return sql("SELECT failure->>'message', failure->>'type' FROM dex.run_attempts(%s) "
-                   "WHERE task = 'workflow' AND outcome = 'FAILED'", (run_id,))
-    wait_until("a failed workflow task", failed_attempts)
-    message, kind = failed_attempts()[0]
+    message, kind = first_failed_workflow_task(run_id)
     assert kind == "dex.NonDeterminism"
     assert "activityTaskCreated 'cache-echo' (id 1)" in message
     assert client.get(run_id).status == "RUNNING"          # the task failed, not the run

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 import dex
-from dbtools import sql, wait_until
+from dbtools import first_failed_workflow_task, sql, wait_until
 from dex.registry import workflow_definition
 
 
@@ -126,11 +126,7 @@ def test_a_misplaced_patch_fails_the_task_not_the_run(client, queues, start_work
     w = deploy(start_worker, w, misplaced)              # the check moved: history does not match
     client.send_event(run_id, "go")
 
-    def failed_attempts():
-        return sql("SELECT failure->>'message', failure->>'type' FROM dex.run_attempts(%s) "
-                   "WHERE task = 'workflow' AND outcome = 'FAILED'", (run_id,))
-    wait_until("a failed workflow task", failed_attempts)
-    message, kind = failed_attempts()[0]
+    message, kind = first_failed_workflow_task(run_id)
     assert kind == "dex.NonDeterminism"
     assert "use-new-step" in message, message
     assert client.get(run_id).status == "RUNNING"        # the run goes on
