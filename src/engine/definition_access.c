@@ -44,6 +44,7 @@
 #include "miscadmin.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
@@ -280,7 +281,8 @@ dex_definitions_changed(void)
 
 /* a definition of one of the roles $1 */
 static DexPlan definition_of_owners_plan = {
-	"SELECT name, version, owner::oid FROM dex.definition WHERE owner::oid = ANY ($1::oid[]) "
+	"SELECT name, version, owner::pg_catalog.oid FROM dex.definition "
+	"WHERE owner::pg_catalog.oid OPERATOR(pg_catalog.=) ANY ($1::pg_catalog.oid[]) "
 	"ORDER BY name, version LIMIT 1",
 	1, {OIDARRAYOID}
 };
@@ -303,6 +305,7 @@ dex_refuse_dropping_definition_owners(List *roles)
 	Oid			table_owner;
 	Oid			user;
 	int			sec;
+	int			level;
 	ArrayBuildState *oids;
 	ListCell   *lc;
 	bool		found = false;
@@ -329,8 +332,16 @@ dex_refuse_dropping_definition_owners(List *roles)
 	table_owner = ((Form_pg_class) GETSTRUCT(tup))->relowner;
 	ReleaseSysCache(tup);
 
+	/*
+	 * As the table's owner, with search_path pinned: the session's path is
+	 * the role dropping's to choose, and must resolve nothing here (an
+	 * error's abort unwinds both).
+	 */
 	GetUserIdAndSecContext(&user, &sec);
 	SetUserIdAndSecContext(table_owner, sec | SECURITY_LOCAL_USERID_CHANGE);
+	level = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+							 GUC_ACTION_SAVE, true, 0, false);
 	SPI_connect();
 	{
 		Datum		values[1] = {dex_array_result(oids)};
@@ -347,6 +358,7 @@ dex_refuse_dropping_definition_owners(List *roles)
 		}
 	}
 	SPI_finish();
+	AtEOXact_GUC(true, level);
 	SetUserIdAndSecContext(user, sec);
 	if (found)
 		ereport(ERROR,
