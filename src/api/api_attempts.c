@@ -110,9 +110,7 @@ history_attempts(Attempts *a, DexRows rows, bool inbox)
 
 		if (inbox)
 		{
-			event = (Dex__V1__WorkflowEvent *)
-				dex_pb_unpack(&dex__v1__workflow_event__descriptor, (uint8 *) VARDATA_ANY(data),
-							  VARSIZE_ANY_EXHDR(data), "inbox event");
+			event = dex_inbox_event_unpack(data);
 			dex__v1__event_batch__init(&one);
 			one.n_events = 1;
 			one.events = &event;

@@ -139,14 +139,6 @@ lock_run(pg_uuid_t *run_id, bool *cancel_requested, bool for_caller)
 	return status;
 }
 
-static Dex__V1__WorkflowEvent *
-unpack_event(bytea *data)
-{
-	return (Dex__V1__WorkflowEvent *)
-		dex_pb_unpack(&dex__v1__workflow_event__descriptor, (uint8 *) VARDATA_ANY(data),
-					  VARSIZE_ANY_EXHDR(data), "inbox event");
-}
-
 /*
  * Who an operator's change is recorded as done by: dex.actor, which the REST
  * API's token sets for its transaction (a superuser setting, so no client
@@ -199,28 +191,25 @@ end_run_now(pg_uuid_t *run_id, const char *status, const char *end_status,
 	Dex__V1__WorkflowEvent **events;
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', failure ? ' ' : 'n'};
-	uint64		n_arrived;
+	Dex__V1__WorkflowEvent *created = NULL;
 
-	values[0] = UUIDPGetDatum(run_id);
-	dex_spi_exec(&take_arrived_events_plan, values, NULL, 0);
-	n_arrived = SPI_processed;
-	events = palloc(sizeof(*events) * (n_arrived + 2));
-	dex__v1__event_batch__init(&batch);
-	batch.events = events;
-	/* the arrived events at the end of the array, until the history is known */
-	for (uint64 i = 0; i < n_arrived; i++)
-		events[i + 1] = unpack_event(dex_spi_getbytea_copy(i, 1));
 	if (strcmp(status, "RUNNING") != 0 && strcmp(status, "SUSPENDED") != 0)
 	{
 		/* CREATED, or BLOCKED before its first task completed: no history yet */
 		DexRun	   *run = dex_find_run(dex_load_runs(ids, false), run_id);
 
 		if (run->history_length == 0)
-			events[batch.n_events++] = dex_run_created_event(run);
+			created = dex_run_created_event(run);
 	}
-	if (batch.n_events == 0)
-		memmove(events, events + 1, sizeof(*events) * n_arrived);
-	batch.n_events += n_arrived;
+	values[0] = UUIDPGetDatum(run_id);
+	dex_spi_exec(&take_arrived_events_plan, values, NULL, 0);
+	events = palloc(sizeof(*events) * (SPI_processed + 2));
+	dex__v1__event_batch__init(&batch);
+	batch.events = events;
+	if (created != NULL)
+		events[batch.n_events++] = created;
+	for (uint64 i = 0; i < SPI_processed; i++)
+		events[batch.n_events++] = dex_inbox_event_unpack(dex_spi_getbytea_copy(i, 1));
 	events[batch.n_events++] = end_event;
 
 	values[1] = PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &batch));

@@ -281,10 +281,7 @@ pending_activities(HTAB *runs, Datum id_array, int n_runs)
 		bytea	   *event = DatumGetByteaPP(dex_spi_getdatum(i, 2, &isnull));
 
 		if (ra)
-			note_event(&ra->list, (Dex__V1__WorkflowEvent *)
-					   dex_pb_unpack(&dex__v1__workflow_event__descriptor,
-									 (uint8 *) VARDATA_ANY(event), VARSIZE_ANY_EXHDR(event),
-									 "inbox event"));
+			note_event(&ra->list, dex_inbox_event_unpack(event));
 	}
 	return pending;
 }

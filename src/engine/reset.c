@@ -445,9 +445,7 @@ dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason)
 	for (uint64 i = 0; i < batches.n; i++)
 	{
 		bytea	   *data = dex_rows_getbytea_copy(batches, i, 1);
-		Dex__V1__WorkflowEvent *ev = (Dex__V1__WorkflowEvent *)
-			dex_pb_unpack(&dex__v1__workflow_event__descriptor, (uint8 *) VARDATA_ANY(data),
-						  VARSIZE_ANY_EXHDR(data), "inbox event");
+		Dex__V1__WorkflowEvent *ev = dex_inbox_event_unpack(data);
 
 		if (ev->subject_case == DEX__V1__WORKFLOW_EVENT__SUBJECT_EXTERNAL_EVENT_RECEIVED)
 			dex_inbox_batch_add(&inbox, new_id, ev, now);

@@ -340,10 +340,7 @@ dex_build_new_events(DexRun *run, const char *worker_id, TimestampTz started_at,
 	}
 
 	for (int i = 0; i < run->n_inbox; i++)
-		events[n++] = (Dex__V1__WorkflowEvent *)
-			dex_pb_unpack(&dex__v1__workflow_event__descriptor,
-						  (uint8 *) VARDATA_ANY(run->inbox[i]), VARSIZE_ANY_EXHDR(run->inbox[i]),
-						  "inbox event");
+		events[n++] = dex_inbox_event_unpack(run->inbox[i]);
 	*n_events = n;
 	return events;
 }

@@ -18,6 +18,15 @@
 
 #include "wire/wire.h"
 
+/* A stored event (an inbox row's, dex.v1.WorkflowEvent), as the inbox keeps them */
+Dex__V1__WorkflowEvent *
+dex_inbox_event_unpack(bytea *data)
+{
+	return (Dex__V1__WorkflowEvent *)
+		dex_pb_unpack(&dex__v1__workflow_event__descriptor,
+					  (uint8 *) VARDATA_ANY(data), VARSIZE_ANY_EXHDR(data), "inbox event");
+}
+
 /* An event with no subject yet. */
 Dex__V1__WorkflowEvent *
 dex_new_event(int32 id, TimestampTz ts)

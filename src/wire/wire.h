@@ -29,6 +29,7 @@ extern Jsonb *dex_payload_to_jsonb(const Dex__V1__Payload *payload);
  * events.c: the events dex records, one constructor per kind, with id 0 (see
  * events.c), and the failures dex reports itself
  */
+extern Dex__V1__WorkflowEvent *dex_inbox_event_unpack(bytea *data);
 extern Dex__V1__WorkflowEvent *dex_new_event(int32 id, TimestampTz ts);
 extern Dex__V1__Failure *dex_new_failure(const char *message, const char *type, bool terminal);
 extern Dex__V1__WorkflowEvent *dex_event_workflow_task_started(TimestampTz ts, char *worker_id);
