@@ -31,7 +31,6 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "access/htup_details.h"
-#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/uuid.h"
@@ -39,7 +38,6 @@
 #include "api/api.h"
 
 static void require_1_7(void);
-static bool grants_exist(void);
 
 /* the grants of a definition whose last version was deleted */
 static DexPlan drop_grants_plan = {
@@ -56,41 +54,6 @@ static DexPlan insert_definition_plan = {
 	"ON CONFLICT DO NOTHING",
 	4, {TEXTOID, INT4OID, JSONBOID, OIDOID}
 };
-
-/* the owners of a definition's versions, each once */
-static DexPlan definition_owners_plan = {
-	"SELECT DISTINCT owner::oid FROM dex.definition WHERE name = $1",
-	1, {TEXTOID}
-};
-
-/*
- * Refuse (42501) a role that is not a member of the owner of every version of
- * definition "name" (none: 42704), for "action": grants, and new versions,
- * are the owners' to give, since a grant names every version.
- */
-static void
-check_owns_definition(const char *name, Oid role, const char *action)
-{
-	Datum		values[1] = {CStringGetTextDatum(name)};
-
-	dex_spi_exec(&definition_owners_plan, values, NULL, 0);
-	if (SPI_processed == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("definition \"%s\" does not exist", name)));
-	for (uint64 r = 0; r < SPI_processed; r++)
-	{
-		bool		isnull;
-		Oid			owner = DatumGetObjectId(dex_spi_getdatum(r, 1, &isnull));
-
-		if (!superuser_arg(role) && !has_privs_of_role(role, owner))
-			ereport(ERROR,
-					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-					 errmsg("permission denied to %s definition \"%s\"", action, name),
-					 errdetail("It belongs to role %s; role %s is not a member of it.",
-							   GetUserNameFromId(owner, false), GetUserNameFromId(role, false))));
-	}
-}
 
 static Datum
 create_definition(PG_FUNCTION_ARGS)
@@ -120,7 +83,7 @@ create_definition(PG_FUNCTION_ARGS)
 	SPI_connect();
 	/* a new version is its owners' to make: grants name every version */
 	if (dex_is_definition(name))
-		check_owns_definition(name, definition_caller, "create a version of");
+		dex_check_owns_definition(name, definition_caller, "create a version of");
 	dex_spi_exec(&insert_definition_plan, values, NULL, 0);
 	if (SPI_processed == 0)
 		ereport(ERROR,
@@ -234,13 +197,6 @@ require_1_7(void)
 				 errhint("ALTER EXTENSION dex UPDATE TO '1.7'.")));
 }
 
-/* whether the schema has grants of definitions (1.9) */
-static bool
-grants_exist(void)
-{
-	return dex_column_exists("definition_grant", "granted_by");
-}
-
 static DexPlan get_definition_plan = {
 	"SELECT definition FROM dex.definition WHERE name = $1 AND ($2::integer IS NULL OR version = $2) "
 	"ORDER BY version DESC LIMIT 1",
@@ -334,7 +290,7 @@ delete_definition(PG_FUNCTION_ARGS)
 				 errhint("Wait for them to end, or cancel or terminate them.")));
 	dex_spi_exec(&delete_definition_plan, values, NULL, 0);
 	/* the grants go with the last version: a definition made later under the name starts with none */
-	if (grants_exist())
+	if (dex_definition_grants_exist())
 		dex_spi_exec(&drop_grants_plan, values, NULL, 0);
 	dex_definitions_changed();
 	SPI_finish();
@@ -367,13 +323,13 @@ grant_or_revoke(FunctionCallInfo fcinfo, bool grant)
 
 	dex_arg_not_null(fcinfo, 1, "role");
 	role = PG_GETARG_OID(1);
-	if (!grants_exist())
+	if (!dex_definition_grants_exist())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 				 errmsg("grants of definitions need dex 1.9"),
 				 errhint("ALTER EXTENSION dex UPDATE TO '1.9'.")));
 	SPI_connect();
-	check_owns_definition(name, dex_access_caller(), grant ? "grant" : "revoke");
+	dex_check_owns_definition(name, dex_access_caller(), grant ? "grant" : "revoke");
 	values[0] = CStringGetTextDatum(name);
 	values[1] = ObjectIdGetDatum(role);
 	values[2] = ObjectIdGetDatum(dex_access_caller());

@@ -135,7 +135,7 @@ load_definitions(void)
 	MemoryContextReset(cache_context);
 	definitions = NULL;
 	definition_relid = get_relname_relid("definition", schema);
-	grants_exist = OidIsValid(get_relname_relid("definition_grant", schema));
+	grants_exist = dex_definition_grants_exist();
 	/* valid from now on: an invalidation while loading voids it again, and so does an error */
 	cache_valid = true;
 	cache_lxid = IsolationUsesXactSnapshot() ? MyProc->lxid : InvalidLocalTransactionId;
@@ -207,11 +207,18 @@ fill_cache(void)
 	MemoryContextSwitchTo(old);
 }
 
+/* Whether role acts as owner: a superuser or a member of it */
+static bool
+acts_as(Oid role, Oid owner)
+{
+	return superuser_arg(role) || has_privs_of_role(role, owner);
+}
+
 /* Whether role may start runs of version i of definition e (see the header) */
 static bool
 may_start(const DefinitionEntry *e, int i, Oid role)
 {
-	if (!grants_exist || superuser_arg(role) || has_privs_of_role(role, e->owners[i]))
+	if (!grants_exist || acts_as(role, e->owners[i]))
 		return true;
 	for (int g = 0; g < e->n_grants; g++)
 		if (has_privs_of_role(role, e->grantees[g]))
@@ -252,6 +259,40 @@ dex_check_definition_start(const char *name, int32 version, Oid role)
 				 errdetail("Its runs run SQL with the privileges of role %s.",
 						   GetUserNameFromId(e->owners[i], false)),
 				 errhint("A member of its owner grants it with dex.grant_definition('%s', role).", name)));
+}
+
+/*
+ * Refuse (42501) a role that does not act as the owner of every version of
+ * definition "name" (none: 42704), for "action": grants, and new versions,
+ * are the owners' to give, since a grant names every version.
+ */
+void
+dex_check_owns_definition(const char *name, Oid role, const char *action)
+{
+	DefinitionEntry *e;
+
+	load_definitions();
+	e = entry_for(name, false);
+	if (e == NULL || e->n_versions == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("definition \"%s\" does not exist", name)));
+	for (int i = 0; i < e->n_versions; i++)
+		if (!acts_as(role, e->owners[i]))
+			ereport(ERROR,
+					(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+					 errmsg("permission denied to %s definition \"%s\"", action, name),
+					 errdetail("It belongs to role %s; role %s is not a member of it.",
+							   GetUserNameFromId(e->owners[i], false), GetUserNameFromId(role, false))));
+}
+
+/* Whether the schema has grants of definitions (1.9) */
+bool
+dex_definition_grants_exist(void)
+{
+	Oid			schema = get_namespace_oid("dex", true);
+
+	return OidIsValid(schema) && OidIsValid(get_relname_relid("definition_grant", schema));
 }
 
 /* Whether "name" names a definition (of any version) */

@@ -445,6 +445,8 @@ extern bool dex_interpret_step_context(const char **run_id, const char **definit
 /* definition_access.c: who may start runs of a definition (1.9) */
 extern void dex_check_definition_start(const char *name, int32 version, Oid role);
 extern bool dex_is_definition(const char *name);
+extern void dex_check_owns_definition(const char *name, Oid role, const char *action);
+extern bool dex_definition_grants_exist(void);
 extern void dex_definitions_changed(void);
 extern void dex_refuse_dropping_definition_owners(List *roles);
 
