@@ -20,6 +20,7 @@ packages=(
   python3-fastapi python3-uvicorn python3-jinja2 python3-multipart  # python3 -m dex serve (REST API, dashboard)
   chromium chromium-driver python3-selenium  # the dashboard's browser test (headless)
   pgbouncer                              # reference client tests behind a transaction pool
+  postgresql-15-wal2json                 # test/t/025_publish.pl: a logical decoding consumer of published events
   prometheus prometheus-postgres-exporter  # test/t/015_prometheus.pl: the metrics end to end
   clang libclang-rt-14-dev               # fuzz suite: clang, libFuzzer and sanitizer runtimes
   nodejs                                 # the TypeScript client (clients/typescript): node 20 and npm

@@ -37,6 +37,7 @@
  */
 #include "postgres.h"
 
+#include "access/xlog.h"
 #include "catalog/dependency.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
@@ -377,7 +378,8 @@ dex_queue_partition_trigger(PG_FUNCTION_ARGS)
 }
 
 /* ----------------------------------------------------------------
- * dex.alter_queue(name, capacity, paused)
+ * dex.alter_queue(name, capacity, paused, rate_limit, rate_period,
+ *                 concurrency_limit, publish, publish_format)
  * ----------------------------------------------------------------
  */
 
@@ -467,6 +469,65 @@ check_limit_args(FunctionCallInfo fcinfo)
 }
 
 /*
+ * 1.10: publishing.  $2 publish (true: on, in the form $3 or the one it had,
+ * else JSON; false: off), $3 publish_format alone changes the form of a
+ * queue that publishes.  Returns whether it publishes now.
+ */
+static DexPlan alter_queue_publish_plan = {
+	"UPDATE dex.queue SET publish = CASE WHEN $2 THEN coalesce($3, publish, 'json') "
+	"                                    WHEN NOT $2 THEN NULL "
+	"                                    WHEN publish IS NOT NULL THEN coalesce($3, publish) END "
+	"WHERE id = $1 RETURNING publish IS NOT NULL",
+	3, {INT4OID, BOOLOID, TEXTOID}
+};
+
+/* The arguments of publishing (1.10), checked before anything is written */
+static void
+check_publish_args(FunctionCallInfo fcinfo)
+{
+	if (!PG_ARGISNULL(7))
+	{
+		char	   *format = text_to_cstring(PG_GETARG_TEXT_PP(7));
+
+		if (strcmp(format, "json") != 0 && strcmp(format, "protobuf") != 0)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("publish format must be \"json\" or \"protobuf\""),
+					 errdetail("It was \"%s\".", format)));
+		if (!PG_ARGISNULL(6) && !PG_GETARG_BOOL(6))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("a publish format is given with publish => false, which stops publishing")));
+	}
+}
+
+/* Turn publishing on or off, or change its form; the queue's row was updated already */
+static void
+alter_publishing(FunctionCallInfo fcinfo, int32 queue_id, const char *name)
+{
+	Datum		values[3];
+	char		nulls[3] = {' ', PG_ARGISNULL(6) ? 'n' : ' ', PG_ARGISNULL(7) ? 'n' : ' '};
+
+	values[0] = Int32GetDatum(queue_id);
+	values[1] = PG_ARGISNULL(6) ? (Datum) 0 : PG_GETARG_DATUM(6);
+	values[2] = PG_ARGISNULL(7) ? (Datum) 0 : PG_GETARG_DATUM(7);
+	dex_spi_exec(&alter_queue_publish_plan, values, nulls, 0);
+	if (!dex_spi_getbool(0, 1))
+	{
+		if (PG_ARGISNULL(6))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("queue \"%s\" does not publish its events: it has no publish format to change", name),
+					 errhint("Give publish => true with publish_format.")));
+		return;
+	}
+	if (wal_level < WAL_LEVEL_LOGICAL)
+		ereport(WARNING,
+				(errmsg("queue \"%s\" publishes its events, but wal_level is not logical: nothing is published", name),
+				 errhint("Set wal_level = logical and restart the server: events recorded before then are not published.")));
+}
+
+/*
  * dex.alter_queue: a paused queue hands out no task (its tasks wait, and
  * new ones are added as usual); a capacity caps the tasks leased at once;
  * (1.7) a rate limit the tasks handed out per period (shmem/rate.c), a
@@ -489,6 +550,8 @@ dex_alter_queue(PG_FUNCTION_ARGS)
 		check_capacity(PG_GETARG_INT32(1));
 	if (limits)
 		check_limit_args(fcinfo);
+	if (PG_NARGS() > 6)
+		check_publish_args(fcinfo);
 	values[0] = CStringGetTextDatum(name);
 	for (int i = 1; i < (limits ? 6 : 3); i++)
 	{
@@ -523,6 +586,8 @@ dex_alter_queue(PG_FUNCTION_ARGS)
 		if (new_limit > old_limit)
 			dex_admit_waiting_runs(queue_id, NULL);
 	}
+	if (PG_NARGS() > 6 && !(PG_ARGISNULL(6) && PG_ARGISNULL(7)))
+		alter_publishing(fcinfo, queue_id, name);
 	/* unpaused, or with more room: every waiter may find work */
 	dex_queue_tasks_added(queue_id, -1);
 	dex_queue_cache_reset();

@@ -320,6 +320,15 @@ check_command(const Dex__V1__Command *cmd)
 						 errmsg("command recordMarker %d needs a name of 1 to %d bytes",
 								cmd->id, DEX_NAME_MAX_LEN)));
 			break;
+		case DEX__V1__COMMAND__KIND_PUBLISH_EVENT:
+			require_positive_id(cmd);
+			if (cmd->publish_event->name == NULL || cmd->publish_event->name[0] == '\0' ||
+				strlen(cmd->publish_event->name) > DEX_NAME_MAX_LEN)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("command publishEvent %d needs a name of 1 to %d bytes",
+								cmd->id, DEX_NAME_MAX_LEN)));
+			break;
 		case DEX__V1__COMMAND__KIND_SIGNAL_EXTERNAL_RUN:
 			check_signal_external_run(cmd);
 			break;
@@ -333,7 +342,7 @@ check_command(const Dex__V1__Command *cmd)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("command %d has no kind", cmd->id),
-					 errhint("Set exactly one of scheduleActivity, startTimer, cancelTimer, waitExternalEvent, startChildRun, recordSideEffect, recordMarker, signalExternalRun, setCustomStatus, completeRun, failRun, cancelRun, continueAsNew.")));
+					 errhint("Set exactly one of scheduleActivity, startTimer, cancelTimer, waitExternalEvent, startChildRun, recordSideEffect, recordMarker, publishEvent, signalExternalRun, setCustomStatus, completeRun, failRun, cancelRun, continueAsNew.")));
 			break;
 		default:
 			/* setCustomStatus, completeRun, cancelRun, continueAsNew: nothing to check */

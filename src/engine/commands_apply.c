@@ -512,6 +512,12 @@ apply_command(DexAppliedTask *c, const Dex__V1__Command *cmd)
 						 dex_event_marker_recorded(c->now, cmd->record_marker->name,
 												   cmd->record_marker->details));
 			break;
+		case DEX__V1__COMMAND__KIND_PUBLISH_EVENT:
+			/* published, as every event, when the history batch is written */
+			record_event(c, cmd->id,
+						 dex_event_event_published(c->now, cmd->publish_event->name,
+												   cmd->publish_event->payload));
+			break;
 		case DEX__V1__COMMAND__KIND_SET_CUSTOM_STATUS:
 			record_event(c, cmd->id,
 						 dex_event_custom_status_set(c->now, cmd->set_custom_status->custom_status));

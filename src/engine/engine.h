@@ -22,6 +22,14 @@
 #include "shmem/shmem.h"
 
 /* queues.c */
+/* whether a queue's runs' events are published, and in which form (1.10, publish.c) */
+typedef enum DexPublish
+{
+	DEX_PUBLISH_OFF,
+	DEX_PUBLISH_JSON,
+	DEX_PUBLISH_PROTOBUF
+} DexPublish;
+
 typedef struct DexQueue
 {
 	int32		id;
@@ -32,6 +40,7 @@ typedef struct DexQueue
 	int32		rate_limit;		/* most tasks handed out per rate period; 0: no limit (1.7) */
 	int64		rate_period_us;
 	TimestampTz updated_at;		/* when dex.alter_queue last changed it; 0: never */
+	DexPublish	publish;		/* its runs' events as logical messages (1.10) */
 	int			n_grantees;		/* roles it is granted to; -1: no grants (1.0) */
 	Oid		   *grantees;
 } DexQueue;
@@ -45,6 +54,7 @@ extern const char *dex_queue_name(int32 queue_id);
 extern void dex_queue_cache_reset(void);
 extern void dex_queue_changed(Oid schema);
 extern bool dex_queue_limits_exist(void);
+extern bool dex_queue_publish_exists(void);
 /* a statement's column: whether the queue of task t has a capacity */
 #define DEX_QUEUE_LIMITED_SQL \
 	"(SELECT q.capacity IS NOT NULL FROM dex.queue q WHERE q.id = t.queue_id)"
@@ -138,6 +148,13 @@ extern Dex__V1__WorkflowEvent *dex_run_created_event(DexRun *run);
 extern Dex__V1__WorkflowEvent **dex_build_new_events(DexRun *run, const char *worker_id,
 													 TimestampTz started_at, int extra,
 													 size_t *n_events);
+
+/* publish.c: runs' events as logical decoding messages (1.10) */
+extern bool dex_publish_possible(void);
+extern void dex_publish_events(const pg_uuid_t *run_id, const DexRun *run, int32 generation,
+							   int32 sequence, Dex__V1__WorkflowEvent **events, size_t n);
+extern void dex_publish_batch(const pg_uuid_t *run_id, const DexRun *run, int32 generation,
+							  int32 sequence, bytea *batch);
 
 extern void dex_lock_runs(Datum run_ids, bool share);
 extern bool dex_status_is_terminal(const char *status);

@@ -192,15 +192,14 @@ end_run_now(pg_uuid_t *run_id, const char *status, const char *end_status,
 	Datum		values[5];
 	char		nulls[5] = {' ', ' ', ' ', ' ', failure ? ' ' : 'n'};
 	Dex__V1__WorkflowEvent *created = NULL;
+	DexRun	   *run = NULL;
 
-	if (strcmp(status, "RUNNING") != 0 && strcmp(status, "SUSPENDED") != 0)
-	{
-		/* CREATED, or BLOCKED before its first task completed: no history yet */
-		DexRun	   *run = dex_find_run(dex_load_runs(ids, false), run_id);
-
-		if (run->history_length == 0)
-			created = dex_run_created_event(run);
-	}
+	/* the run is loaded when its history may be empty, or to publish the events */
+	if ((strcmp(status, "RUNNING") != 0 && strcmp(status, "SUSPENDED") != 0) || dex_publish_possible())
+		run = dex_find_run(dex_load_runs(ids, false), run_id);
+	/* CREATED, or BLOCKED before its first task completed: no history yet */
+	if (run != NULL && run->history_length == 0)
+		created = dex_run_created_event(run);
 	values[0] = UUIDPGetDatum(run_id);
 	dex_spi_exec(&take_arrived_events_plan, values, NULL, 0);
 	events = palloc(sizeof(*events) * (SPI_processed + 2));
@@ -216,6 +215,9 @@ end_run_now(pg_uuid_t *run_id, const char *status, const char *end_status,
 	values[2] = Int32GetDatum((int32) batch.n_events);
 	values[3] = CStringGetTextDatum(end_status);
 	values[4] = failure ? PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) failure)) : (Datum) 0;
+	if (run != NULL)
+		dex_publish_events(run_id, run, run->generation, run->history_length + 1,
+						   batch.events, batch.n_events);
 	dex_spi_exec(&end_run_now_plan, values, nulls, 0);
 	dex_end_runs(ids, false, DEX_ENDED_ANY);
 }

@@ -216,6 +216,10 @@ queue_cache_add(int row, const char *name)
 	q->rate_period_us = isnull ? 0 : DatumGetInt64(d);
 	d = dex_spi_getdatum(row, 9, &isnull);
 	q->updated_at = isnull ? 0 : DatumGetTimestampTz(d);
+	/* publishing (1.10): NULL, 'json' or 'protobuf' */
+	d = dex_spi_getdatum(row, 10, &isnull);
+	q->publish = isnull ? DEX_PUBLISH_OFF :
+		strcmp(TextDatumGetCString(d), "protobuf") == 0 ? DEX_PUBLISH_PROTOBUF : DEX_PUBLISH_JSON;
 }
 
 /* dex.alter_queue changed a queue: forget what this backend cached */
@@ -264,13 +268,25 @@ dex_queue_limits_exist(void)
 	return dex_column_exists("queue", "rate_limit");
 }
 
-/* Which lookup statement the schema takes: [0] 1.0, [1] grants, [2] grants and limits (1.7) */
+/* Whether queues may publish their runs' events (1.10): dex.queue.publish */
+bool
+dex_queue_publish_exists(void)
+{
+	return dex_column_exists("queue", "publish");
+}
+
+/*
+ * Which lookup statement the schema takes: [0] 1.0, [1] grants, [2] grants
+ * and limits (1.7), [3] and publishing (1.10)
+ */
 static int
 lookup_version(void)
 {
 	if (!dex_queue_grants_exist())
 		return 0;
-	return dex_queue_limits_exist() ? 2 : 1;
+	if (!dex_queue_limits_exist())
+		return 1;
+	return dex_queue_publish_exists() ? 3 : 2;
 }
 
 /*
@@ -279,9 +295,9 @@ lookup_version(void)
  * grants, one before 1.7 no limits.  Qualified throughout:
  * dex.wait_for_tasks cannot pin its search_path.
  */
-#define QUEUE_COLUMNS(grantees, limits) \
+#define QUEUE_COLUMNS(grantees, limits, publish) \
 	"SELECT q.id, q.name, q.kind OPERATOR(pg_catalog.=) 'workflow', " \
-	"q.status OPERATOR(pg_catalog.=) 'PAUSED', q.capacity, " grantees ", " limits " FROM dex.queue q "
+	"q.status OPERATOR(pg_catalog.=) 'PAUSED', q.capacity, " grantees ", " limits ", " publish " FROM dex.queue q "
 #define QUEUE_GRANTEES \
 	"ARRAY(SELECT g.grantee FROM dex.queue_grant g WHERE g.queue_id OPERATOR(pg_catalog.=) q.id)"
 #define QUEUE_NO_GRANTEES "NULL::pg_catalog.oid[]"
@@ -289,11 +305,14 @@ lookup_version(void)
 	"q.rate_limit, (pg_catalog.date_part('epoch', q.rate_period) OPERATOR(pg_catalog.*) 1000000)::pg_catalog.int8, " \
 	"q.updated_at"
 #define QUEUE_NO_LIMITS "NULL::pg_catalog.int4, NULL::pg_catalog.int8, q.updated_at"
+#define QUEUE_PUBLISH "q.publish"
+#define QUEUE_NO_PUBLISH "NULL::pg_catalog.text"
 
-static DexPlan lookup_queue_plans[3] = {
-	{QUEUE_COLUMNS(QUEUE_NO_GRANTEES, QUEUE_NO_LIMITS) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}},
-	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_NO_LIMITS) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}},
-	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_LIMITS) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}}
+static DexPlan lookup_queue_plans[4] = {
+	{QUEUE_COLUMNS(QUEUE_NO_GRANTEES, QUEUE_NO_LIMITS, QUEUE_NO_PUBLISH) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_NO_LIMITS, QUEUE_NO_PUBLISH) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_LIMITS, QUEUE_NO_PUBLISH) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_LIMITS, QUEUE_PUBLISH) "WHERE q.name OPERATOR(pg_catalog.=) $1", 1, {TEXTOID}}
 };
 
 bool
@@ -342,10 +361,11 @@ dex_existing_queue(const char *name, const char *kind)
 	return queue;
 }
 
-static DexPlan queue_by_id_plans[3] = {
-	{QUEUE_COLUMNS(QUEUE_NO_GRANTEES, QUEUE_NO_LIMITS) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}},
-	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_NO_LIMITS) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}},
-	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_LIMITS) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}}
+static DexPlan queue_by_id_plans[4] = {
+	{QUEUE_COLUMNS(QUEUE_NO_GRANTEES, QUEUE_NO_LIMITS, QUEUE_NO_PUBLISH) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_NO_LIMITS, QUEUE_NO_PUBLISH) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_LIMITS, QUEUE_NO_PUBLISH) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}},
+	{QUEUE_COLUMNS(QUEUE_GRANTEES, QUEUE_LIMITS, QUEUE_PUBLISH) "WHERE q.id OPERATOR(pg_catalog.=) $1", 1, {INT4OID}}
 };
 
 /* The queue with that id; false if there is none. */

@@ -366,6 +366,8 @@ dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason)
 	ArrayBuildState *sequences = initArrayResult(INT4OID, CurrentMemoryContext, false);
 	ResetState	st;
 	DexInboxBatch inbox;
+	List	   *copied_batches = NIL;	/* the new run's history, to publish */
+	List	   *copied_sequences = NIL;
 
 	if (event_id < 1)
 		ereport(ERROR,
@@ -409,15 +411,18 @@ dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason)
 	{
 		bytea	   *data = dex_rows_getbytea_copy(batches, i, 2);
 		Dex__V1__EventBatch *b = unpack_batch(data);
+		bytea	   *copied;
 
 		if ((int) i < cut)
 		{
 			/* before X: the new run's history */
 			for (size_t e = 0; e < b->n_events; e++)
 				note_event(&st, b->events[e]);
-			dex_array_add(events, PointerGetDatum(i == 0 ? with_origin(b, data, run_id, event_id) : data),
-						  false);
+			copied = i == 0 ? with_origin(b, data, run_id, event_id) : data;
+			dex_array_add(events, PointerGetDatum(copied), false);
 			dex_array_add(sequences, Int32GetDatum((int32) dex_rows_getint64(batches, i, 1)), false);
+			copied_batches = lappend(copied_batches, copied);
+			copied_sequences = lappend_int(copied_sequences, (int) dex_rows_getint64(batches, i, 1));
 			copied_events += (int32) b->n_events;
 			continue;
 		}
@@ -473,6 +478,14 @@ dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason)
 	nulls[5] = st.custom_status ? ' ' : 'n';
 	values[6] = BoolGetDatum(st.cancel_requested);
 	dex_spi_exec(&write_history_plan, values, nulls, 0);
+	if (dex_publish_possible())
+	{
+		ListCell   *b,
+				   *q;
+
+		forboth(b, copied_batches, q, copied_sequences)
+			dex_publish_batch(new_id, old, old->generation, lfirst_int(q), lfirst(b));
+	}
 	remake_pending(new_id, run_id, &st, &inbox, event_id);
 	dex_inbox_batch_flush(&inbox);
 

@@ -94,6 +94,9 @@ dex_batch_rows_add_task(DexBatchRows *rows, DexWorkflowCompletion *item, const D
 	dex_array_add(rows->h_run_id, UUIDPGetDatum(item->run_id), false);
 	dex_array_add(rows->h_sequence, Int32GetDatum(c->continued ? 1 : run->history_length + 1), false);
 	dex_array_add(rows->h_events, PointerGetDatum(dex_pb_pack_bytea((ProtobufCMessage *) &batch)), false);
+	/* a continued run's batch is the first of its next generation */
+	dex_publish_events(item->run_id, run, run->generation + (c->continued ? 1 : 0),
+					   c->continued ? 1 : run->history_length + 1, c->events, c->n_events);
 
 	dex_array_add(rows->r_id, UUIDPGetDatum(item->run_id), false);
 	dex_array_add(rows->r_status, CStringGetTextDatum(c->new_status ? c->new_status : "RUNNING"), false);

@@ -57,6 +57,9 @@ extern bool dex_jbv_is_array(const JsonbValue *v);
 extern JsonbValue *dex_pb_push_jsonb(JsonbParseState **state,
 									 const ProtobufCMessage *msg);
 
+/* A field's name in proto3 JSON (lowerCamelCase), palloc'd */
+extern char *dex_pb_json_name(const char *name);
+
 /* Parse canonical proto3 JSON into a message of the given type. */
 extern ProtobufCMessage *dex_pb_from_jsonb(const ProtobufCMessageDescriptor *desc,
 										   Jsonb *json, const char *what);

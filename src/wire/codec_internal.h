@@ -35,7 +35,6 @@
 extern size_t dex_pb_elt_size(ProtobufCType type);
 extern const char *dex_pb_type_name(ProtobufCType type);
 extern bool dex_pb_field_is_map(const ProtobufCFieldDescriptor *field);
-extern char *dex_pb_json_name(const char *name);
 extern const ProtobufCFieldDescriptor *dex_pb_find_field(const ProtobufCMessageDescriptor *desc,
 			  const char *key, int keylen);
 extern bool dex_pb_field_is_set(const ProtobufCMessage *msg,

@@ -241,6 +241,17 @@ dex_event_marker_recorded(TimestampTz ts, char *name, Dex__V1__Payload *details)
 	return ev;
 }
 
+Dex__V1__WorkflowEvent *
+dex_event_event_published(TimestampTz ts, char *name, Dex__V1__Payload *payload)
+{
+	Dex__V1__WorkflowEvent *ev;
+
+	NEW_EVENT(ev, ts, event_published, EVENT_PUBLISHED);
+	ev->event_published->name = name;
+	ev->event_published->payload = payload;
+	return ev;
+}
+
 /* ----------------------------------------------------------------
  * Activities
  * ----------------------------------------------------------------

@@ -50,6 +50,8 @@ extern Dex__V1__WorkflowEvent *dex_event_run_continued_as_new(TimestampTz ts,
 extern Dex__V1__WorkflowEvent *dex_event_custom_status_set(TimestampTz ts, char *custom_status);
 extern Dex__V1__WorkflowEvent *dex_event_marker_recorded(TimestampTz ts, char *name,
 														 Dex__V1__Payload *details);
+extern Dex__V1__WorkflowEvent *dex_event_event_published(TimestampTz ts, char *name,
+														   Dex__V1__Payload *payload);
 extern Dex__V1__WorkflowEvent *dex_event_side_effect_executed(TimestampTz ts, char *name,
 															   Dex__V1__Payload *result);
 extern Dex__V1__WorkflowEvent *dex_event_activity_task_created(TimestampTz ts,

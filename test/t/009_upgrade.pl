@@ -1,7 +1,8 @@
 # Upgrades: install dex 1.0, leave runs in flight (an activity leased, a timer
 # pending, a wait for an event), ALTER EXTENSION dex UPDATE to 1.1, finish
 # them, then UPDATE to 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8 (tasks leased on 1.7's partitions are
-# completed on 1.8's task tables) and to the default version, 1.9; the updated database then has
+# completed on 1.8's task tables), 1.9 and to the default version, 1.10 (a task leased on 1.9
+# completes on a queue that publishes); the updated database then has
 # exactly the objects of a fresh install (functions with their definitions,
 # rights and comments, tables, columns, indexes, constraints, views, grants,
 # what pg_dump dumps of the extension's tables).
@@ -226,9 +227,30 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM dex.queue WHERE lower(nam
 	'2', 'under 1.8 queue names that 1.7 mapped to one partition name two queues');
 
 # 1.9: a token's requests record who acted
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE TO '1.9'});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
+	'1.9', 'dex is updated to 1.9');
+
+# 1.10: queues may publish their runs' events; a task leased on 1.9 completes after the update
+$node->safe_psql('postgres', q{
+	SELECT dex.create_queue('across-1-10', 'workflow');
+	SELECT dex.create_run('across-1-10', 'across-1-10');
+	CREATE TABLE leased_1_9 AS SELECT run_id, lock_version FROM dex.poll_tasks('across-1-10', 'w', 1);
+});
 $node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
-	'1.9', 'dex is updated to the default version, 1.9');
+	'1.10', 'dex is updated to the default version, 1.10');
+$node->safe_psql('postgres', q{
+	SET client_min_messages = error;   -- this cluster's wal_level is not logical: a warning
+	SELECT dex.alter_queue('across-1-10', publish => true);
+	SELECT dex.complete_task(run_id, 0, lock_version, '[{"id": 1, "publishEvent": {"name": "e"}}, {"id": 2, "completeRun": {}}]')
+	  FROM leased_1_9;
+	DROP TABLE leased_1_9;
+});
+is($node->safe_psql('postgres', q{
+	SELECT status || ' ' || (SELECT count(*) FROM dex.run_history(r.id) h WHERE h.event ? 'eventPublished')
+	  FROM dex.workflow_run r WHERE workflow_name = 'across-1-10'}),
+	'COMPLETED 1', 'a task leased on 1.9 completes under 1.10 with a published event');
 
 # the updated schema is the fresh schema
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');

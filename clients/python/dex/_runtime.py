@@ -69,6 +69,7 @@ COMMAND_EVENT = {
     "continueAsNew": "runContinuedAsNew",
     "recordMarker": "markerRecorded",
     "signalExternalRun": "externalRunSignalled",
+    "publishEvent": "eventPublished",
 }
 EVENT_COMMAND = {v: k for k, v in COMMAND_EVENT.items()}
 KEY_FIELD = {
@@ -80,6 +81,7 @@ KEY_FIELD = {
     "startChildRun": "workflowName", "childRunCreated": "workflowName",
     "recordMarker": "name", "markerRecorded": "name",
     "signalExternalRun": "eventId", "externalRunSignalled": "eventId",
+    "publishEvent": "name", "eventPublished": "name",
 }
 
 PATCH_MARKER = "dex.patch:"     # + the change id: the marker ctx.patched records
@@ -608,6 +610,17 @@ class WorkflowContext:
                 f"non-determinism: deprecated patch {change_id!r} is met where the history "
                 f"recorded patch {marker!r} (id {rec.get('id')})", change_id)
         r.patches[change_id] = True
+
+    def publish(self, name: str, payload: Any = None) -> None:
+        """Publish an event of the workflow's own (dex 1.10): recorded in the history as
+        ``eventPublished`` once, whatever the replays, and, when the run's queue publishes
+        its events (``dex.alter_queue(q, publish => true)``), sent to logical decoding
+        consumers when this workflow task's completion commits (docs/publishing.md).
+        ``name``: 1 to 255 bytes; ``payload``: a JSON value or bytes, optional."""
+        body: Dict[str, Any] = {"name": str(name)}
+        if payload is not None:
+            body["payload"] = encode(payload, f"the payload of published event {name!r}", "payload")
+        self._r.command("publishEvent", body)
 
     def set_custom_status(self, status: str) -> None:
         """Set the run's custom status (shown by dex.get_run); '' clears it."""

@@ -61,7 +61,7 @@ export const SCHEMA: Record<string, FieldSpec[]> = {
     24 runCancelled, 25 runSuspended, 26 runResumed, 27 runContinuedAsNew, 28 runCancelRequested, 29 customStatusSet,
     30 runTerminated, 31 runTimedOut, 40 activityTaskCreated, 41 activityTaskCompleted, 42 activityTaskFailed,
     50 timerCreated, 51 timerElapsed, 52 timerCancelled, 60 childRunCreated, 61 childRunCompleted, 62 childRunFailed,
-    70 sideEffectExecuted, 71 markerRecorded, 80 externalEventReceived, 81 externalEventWaitStarted,
+    70 sideEffectExecuted, 71 markerRecorded, 72 eventPublished, 80 externalEventReceived, 81 externalEventWaitStarted,
     82 externalRunSignalled, 83 externalRunSignalResult`)],
   "dex.v1.WorkflowTaskStarted": [[1, "workerId", STRING], [2, "attempt", INT32]],
   "dex.v1.WorkflowTaskCompleted": [],
@@ -99,6 +99,7 @@ export const SCHEMA: Record<string, FieldSpec[]> = {
   "dex.v1.ChildRunFailed": [[1, "childRunCreatedEventId", INT32], [2, "failure", MESSAGE, "dex.v1.Failure"]],
   "dex.v1.SideEffectExecuted": [[1, "name", STRING], [2, "result", MESSAGE, "dex.v1.Payload"]],
   "dex.v1.MarkerRecorded": [[1, "name", STRING], [2, "details", MESSAGE, "dex.v1.Payload"]],
+  "dex.v1.EventPublished": [[1, "name", STRING], [2, "payload", MESSAGE, "dex.v1.Payload"]],
   "dex.v1.ExternalEventReceived": [[1, "eventId", STRING], [2, "payload", MESSAGE, "dex.v1.Payload"]],
   "dex.v1.ExternalEventWaitStarted": [[1, "eventId", STRING], [2, "timeoutAt", TIMESTAMP]],
   "dex.v1.ExternalRunSignalled": [
@@ -110,7 +111,8 @@ export const SCHEMA: Record<string, FieldSpec[]> = {
   // command.proto
   "dex.v1.Command": [[1, "id", INT32], ...oneof(`
     10 scheduleActivity, 11 startTimer, 12 cancelTimer, 13 startChildRun, 14 recordSideEffect, 15 waitExternalEvent,
-    16 setCustomStatus, 17 completeRun, 18 failRun, 19 continueAsNew, 20 cancelRun, 21 recordMarker, 22 signalExternalRun`)],
+    16 setCustomStatus, 17 completeRun, 18 failRun, 19 continueAsNew, 20 cancelRun, 21 recordMarker, 22 signalExternalRun,
+    23 publishEvent`)],
   "dex.v1.ScheduleActivity": SCHEDULE_ACTIVITY,
   "dex.v1.StartTimer": [[1, "name", STRING], [2, "delay", DURATION]],
   "dex.v1.CancelTimer": [[1, "timerCreatedEventId", INT32]],
@@ -121,6 +123,7 @@ export const SCHEMA: Record<string, FieldSpec[]> = {
     [9, "executionTimeout", DURATION], [10, "parentClosePolicy", ENUM, "dex.v1.ParentClosePolicy"]],
   "dex.v1.RecordSideEffect": [[1, "name", STRING], [2, "result", MESSAGE, "dex.v1.Payload"]],
   "dex.v1.RecordMarker": [[1, "name", STRING], [2, "details", MESSAGE, "dex.v1.Payload"]],
+  "dex.v1.PublishEvent": [[1, "name", STRING], [2, "payload", MESSAGE, "dex.v1.Payload"]],
   "dex.v1.WaitExternalEvent": [[1, "eventId", STRING], [2, "timeout", DURATION]],
   "dex.v1.SignalExternalRun": [
     [1, "runId", STRING], [2, "instanceId", STRING], [3, "queue", STRING], [4, "eventId", STRING],

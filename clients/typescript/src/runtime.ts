@@ -56,6 +56,7 @@ export const COMMAND_EVENT: Record<string, string> = {
   cancelRun: "runCancelled",
   continueAsNew: "runContinuedAsNew",
   recordMarker: "markerRecorded",
+  publishEvent: "eventPublished",
 };
 const EVENT_COMMAND = new Set(Object.values(COMMAND_EVENT));
 /** The field that must match on replay besides the kind and the id. */
@@ -68,6 +69,7 @@ const KEY_FIELD: Record<string, string> = {
   startChildRun: "workflowName", childRunCreated: "workflowName",
   signalExternalRun: "eventId", externalRunSignalled: "eventId",
   recordMarker: "name", markerRecorded: "name",
+  publishEvent: "name", eventPublished: "name",
 };
 
 /** The marker ctx.patched records: this + the change id. */
@@ -459,6 +461,18 @@ export class WorkflowContext {
                              `patch '${marker}' (id ${rec!.id})`, changeId);
     }
     r.patches.set(changeId, true);
+  }
+
+  /**
+   * Publish an event of the workflow's own (dex 1.10): recorded in the history as eventPublished once,
+   * whatever the replays, and, when the run's queue publishes its events
+   * (`dex.alter_queue(q, publish => true)`), sent to logical decoding consumers when this workflow task's
+   * completion commits (docs/publishing.md). `name`: 1 to 255 bytes; `payload`: a JSON value or bytes, optional.
+   */
+  publish(name: string, payload?: unknown): void {
+    const body: Message = { name: String(name) };
+    if (payload !== undefined) body.payload = encode(payload, `the payload of published event ${name}`);
+    this.r.command("publishEvent", body);
   }
 
   /** Set the run's custom status (shown by dex.get_run); "" clears it. */

@@ -441,3 +441,32 @@ test("server errors are typed by SQLSTATE: AlreadyExists, AlreadyActive, Invalid
   assert.equal(await client().result(done, { timeout: 20 }), 9);
   await assert.rejects(client().sendEvent(done, "late", 1), (e: unknown) => e instanceof InvalidStateError && e.sqlstate === "55000");
 });
+
+// -- ctx.publish (dex 1.10) --------------------------------------------------------------------
+
+let stepRuns = 0;
+const pubStep = activity("pub-step", async (n: number) => { stepRuns += 1; return n + 1; });
+const pubOrder = workflow("pub-order", async (ctx, n: number) => {
+  ctx.publish("order.received", { n });
+  let m = await ctx.activity(pubStep, n);       // replays: the publish above is not sent again
+  ctx.publish("order.stepped", new Uint8Array([0, 1]));
+  m = await ctx.activity(pubStep, m);
+  ctx.publish("order.done");
+  return m;
+});
+
+test("ctx.publish records each event once in the history, with its payload, whatever the replays", async (t) => {
+  const qs = await queues();
+  stepRuns = 0;
+  await startWorker(t, qs, { workflows: [pubOrder], activities: [pubStep] });
+  const id = await client().start(pubOrder, 1, { queue: qs[0] });
+  assert.equal(await client().result(id, { timeout: 20 }), 3);
+  const history = await client().history(id);
+  const published = history.filter((e) => e.eventPublished).map((e) => e.eventPublished as Record<string, unknown>);
+  assert.deepEqual(published.map((p) => p.name), ["order.received", "order.stepped", "order.done"]);
+  assert.deepEqual(published[0].payload, { json: '{"n":1}' });
+  assert.deepEqual(published[1].payload, { binary: "AAE=" });
+  assert.equal(published[2].payload, undefined);
+  assert.equal(kinds(history).filter((k) => k === "workflowTaskCompleted").length, 3);
+  assert.equal(stepRuns, 2);
+});
