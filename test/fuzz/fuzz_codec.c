@@ -142,6 +142,10 @@ const char *const fuzz_type_names[] = {
 	"dex.v1.SignalExternalRun",
 	"dex.v1.ExternalRunSignalled",
 	"dex.v1.ExternalRunSignalResult",
+	/* 1.10 */
+	"dex.v1.EventPublished",
+	"dex.v1.PublishEvent",
+	"dex.v1.PublishedEvent",
 };
 
 const int	fuzz_n_types = lengthof(fuzz_type_names);

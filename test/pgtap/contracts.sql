@@ -115,10 +115,10 @@ SELECT ok(has_function_privilege('dex_client', 'dex.create_run(text,text,jsonb,i
 SELECT ok(has_function_privilege('dex_worker', 'dex.poll_tasks(text,text,integer,interval,boolean,text[],integer[])', 'EXECUTE')
           AND has_function_privilege('dex_worker', 'dex.wait_for_tasks(text,interval,boolean)', 'EXECUTE')
           AND NOT has_function_privilege('dex_worker', 'dex.create_run(text,text,jsonb,integer,text,integer,jsonb,text,text,timestamptz,interval,text,interval,interval)', 'EXECUTE')
-          AND NOT has_function_privilege('dex_worker', 'dex.alter_queue(text,integer,boolean,integer,interval,integer)', 'EXECUTE'),
+          AND NOT has_function_privilege('dex_worker', 'dex.alter_queue(text,integer,boolean,integer,interval,integer,boolean,text)', 'EXECUTE'),
           'dex_worker leases and reports tasks, but starts no run and manages no queue');
 SELECT ok(pg_has_role('dex_admin', 'dex_client', 'MEMBER') AND pg_has_role('dex_admin', 'dex_worker', 'MEMBER')
-          AND has_function_privilege('dex_admin', 'dex.alter_queue(text,integer,boolean,integer,interval,integer)', 'EXECUTE')
+          AND has_function_privilege('dex_admin', 'dex.alter_queue(text,integer,boolean,integer,interval,integer,boolean,text)', 'EXECUTE')
           AND has_function_privilege('dex_admin', 'dex.grant_queue(text,regrole)', 'EXECUTE')
           AND NOT has_function_privilege('dex_client', 'dex.grant_queue(text,regrole)', 'EXECUTE')
           AND NOT has_function_privilege('dex_worker', 'dex.revoke_queue(text,regrole)', 'EXECUTE'),

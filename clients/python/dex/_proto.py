@@ -136,6 +136,10 @@ SCHEMA: Dict[str, List[tuple]] = {
         (1, "externalRunSignalledEventId", INT32), (2, "outcome", ENUM, "dex.v1.SignalOutcome"),
         (3, "runId", STRING)],
     "dex.v1.EventBatch": [(1, "events", MESSAGE, "dex.v1.WorkflowEvent", _R)],
+    "dex.v1.PublishedEvent": [
+        (1, "runId", STRING), (2, "queue", STRING), (3, "workflowName", STRING),
+        (4, "workflowVersion", INT32), (5, "generation", INT32), (6, "kind", STRING),
+        (7, "event", MESSAGE, "dex.v1.WorkflowEvent"), (8, "sequence", INT32)],
     # command.proto
     "dex.v1.Command": [
         (1, "id", INT32)] + _oneof("""

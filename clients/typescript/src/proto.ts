@@ -108,6 +108,9 @@ export const SCHEMA: Record<string, FieldSpec[]> = {
   "dex.v1.ExternalRunSignalResult": [
     [1, "externalRunSignalledEventId", INT32], [2, "outcome", ENUM, "dex.v1.SignalOutcome"], [3, "runId", STRING]],
   "dex.v1.EventBatch": [[1, "events", MESSAGE, "dex.v1.WorkflowEvent", R]],
+  "dex.v1.PublishedEvent": [
+    [1, "runId", STRING], [2, "queue", STRING], [3, "workflowName", STRING], [4, "workflowVersion", INT32],
+    [5, "generation", INT32], [6, "kind", STRING], [7, "event", MESSAGE, "dex.v1.WorkflowEvent"], [8, "sequence", INT32]],
   // command.proto
   "dex.v1.Command": [[1, "id", INT32], ...oneof(`
     10 scheduleActivity, 11 startTimer, 12 cancelTimer, 13 startChildRun, 14 recordSideEffect, 15 waitExternalEvent,
