@@ -2,7 +2,8 @@
 # The one test command. Installs missing Debian packages, builds and installs dex, starts a
 # throwaway cluster (test/lib.sh) and runs every suite that has tests:
 #   layers     test/layers.py: dependencies between src/'s files run one way, without cycles;
-#              test/docs.py: the manual's links and paths lead somewhere
+#              test/docs.py: the manual's links and paths lead somewhere;
+#              test/packaging.py: debian/changelog and META.json are at dex.control's version
 #   regress    pg_regress over the Makefile's REGRESS (test/regress/sql/*.sql, test/regress/expected/*.out)
 #   isolation  pg_isolation_regress over the Makefile's ISOLATION (test/isolation/specs/*.spec)
 #   pgtap      pg_prove over test/pgtap/*.sql
@@ -118,6 +119,9 @@ suite_layers() {
   if ((rc == 0)); then ((passed += 1)); else ((failed += 1)); fi
   # the manual's links and paths (test/docs.py)
   run_logged docs "$DEX_SRC" python3 test/docs.py "$DEX_ROOT"
+  if ((rc == 0)); then ((passed += 1)); else ((failed += 1)); fi
+  # the packaging's versions are dex.control's (test/packaging.py)
+  run_logged packaging "$DEX_SRC" python3 test/packaging.py "$DEX_ROOT"
   if ((rc == 0)); then ((passed += 1)); else ((failed += 1)); fi
   record layers "$passed" "$failed"
 }
