@@ -114,16 +114,17 @@ make_var() {
 # The layering of src/ (test/layers.py): one test, over the object files the build left in
 # the source tree (the test copy leaves them out).
 suite_layers() {
-  local passed=0 failed=0
+  # not "passed" and "failed": record adds to those, and locals of that name would hide them
+  local ok=0 bad=0
   run_logged layers "$DEX_SRC" python3 test/layers.py "$DEX_ROOT/src"
-  if ((rc == 0)); then ((passed += 1)); else ((failed += 1)); fi
+  if ((rc == 0)); then ((ok += 1)); else ((bad += 1)); fi
   # the manual's links and paths (test/docs.py)
   run_logged docs "$DEX_SRC" python3 test/docs.py "$DEX_ROOT"
-  if ((rc == 0)); then ((passed += 1)); else ((failed += 1)); fi
+  if ((rc == 0)); then ((ok += 1)); else ((bad += 1)); fi
   # the packaging's versions are dex.control's (test/packaging.py)
   run_logged packaging "$DEX_SRC" python3 test/packaging.py "$DEX_ROOT"
-  if ((rc == 0)); then ((passed += 1)); else ((failed += 1)); fi
-  record layers "$passed" "$failed"
+  if ((rc == 0)); then ((ok += 1)); else ((bad += 1)); fi
+  record layers "$ok" "$bad"
 }
 
 # pg_regress_suite SUITE RUNNER VAR: RUNNER (pg_regress, pg_isolation_regress) over the tests
