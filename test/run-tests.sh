@@ -12,6 +12,9 @@
 #   node       clients/typescript/test (node --test; the packages test/deps.sh installs)
 #   demo       test/demo.sh as a smoke test (its own cluster)
 #   fuzz       test/fuzz/run.sh: the libFuzzer targets of the codec, DEX_FUZZ_SECONDS in all
+#   deb        test/deb.sh: the Debian package built, linted, installed into the system
+#              PostgreSQL (instead of make install's files, put back at the end), the demo on
+#              it, and the upgrade from the previous release's package with work in flight
 # The last line of output is "N passed, M failed"; the exit status is non-zero if anything
 # failed or could not run.
 #
@@ -253,6 +256,19 @@ suite_fuzz() {
     "$(grep -cE '^fuzz target [a-z]+: FAILED' "$out" || true)"
 }
 
+# The Debian package (test/deb.sh, its own clusters and scratch directory): one test per line
+# "deb test NAME: passed|FAILED". It needs root, as installing the package does.
+suite_deb() {
+  ((EUID == 0)) || { record deb 0 1 "needs root to install the package"; return; }
+  out=$DEX_SCRATCH/deb.out
+  echo "$DEX_PROG: deb: bash test/deb.sh"
+  rc=0
+  (cd "$DEX_ROOT" && env -u PGHOST -u PGPORT -u PGDATABASE -u PGUSER PG_CONFIG="$PG_CONFIG" \
+    timeout 1800 bash test/deb.sh) 2>&1 | tee "$out" || rc=$?
+  settle deb "$(grep -cE '^deb test [a-z]+: passed' "$out" || true)" \
+    "$(grep -cE '^deb test [a-z]+: FAILED' "$out" || true)"
+}
+
 if [[ ${DEX_SKIP_DEPS:-0} != 1 ]]; then
   step deps bash "$here/deps.sh"
 fi
@@ -280,4 +296,5 @@ run_suite node
 dex_stop_cluster   # the demo runs its own
 run_suite demo
 run_suite fuzz
+run_suite deb
 finish
