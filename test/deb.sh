@@ -160,12 +160,19 @@ test_build() {
   ls -l "$new"/*.deb
   check_depends || { result build 1 "wrong dependencies"; return; }
 
-  # The previous release: the commit before the one that made default_version this version.
+  # The previous release: the commit before the one that made default_version this version
+  # (HEAD, when the new version is not committed yet).
+  if [[ $(git_root rev-parse --is-shallow-repository 2>/dev/null) == true ]]; then
+    result build 1 "a shallow clone has not the previous release (git fetch --unshallow)"; return
+  fi
   intro=$(git_root log --format=%H --reverse -S"default_version = '$cur'" -- dex.control | head -n 1)
-  [[ -n $intro ]] || { result build 1 "no commit in git sets default_version = '$cur'"; return; }
-  commit=$(git_root rev-parse "$intro^") || { result build 1 "no commit before $intro"; return; }
+  if [[ -n $intro ]]; then
+    commit=$(git_root rev-parse "$intro^") || { result build 1 "no commit before $intro"; return; }
+  else
+    commit=$(git_root rev-parse HEAD) || { result build 1 "no git history in $DEX_ROOT"; return; }
+  fi
   prev=$(git_root show "$commit:dex.control" | version_of /dev/stdin)
-  [[ -n $prev ]] || { result build 1 "no default_version at $commit"; return; }
+  [[ -n $prev && $prev != "$cur" ]] || { result build 1 "no release before $cur at $commit"; return; }
   say "previous release: $prev, commit $(git_root log -1 --format='%h %s' "$commit")"
   if ! { mkdir -p "$old" && git_root archive --prefix="postgresql-dex-$prev/" "$commit" | tar -C "$old" -xf -; }; then
     result build 1 "git archive of $commit failed"; return
