@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Debian package (debian/) as a user meets it: test/run-tests.sh's deb suite, last. Five
+# The Debian package (debian/) as a user meets it: test/run-tests.sh's deb suite, last. Six
 # tests, each printed as "deb test NAME: passed" or "deb test NAME: FAILED (why)":
 #   build    dpkg-buildpackage -us -uc -b of a copy of the tree (the files git would commit), and
 #            of the previous release (the last commit whose dex.control has the version before
@@ -11,6 +11,8 @@
 #   install  after saving and removing what "make install" put into the system PostgreSQL,
 #            apt-get install ./postgresql-15-dex_*.deb ./dex-tools_*.deb; dpkg -L puts the files
 #            where pg_config says PostgreSQL looks, and the SDK imports from the system
+#   autopkgtest  debian/tests/installcheck with the packages installed, as autopkgtest runs it:
+#            make installcheck's regress and isolation suites on a throwaway server (pg_virtualenv)
 #   demo     a cluster with shared_preload_libraries = 'dex', CREATE EXTENSION dex at this
 #            version, and examples/demo.py with the packaged SDK (a copy of examples/ alone)
 #   upgrade  the previous release's packages installed, the extension created at that version,
@@ -264,6 +266,21 @@ test_install() {
   result install 0
 }
 
+# ---- autopkgtest ----
+
+# debian/tests/installcheck, as autopkgtest runs it: from the top of the source tree, with the
+# packages installed (make installcheck's regress and isolation suites under pg_virtualenv).
+test_autopkgtest() {
+  ((installed)) || { result autopkgtest 1 "not run: the package is not installed"; return; }
+  local tree log=$DEX_SCRATCH/autopkgtest.out rc=0
+  tree=$(echo "$DEX_SCRATCH"/deb/new/postgresql-dex-*/)
+  say "debian/tests/installcheck in $tree (log $log)"
+  (cd "$tree" && timeout 900 debian/tests/installcheck) >"$log" 2>&1 || rc=$?
+  grep -E '^(### |.*All [0-9]+ tests passed|.*[0-9]+ of [0-9]+ tests? failed)' "$log" || true
+  ((rc == 0)) || tail -n 60 "$log"
+  result autopkgtest "$rc" "debian/tests/installcheck exited with $rc"
+}
+
 # ---- demo ----
 
 test_demo() {
@@ -380,6 +397,7 @@ PREV='' CUR=''
 test_build
 test_lintian
 test_install
+test_autopkgtest
 test_demo
 test_upgrade
 say "$((SECONDS - started))s, $failures failed"
