@@ -24,9 +24,10 @@
 #
 # Needs root (apt-get, dpkg) and the packages test/deps.sh installs (debhelper, dh-python,
 # postgresql-server-dev-all, lintian). It installs into the system PostgreSQL 15, like
-# "make install": on a shared machine run it, or test/run-tests.sh, under the lock the others
-# use (flock /tmp/dex-system.lock ...). Builds use DEB_BUILD_OPTIONS="parallel=2 nocheck".
-# Settings of test/lib.sh apply (DEX_TEST_PORT, DEX_KEEP_SCRATCH, PG_CONFIG).
+# "make install": where several people run tests on one machine, serialise whole runs (for
+# instance flock /tmp/dex-system.lock bash test/run-tests.sh). Builds use
+# DEB_BUILD_OPTIONS="parallel=2 nocheck". Settings of test/lib.sh apply (DEX_TEST_PORT,
+# DEX_KEEP_SCRATCH, PG_CONFIG: the server version whose package is tested, 15 by default).
 set -uo pipefail
 shopt -s nullglob
 
@@ -34,7 +35,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=test/lib.sh disable=SC2034 # DEX_* are lib.sh's settings
 source "$here/lib.sh"
 
-PACKAGE=postgresql-15-dex
+pg_major=$("$PG_CONFIG" --version | sed -n 's/^PostgreSQL \([0-9]*\).*/\1/p')
+PACKAGE=postgresql-$pg_major-dex
 TOOLS=dex-tools
 failures=0
 saved=0              # 1 once the files of make install are saved (and then removed)
@@ -53,7 +55,7 @@ result() {
 
 say() { echo "$DEX_PROG: $*"; }
 
-# apt-get and dpkg, waiting a while for the package database's lock if another run holds it
+# apt-get, waiting a while for the package database's lock if another run holds it
 apt_get() {
   DEBIAN_FRONTEND=noninteractive apt-get -q -y -o DPkg::Lock::Timeout=300 --no-install-recommends "$@"
 }
@@ -145,8 +147,8 @@ check_depends() {
   deb=$(echo "$DEX_SCRATCH"/deb/new/"$PACKAGE"_*_amd64.deb)
   depends=$(dpkg-deb -f "$deb" Depends) || return 1
   say "$PACKAGE depends on: $depends"
-  [[ $depends == *libprotobuf-c1* && $depends == *postgresql-15* ]] ||
-    { say "$PACKAGE should depend on libprotobuf-c1 and postgresql-15"; return 1; }
+  [[ $depends == *libprotobuf-c1* && $depends == *postgresql-$pg_major* ]] ||
+    { say "$PACKAGE should depend on libprotobuf-c1 and postgresql-$pg_major"; return 1; }
   if grep -qE -- '-dev\b|gcc|protobuf-c-compiler|build-essential|\bmake\b' <<<"$depends"; then
     say "$PACKAGE depends on the build toolchain"; return 1
   fi
@@ -233,7 +235,7 @@ check_installed_files() {
   fi
   for f in $want; do [[ -f $f ]] || { say "missing $f"; missing=1; }; done
   # nothing outside the server's directories and the package's documentation
-  if dpkg -L "$PACKAGE" | grep -vE "^(/\.|/usr|/usr/lib|/usr/lib/postgresql|/usr/lib/postgresql/15|$pkglibdir(/.*)?|/usr/share|/usr/share/postgresql|/usr/share/postgresql/15|$extdir(/.*)?|/usr/share/doc(/$PACKAGE(/.*)?)?)\$"; then
+  if dpkg -L "$PACKAGE" | grep -vE "^(/\.|/usr|/usr/lib|/usr/lib/postgresql|/usr/lib/postgresql/$pg_major|$pkglibdir(/.*)?|/usr/share|/usr/share/postgresql|/usr/share/postgresql/$pg_major|$extdir(/.*)?|/usr/share/doc(/$PACKAGE(/.*)?)?)\$"; then
     say "$PACKAGE installs the files above elsewhere"; missing=1
   fi
   for f in /usr/lib/python3/dist-packages/dex/__init__.py /usr/share/dex/prometheus/dex-queries.yaml; do
