@@ -12,7 +12,7 @@
 #            apt-get install ./postgresql-15-dex_*.deb ./dex-tools_*.deb; dpkg -L puts the files
 #            where pg_config says PostgreSQL looks, and the SDK imports from the system
 #   autopkgtest  debian/tests/installcheck with the packages installed, as autopkgtest runs it:
-#            make installcheck's regress and isolation suites on a throwaway server (pg_virtualenv)
+#            make installcheck's regression suite on a throwaway server (pg_virtualenv)
 #   demo     a cluster with shared_preload_libraries = 'dex', CREATE EXTENSION dex at this
 #            version, and examples/demo.py with the packaged SDK (a copy of examples/ alone)
 #   upgrade  the previous release's packages installed, the extension created at that version,
@@ -271,7 +271,7 @@ test_install() {
 # ---- autopkgtest ----
 
 # debian/tests/installcheck, as autopkgtest runs it: from the top of the source tree, with the
-# packages installed (make installcheck's regress and isolation suites under pg_virtualenv).
+# packages installed (make installcheck's regression suite under pg_virtualenv).
 test_autopkgtest() {
   ((installed)) || { result autopkgtest 1 "not run: the package is not installed"; return; }
   local tree log=$DEX_SCRATCH/autopkgtest.out rc=0
