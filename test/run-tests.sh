@@ -13,8 +13,9 @@
 #   demo       test/demo.sh as a smoke test (its own cluster)
 #   fuzz       test/fuzz/run.sh: the libFuzzer targets of the codec, DEX_FUZZ_SECONDS in all
 #   deb        test/deb.sh: the Debian package built, linted, installed into the system
-#              PostgreSQL (instead of make install's files, put back at the end), the demo on
-#              it, and the upgrade from the previous release's package with work in flight
+#              PostgreSQL (instead of make install's files, put back at the end), its autopkgtest
+#              (the regress suite) and the demo on it, and the upgrade from the previous
+#              release's package with work in flight
 # The last line of output is "N passed, M failed"; the exit status is non-zero if anything
 # failed or could not run.
 #
