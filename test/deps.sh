@@ -24,6 +24,8 @@ packages=(
   prometheus prometheus-postgres-exporter  # test/t/015_prometheus.pl: the metrics end to end
   clang libclang-rt-14-dev               # fuzz suite: clang, libFuzzer and sanitizer runtimes
   nodejs                                 # the TypeScript client (clients/typescript): node 20 and npm
+  debhelper dh-python postgresql-server-dev-all  # deb suite: dpkg-buildpackage of debian/ (pg_buildext)
+  dpkg-dev lintian                       # deb suite: dpkg-buildpackage, and lintian on the packages
 )
 
 # clients/typescript's npm packages, pinned by its package-lock.json: npm ci when node_modules is

@@ -2,7 +2,8 @@
 # The one test command. Installs missing Debian packages, builds and installs dex, starts a
 # throwaway cluster (test/lib.sh) and runs every suite that has tests:
 #   layers     test/layers.py: dependencies between src/'s files run one way, without cycles;
-#              test/docs.py: the manual's links and paths lead somewhere
+#              test/docs.py: the manual's links and paths lead somewhere;
+#              test/packaging.py: debian/changelog and META.json are at dex.control's version
 #   regress    pg_regress over the Makefile's REGRESS (test/regress/sql/*.sql, test/regress/expected/*.out)
 #   isolation  pg_isolation_regress over the Makefile's ISOLATION (test/isolation/specs/*.spec)
 #   pgtap      pg_prove over test/pgtap/*.sql
@@ -11,6 +12,10 @@
 #   node       clients/typescript/test (node --test; the packages test/deps.sh installs)
 #   demo       test/demo.sh as a smoke test (its own cluster)
 #   fuzz       test/fuzz/run.sh: the libFuzzer targets of the codec, DEX_FUZZ_SECONDS in all
+#   deb        test/deb.sh: the Debian package built, linted, installed into the system
+#              PostgreSQL (instead of make install's files, put back at the end), its autopkgtest
+#              (the regress suite) and the demo on it, and the upgrade from the previous
+#              release's package with work in flight
 # The last line of output is "N passed, M failed"; the exit status is non-zero if anything
 # failed or could not run.
 #
@@ -113,13 +118,17 @@ make_var() {
 # The layering of src/ (test/layers.py): one test, over the object files the build left in
 # the source tree (the test copy leaves them out).
 suite_layers() {
-  local passed=0 failed=0
+  # not "passed" and "failed": record adds to those, and locals of that name would hide them
+  local ok=0 bad=0
   run_logged layers "$DEX_SRC" python3 test/layers.py "$DEX_ROOT/src"
-  if ((rc == 0)); then ((passed += 1)); else ((failed += 1)); fi
+  if ((rc == 0)); then ((ok += 1)); else ((bad += 1)); fi
   # the manual's links and paths (test/docs.py)
   run_logged docs "$DEX_SRC" python3 test/docs.py "$DEX_ROOT"
-  if ((rc == 0)); then ((passed += 1)); else ((failed += 1)); fi
-  record layers "$passed" "$failed"
+  if ((rc == 0)); then ((ok += 1)); else ((bad += 1)); fi
+  # the packaging's versions are dex.control's (test/packaging.py)
+  run_logged packaging "$DEX_SRC" python3 test/packaging.py "$DEX_ROOT"
+  if ((rc == 0)); then ((ok += 1)); else ((bad += 1)); fi
+  record layers "$ok" "$bad"
 }
 
 # pg_regress_suite SUITE RUNNER VAR: RUNNER (pg_regress, pg_isolation_regress) over the tests
@@ -248,6 +257,19 @@ suite_fuzz() {
     "$(grep -cE '^fuzz target [a-z]+: FAILED' "$out" || true)"
 }
 
+# The Debian package (test/deb.sh, its own clusters and scratch directory): one test per line
+# "deb test NAME: passed|FAILED". It needs root, as installing the package does.
+suite_deb() {
+  ((EUID == 0)) || { record deb 0 1 "needs root to install the package"; return; }
+  out=$DEX_SCRATCH/deb.out
+  echo "$DEX_PROG: deb: bash test/deb.sh"
+  rc=0
+  (cd "$DEX_ROOT" && env -u PGHOST -u PGPORT -u PGDATABASE -u PGUSER PG_CONFIG="$PG_CONFIG" \
+    timeout 1800 bash test/deb.sh) 2>&1 | tee "$out" || rc=$?
+  settle deb "$(grep -cE '^deb test [a-z]+: passed' "$out" || true)" \
+    "$(grep -cE '^deb test [a-z]+: FAILED' "$out" || true)"
+}
+
 if [[ ${DEX_SKIP_DEPS:-0} != 1 ]]; then
   step deps bash "$here/deps.sh"
 fi
@@ -275,4 +297,5 @@ run_suite node
 dex_stop_cluster   # the demo runs its own
 run_suite demo
 run_suite fuzz
+run_suite deb
 finish
