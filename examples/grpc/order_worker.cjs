@@ -17,7 +17,7 @@ const loader = require("@grpc/proto-loader");
 
 const PROTO = path.join(__dirname, "..", "..", "proto");
 const def = loader.loadSync("dex/v1/service.proto", {
-  includeDirs: [PROTO], longs: String, enums: String, oneofs: true, arrays: true,
+  includeDirs: [PROTO], longs: String, enums: String, defaults: true, oneofs: true, arrays: true,
 });
 const DexService = grpc.loadPackageDefinition(def).dex.v1.DexService;
 
