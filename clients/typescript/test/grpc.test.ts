@@ -429,6 +429,9 @@ test("the pools: long polls beyond the waits' pool are refused at once, and othe
   const smallHealth = new pkg.grpc.health.v1.Health(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
   try {
     await waitServing(smallHealth, s.out);
+    // a long poll whose deadline passes gives its wait back at once
+    await refused(call(small, "PollTasks", { queue: wf, workerId: "hasty", wait: seconds(15) }, tokens.worker, 1), grpc.status.DEADLINE_EXCEEDED);
+    await sleep(300);
     const holding = call(small, "PollTasks", { queue: wf, workerId: "holder", wait: seconds(15) }, tokens.worker);
     await sleep(500);
     const t0 = Date.now();
