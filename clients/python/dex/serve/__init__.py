@@ -150,7 +150,7 @@ def serve(conninfo: str, host: str, port: int, grpc_port: Optional[int] = None, 
         async def _grpc_start() -> None:
             app.state.grpc, _ = await grpc_api.start(app.state.db, address)
 
-        @app.on_event("shutdown")
         async def _grpc_stop() -> None:
             await grpc_api.stop(app.state.grpc)
+        app.router.on_shutdown.insert(0, _grpc_stop)    # before the pools close
     uvicorn.run(app, host=host, port=port, log_level="info")

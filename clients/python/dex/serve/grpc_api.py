@@ -47,6 +47,7 @@ SERVICE = "dex.v1.DexService"
 HEALTH = "grpc.health.v1.Health"
 REFLECTION = ("grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
 MAX_WAIT = 300.0
+DEADLINE_MARGIN = 0.5   # seconds before a call's deadline that its long poll answers
 
 C = grpc.StatusCode
 # SQLSTATE -> gRPC status: exact codes first, then classes (two characters); as db.http_status
@@ -365,20 +366,21 @@ class DexService:
     # -- workers
 
     async def PollTasks(self, req: pb.PollTasksRequest, context) -> bytes:
-        return await self._poll(req, _token(context))
+        return await self._poll(req, _token(context), context)
 
     async def PollTasksStream(self, requests, context):
         token = _token(context)
         async for req in requests:
-            try:
-                yield await self._poll(req, token)
-            except Problem as p:
-                await _abort(context, p)
+            yield await self._poll(req, token, context)
 
-    async def _poll(self, req: pb.PollTasksRequest, token: str) -> bytes:
+    async def _poll(self, req: pb.PollTasksRequest, token: str, context) -> bytes:
         wait = _seconds(req, "wait", "wait", 0.0) or 0.0
         if not 0 <= wait <= MAX_WAIT:
             raise _bad(f"wait must be 0 to {MAX_WAIT:.0f} seconds")
+        # answer (empty) before the call's deadline rather than lease tasks nobody will receive
+        left = context.time_remaining()
+        if left is not None:
+            wait = max(0.0, min(wait, left - DEADLINE_MARGIN))
         lease = _interval(_seconds(req, "lease", "lease", 300.0), "lease")
         args = (req.queue, req.worker_id, req.max_tasks or 1, lease, req.worker_cache,
                 list(req.names) or None, list(req.versions) or None)
