@@ -160,14 +160,16 @@ fi
   echo "dex benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores," \
     "BENCH_SCALE=$BENCH_SCALE BENCH_K=$BENCH_K BENCH_BATCH=$BENCH_BATCH"
   echo
-  echo "| workload | items | s | items/s | xact/item | WAL B/item | CPU ms/item | ins/item | upd/item | del/item | notes |"
-  echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
-  for w in W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 S1 Q1 F1 F2; do
-    awk -F'|' -v w="$w" '$2 == w || substr($2, 1, length(w) + 1) == w " " {
-      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 }' "$rows"
-  done
-  echo
-  echo "W6: items are seconds of idling (per item = per second)."
+  if [[ -s $rows ]]; then
+    echo "| workload | items | s | items/s | xact/item | WAL B/item | CPU ms/item | ins/item | upd/item | del/item | notes |"
+    echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
+    for w in W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 S1 Q1 F1 F2; do
+      awk -F'|' -v w="$w" '$2 == w || substr($2, 1, length(w) + 1) == w " " {
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 }' "$rows"
+    done
+    echo
+    echo "W6: items are seconds of idling (per item = per second)."
+  fi
   # W8 and W4 against their floors: F2 is W8's work by hand; a W4 workflow's four durable
   # commits cost at least four F1 logged INSERTs
   awk -F'|' '$2 == "W8" { w8 = $8 } $2 == "F2 hand-written W8" { f2 = $8 }
