@@ -14,7 +14,8 @@ result.
 Prints "ROW|grpc (<mode>)|N|seconds|runs/s|xact/run|client CPU ms/run|server CPU ms/run|create
 runs/s|process runs/s|check|gateway CPU ms/run": client CPU is this process's (the workers and
 the driver's creates), server CPU the gRPC server's database backends (application_name
-'dex serve', from /proc), gateway CPU the gRPC server process itself.
+'dex serve', from /proc), gateway CPU the gRPC server process itself.  Then "EMPTY|<mode>|..." for 2,000 polls of an empty queue
+without a wait, one at a time: their round trip and the gRPC server's CPU per poll.
 """
 import os
 import socket
@@ -114,6 +115,35 @@ class Loop(threading.Thread):
 AQ = ""
 
 
+def empty_polls(stub, token, queue, gateway, n=2000):
+    """n polls of an empty queue without a wait, one at a time, as unary calls or on one stream:
+    the round trip's median (ms) and the gRPC server's CPU per poll (ms).  What the two wires
+    cost apart from the work: each poll is one transaction either way."""
+    meta = (("authorization", f"Bearer {token}"),)
+    req = pb.PollTasksRequest(queue=queue, worker_id="w1grpc-empty", max_tasks=100)
+    times = []
+    gw0 = cpu_of(gateway.pid)
+    if MODE == "stream":
+        import queue as q
+        out = q.Queue()
+        answers = stub.PollTasksStream(iter(out.get, None), metadata=meta)
+        for _ in range(n):
+            t = time.perf_counter()
+            out.put(req)
+            next(answers)
+            times.append(time.perf_counter() - t)
+        out.put(None)
+        for _ in answers:
+            pass
+    else:
+        for _ in range(n):
+            t = time.perf_counter()
+            stub.PollTasks(req, metadata=meta, timeout=30)
+            times.append(time.perf_counter() - t)
+    times.sort()
+    return 1000 * times[n // 2], 1000 * (cpu_of(gateway.pid) - gw0) / n
+
+
 def main():
     global AQ
     conn = psycopg.connect("", autocommit=True)
@@ -166,15 +196,18 @@ def main():
         ok, n = conn.execute(
             "SELECT count(*) FILTER (WHERE status = 'COMPLETED' AND result = to_jsonb((argument #>> '{}')::int + 1)), "
             "count(*) FROM dex.runs WHERE queue = %s", (wq,)).fetchone()
+        x1 = xacts(conn)
+        empty_p50, empty_cpu = empty_polls(stub, token, wq, gateway)
     finally:
         gateway.terminate()
         gateway.wait(15)
         channel.close()
-    x1 = xacts(conn)
     s = t2 - t0
     print(f"ROW|grpc ({MODE})|{N}|{s:.2f}|{N / s:.0f}|{(x1 - x0) / N:.2f}|{1000 * cpu / N:.3f}|"
           f"{1000 * server_cpu / N:.3f}|{N / (t1 - t0):.0f}|{N / (t2 - t1):.0f}|"
           f"{'ok' if ok == N else 'FAILED'}: {ok}/{n} completed with argument + 1|{1000 * gw / N:.3f}", flush=True)
+    print(f"EMPTY|{MODE}|2000 polls of an empty queue one at a time: round trip p50 {empty_p50:.2f} ms, "
+          f"gRPC server CPU {empty_cpu:.3f} ms a poll", flush=True)
     conn.execute("DELETE FROM dex.api_token WHERE name = %s", (f"w1grpc-{tag}",))
     for q in (wq, AQ):
         conn.execute("SELECT dex.revoke_queue(%s, %s::regrole)", (q, worker))

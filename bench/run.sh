@@ -189,6 +189,8 @@ fi
     echo "| W1 through a gRPC worker | runs | s | runs/s | xact/run | client CPU ms/run | database CPU ms/run | gRPC server CPU ms/run | create runs/s | process runs/s | check |"
     echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
     awk -F'|' '$1 == "ROW" { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $12, $9, $10, $11 }' "$grpc_rows"
+    echo
+    awk -F'|' '$1 == "EMPTY" { printf "gRPC (%s): %s\n", $2, $3 }' "$grpc_rows"
   fi
   if [[ -s $def_rows ]]; then
     echo
