@@ -151,7 +151,8 @@ def _json(p: common_pb2.Payload, name: str) -> Any:
         raise _bad(f"{name} is not JSON: {e}") from None
 
 
-def _seconds(msg: Any, field: str, name: str, default: Optional[float]) -> Optional[float]:
+def _seconds(msg: Any, field: str, default: Optional[float]) -> Optional[float]:
+    """A Duration field in seconds; ``default`` when it is unset."""
     if not msg.HasField(field):
         return default
     d: Duration = getattr(msg, field)
@@ -254,7 +255,7 @@ class DexService:
                 req.instance_id or None, req.priority, Jsonb(dict(req.labels)) if req.labels else None,
                 req.concurrency_key or None, "return" if req.return_active else "error",
                 _time(req, "start_at"),
-                _interval(_seconds(req, "execution_timeout", "execution_timeout", None), "execution_timeout"))
+                _interval(_seconds(req, "execution_timeout", None), "execution_timeout"))
 
         def start(conn):
             run_id = conn.execute("SELECT dex.create_run(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) AS id",
@@ -269,7 +270,7 @@ class DexService:
                 [_json(a, f"arguments[{i}]") for i, a in enumerate(req.arguments)],
                 req.workflow_version or 1, req.priority, Jsonb(dict(req.labels)) if req.labels else None,
                 _time(req, "start_at"),
-                _interval(_seconds(req, "execution_timeout", "execution_timeout", None), "execution_timeout"),
+                _interval(_seconds(req, "execution_timeout", None), "execution_timeout"),
                 [i or None for i in req.instance_ids] if req.instance_ids else None)
 
         def start(conn):
@@ -374,14 +375,14 @@ class DexService:
             yield await self._poll(req, token, context)
 
     async def _poll(self, req: pb.PollTasksRequest, token: str, context) -> bytes:
-        wait = _seconds(req, "wait", "wait", 0.0) or 0.0
+        wait = _seconds(req, "wait", 0.0) or 0.0
         if not 0 <= wait <= MAX_WAIT:
             raise _bad(f"wait must be 0 to {MAX_WAIT:.0f} seconds")
         # answer (empty) before the call's deadline rather than lease tasks nobody will receive
         left = context.time_remaining()
         if left is not None:
             wait = max(0.0, min(wait, left - DEADLINE_MARGIN))
-        lease = _interval(_seconds(req, "lease", "lease", 300.0), "lease")
+        lease = _interval(_seconds(req, "lease", 300.0), "lease")
         args = (req.queue, req.worker_id, req.max_tasks or 1, lease, req.worker_cache,
                 list(req.names) or None, list(req.versions) or None)
         done = None
@@ -451,7 +452,7 @@ class DexService:
 
     async def Heartbeat(self, req: pb.HeartbeatRequest, context) -> pb.HeartbeatResponse:
         args = (*_lease(req.lease),
-                _interval(_seconds(req, "lease_duration", "lease_duration", 300.0), "lease_duration"),
+                _interval(_seconds(req, "lease_duration", 300.0), "lease_duration"),
                 _json(req.details, "details"))
 
         def beat(conn):
