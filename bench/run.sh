@@ -21,11 +21,14 @@
 #   pg_stat_statements.max = 10000
 #
 # Environment:
-#   BENCH_ONLY=W1,W3   run only these workloads (W1..W10, S1, Q1, F1, F2, SDK, DEF; default all). SDK: W1 through
+#   BENCH_ONLY=W1,W3   run only these workloads (W1..W10, S1, Q1, F1, F2, SDK, GRPC, DEF; default all). SDK: W1 through
 #                      the Python and the TypeScript SDKs' workers (bench/sdk_w1.py,
 #                      clients/typescript/bench/w1.ts), on the same cluster, after the others;
 #                      DEF: a 3-step definition of SQL steps against the same flow as a Python
-#                      SDK workflow with three activities (bench/definitions.py)
+#                      SDK workflow with three activities (bench/definitions.py); GRPC: W1 through
+#                      workers over the gRPC API (bench/grpc_w1.py, `python3 -m dex grpc`), with
+#                      unary long polls and with a stream; bench/dexbench is built only when a
+#                      workload of its own is asked for
 #   BENCH_SCALE=0.1    multiply every N and duration (quick check; default 1)
 #   BENCH_K=2          workers per kind of queue (default 2)
 #   BENCH_BATCH=100    tasks per poll and per complete_tasks_pb call (default 100)
@@ -57,7 +60,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 
 export DEX_TEST_PORT=${DEX_TEST_PORT:-54450}
-BENCH_ONLY=${BENCH_ONLY:-W1,W2,W3,W4,W5,W6,W7,W8,W9,W10,S1,Q1,F1,F2,SDK,DEF}
+BENCH_ONLY=${BENCH_ONLY:-W1,W2,W3,W4,W5,W6,W7,W8,W9,W10,S1,Q1,F1,F2,SDK,GRPC,DEF}
 export BENCH_SCALE=${BENCH_SCALE:-1} BENCH_K=${BENCH_K:-2} BENCH_BATCH=${BENCH_BATCH:-100}
 export BENCH_W5_MAX=${BENCH_W5_MAX:-1000000}
 
@@ -80,7 +83,6 @@ DEX_PGDATA=$DEX_SCRATCH/data DEX_SOCKDIR=$DEX_SCRATCH/sock DEX_LOG=$DEX_SCRATCH/
 trap 'dex_cleanup $?' EXIT
 trap 'dex_cleanup 130; trap - EXIT; exit 130' INT
 trap 'dex_cleanup 143; trap - EXIT; exit 143' TERM
-make -C "$here" PG_CONFIG="$PG_CONFIG" >/dev/null
 
 DEX_PRELOAD='dex,pg_stat_statements' DEX_DATABASE=dex_bench DEX_EXTRA_CONF="
 # dex benchmark (bench/run.sh)
@@ -109,8 +111,10 @@ order=()
 for w in W6 F1 W1 W2 W3 W4 W7 W8 F2 W9 W10 S1 Q1 W5; do
   [[ ,$BENCH_ONLY, == *,$w,* ]] && order+=("$w")
 done
-((${#order[@]} > 0)) || [[ ,$BENCH_ONLY, == *,SDK,* || ,$BENCH_ONLY, == *,DEF,* ]] ||
-  dex_die "BENCH_ONLY=$BENCH_ONLY names no workload (W1..W10, S1, Q1, F1, F2, SDK, DEF)"
+((${#order[@]} > 0)) || [[ ,$BENCH_ONLY, == *,SDK,* || ,$BENCH_ONLY, == *,DEF,* || ,$BENCH_ONLY, == *,GRPC,* ]] ||
+  dex_die "BENCH_ONLY=$BENCH_ONLY names no workload (W1..W10, S1, Q1, F1, F2, SDK, GRPC, DEF)"
+# the load driver, for the workloads of its own only (SDK, GRPC and DEF need no C)
+((${#order[@]} == 0)) || make -C "$here" PG_CONFIG="$PG_CONFIG" >/dev/null
 echo "run.sh: workloads ${order[*]}; BENCH_SCALE=$BENCH_SCALE BENCH_K=$BENCH_K BENCH_BATCH=$BENCH_BATCH"
 
 rows=$(mktemp)
@@ -130,6 +134,18 @@ if [[ ,$BENCH_ONLY, == *,SDK,* ]]; then
   done
 fi
 
+# W1 through workers over the gRPC API (python3 -m dex grpc between them and the database), each
+# round one unary PollTasks call, then one stream per worker loop: rows as the SDK's, and the
+# gRPC server process's CPU per run.
+grpc_rows=$(mktemp)
+if [[ ,$BENCH_ONLY, == *,GRPC,* ]]; then
+  n=$(awk -v s="$BENCH_SCALE" 'BEGIN { printf "%d", 10000 * s }')
+  echo "run.sh: GRPC: W1 ($n runs) through gRPC workers, unary long polls and a stream"
+  for mode in unary stream; do
+    "${DEX_PYTHON:-/usr/bin/python3}" "$here/grpc_w1.py" "$n" "$BENCH_K" "$mode" | tee -a "$grpc_rows"
+  done
+fi
+
 # A definition of three SQL steps against the same flow as a Python SDK workflow calling three
 # activities: rows "ROW|definition or sdk|runs|s|runs/s|xact/run|check".
 def_rows=$(mktemp)
@@ -144,14 +160,16 @@ fi
   echo "dex benchmark, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores," \
     "BENCH_SCALE=$BENCH_SCALE BENCH_K=$BENCH_K BENCH_BATCH=$BENCH_BATCH"
   echo
-  echo "| workload | items | s | items/s | xact/item | WAL B/item | CPU ms/item | ins/item | upd/item | del/item | notes |"
-  echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
-  for w in W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 S1 Q1 F1 F2; do
-    awk -F'|' -v w="$w" '$2 == w || substr($2, 1, length(w) + 1) == w " " {
-      printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 }' "$rows"
-  done
-  echo
-  echo "W6: items are seconds of idling (per item = per second)."
+  if [[ -s $rows ]]; then
+    echo "| workload | items | s | items/s | xact/item | WAL B/item | CPU ms/item | ins/item | upd/item | del/item | notes |"
+    echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
+    for w in W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 S1 Q1 F1 F2; do
+      awk -F'|' -v w="$w" '$2 == w || substr($2, 1, length(w) + 1) == w " " {
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 }' "$rows"
+    done
+    echo
+    echo "W6: items are seconds of idling (per item = per second)."
+  fi
   # W8 and W4 against their floors: F2 is W8's work by hand; a W4 workflow's four durable
   # commits cost at least four F1 logged INSERTs
   awk -F'|' '$2 == "W8" { w8 = $8 } $2 == "F2 hand-written W8" { f2 = $8 }
@@ -166,6 +184,14 @@ fi
     echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|---|"
     awk -F'|' '$1 == "ROW" { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }' "$sdk_rows"
   fi
+  if [[ -s $grpc_rows ]]; then
+    echo
+    echo "| W1 through a gRPC worker | runs | s | runs/s | xact/run | client CPU ms/run | database CPU ms/run | gRPC server CPU ms/run | create runs/s | process runs/s | check |"
+    echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
+    awk -F'|' '$1 == "ROW" { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7, $8, $12, $9, $10, $11 }' "$grpc_rows"
+    echo
+    awk -F'|' '$1 == "EMPTY" { printf "gRPC (%s): %s\n", $2, $3 }' "$grpc_rows"
+  fi
   if [[ -s $def_rows ]]; then
     echo
     echo "| 3 steps adding 1 | runs | s | runs/s | xact/run | check |"
@@ -173,5 +199,5 @@ fi
     awk -F'|' '$1 == "ROW" { printf "| %s | %s | %s | %s | %s | %s |\n", $2, $3, $4, $5, $6, $7 }' "$def_rows"
   fi
 } | tee "$here/results/last.md"
-rm -f "$rows" "$sdk_rows" "$def_rows"
+rm -f "$rows" "$sdk_rows" "$grpc_rows" "$def_rows"
 echo "run.sh: done in $(($(date +%s) - started)) s"

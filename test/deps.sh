@@ -18,6 +18,8 @@ packages=(
   python3 python3-psycopg python3-pytest # reference client tests
   python3-venv python3-pip               # docs/python.md's install of the Python SDK (tests/test_run_command.py)
   python3-fastapi python3-uvicorn python3-jinja2 python3-multipart  # python3 -m dex serve (REST API, dashboard)
+  python3-grpcio python3-protobuf        # the gRPC API (python3 -m dex serve --grpc-port, dex grpc)
+  protobuf-compiler                      # protoc: clients/python/gen_pb.sh, checked by tests/test_grpc_codegen.py
   chromium chromium-driver python3-selenium  # the dashboard's browser test (headless)
   pgbouncer                              # reference client tests behind a transaction pool
   postgresql-15-wal2json                 # test/t/025_publish.pl: a logical decoding consumer of published events

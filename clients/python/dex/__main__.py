@@ -48,6 +48,14 @@ def main(argv=None) -> int:
     s.add_argument("--sample-interval", type=float, default=15.0,
                    help="seconds between samples of the queues for the charts")
     s.add_argument("--openapi", action="store_true", help="print the OpenAPI document and exit")
+    s.add_argument("--grpc-port", type=int, default=None,
+                   help="also serve the gRPC API (dex.v1.DexService, docs/grpc.md) on this port of "
+                        "--listen's address (needs python3-grpcio, python3-protobuf)")
+    g = sub.add_parser("grpc", help="serve the gRPC API alone (dex.v1.DexService, docs/grpc.md; needs "
+                                    "python3-grpcio, python3-protobuf, python3-fastapi)")
+    g.add_argument("--listen", default="127.0.0.1:50051", help="address:port (default 127.0.0.1:50051)")
+    g.add_argument("--pool-size", type=int, default=10,
+                   help="database connections for calls, and as many for long polls' waits")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if args.cmd == "serve":
@@ -57,7 +65,12 @@ def main(argv=None) -> int:
             return 0
         host, _, port = args.listen.rpartition(":")
         serve.serve(args.conninfo, host.strip("[]") or "127.0.0.1", int(port),
-                    pool_size=args.pool_size, sample_interval=args.sample_interval)
+                    pool_size=args.pool_size, sample_interval=args.sample_interval,
+                    grpc_port=args.grpc_port)
+    elif args.cmd == "grpc":
+        from .serve import grpc_api
+        host, _, port = args.listen.rpartition(":")
+        grpc_api.serve(args.conninfo, host or "127.0.0.1", int(port), pool_size=args.pool_size)
     elif args.cmd == "worker":
         sys.path.insert(0, ".")
         try:

@@ -203,11 +203,15 @@ def _camel(name):
     return head + "".join(w.title() for w in rest)
 
 
+# the gRPC service's own messages (docs/grpc.md), which the SDK never encodes
+GRPC_ONLY = {"service.proto"}
+
+
 def parse_enums():
     """enum -> {number: value name} from proto/dex/v1."""
     enums = {}
     for fn in sorted(os.listdir(PROTO_DIR)):
-        if fn.endswith(".proto"):
+        if fn.endswith(".proto") and fn not in GRPC_ONLY:
             text = re.sub(r"//[^\n]*", "", open(os.path.join(PROTO_DIR, fn)).read())
             for name, body in re.findall(r"\benum\s+(\w+)\s*\{([^}]*)\}", text):
                 enums["dex.v1." + name] = {int(n): v for v, n in
@@ -220,7 +224,7 @@ def parse_protos():
     messages = {}
     enums = parse_enums()
     for fn in sorted(os.listdir(PROTO_DIR)):
-        if not fn.endswith(".proto"):
+        if not fn.endswith(".proto") or fn in GRPC_ONLY:
             continue
         stack = []          # open blocks: ("message", name) or ("oneof", name)
         for line in open(os.path.join(PROTO_DIR, fn)):

@@ -4,13 +4,14 @@ dashboard (``/ui``) in one FastAPI application, served by uvicorn.
 Every request runs with the PostgreSQL role of its API token (``db.py``); the server's own
 login role only turns tokens into roles, and samples the queues for the charts
 (``sampler.py``).  Errors are ``application/problem+json`` (RFC 7807) with dex's SQLSTATE
-mapped to the HTTP status (``db.http_status``)."""
+mapped to the HTTP status (``db.http_status``).  With ``--grpc-port`` the same process serves
+the gRPC API (``grpc_api.py``) with the same pools."""
 
 from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import psycopg
 from fastapi import FastAPI, Request
@@ -136,6 +137,20 @@ def openapi_document() -> str:
     return json.dumps(create_app().openapi(), indent=2, sort_keys=True) + "\n"
 
 
-def serve(conninfo: str, host: str, port: int, **kw: Any) -> None:
+def serve(conninfo: str, host: str, port: int, grpc_port: Optional[int] = None, **kw: Any) -> None:
+    """REST and the dashboard on ``host:port``; with ``grpc_port``, the gRPC API too
+    (``grpc_api.py``), on uvicorn's event loop and with the same database pools."""
     import uvicorn
-    uvicorn.run(create_app(conninfo, **kw), host=host, port=port, log_level="info")
+    app = create_app(conninfo, **kw)
+    if grpc_port is not None:
+        from . import grpc_api
+        address = f"[{host}]:{grpc_port}" if ":" in host else f"{host}:{grpc_port}"
+
+        @app.on_event("startup")
+        async def _grpc_start() -> None:
+            app.state.grpc, _ = await grpc_api.start(app.state.db, address)
+
+        async def _grpc_stop() -> None:
+            await grpc_api.stop(app.state.grpc)
+        app.router.on_shutdown.insert(0, _grpc_stop)    # before the pools close
+    uvicorn.run(app, host=host, port=port, log_level="info")

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, StrictStr, conint
 from starlette.concurrency import run_in_threadpool
 
 from . import jsonio, runs as R
-from .db import Problem
+from .db import Problem, bearer_token
 from .routing import Route
 
 router = APIRouter(prefix="/v1", route_class=Route)
@@ -323,11 +323,7 @@ class WhoAmI(BaseModel):
 
 def caller(request: Request) -> str:
     """The bearer token of the request (the API takes no cookie: no cross-site requests)."""
-    auth = request.headers.get("authorization", "")
-    scheme, _, token = auth.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip() or "\x00" in token:
-        raise Problem(401, "Unauthorized", "an API token is required (Authorization: Bearer <token>)")
-    return token.strip()
+    return bearer_token(request.headers.get("authorization", ""))
 
 
 def db(request: Request):

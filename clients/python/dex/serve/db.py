@@ -140,6 +140,15 @@ def problem_from(e: psycopg.Error) -> Problem:
 RETRY_AFTER = {"Retry-After": "1"}
 
 
+def bearer_token(authorization: str) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header (REST) or ``authorization``
+    metadata (gRPC); 401 without one."""
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip() or "\x00" in token:
+        raise Problem(401, "Unauthorized", "an API token is required (Authorization: Bearer <token>)")
+    return token.strip()
+
+
 def _alive(conn: psycopg.Connection) -> bool:
     """Whether an idle connection still works.  A server that shuts down or ends a backend
     sends it an error and closes it, so that it has something to read: a connection with
@@ -212,7 +221,7 @@ class Database:
     connections nor the threads that run requests)."""
 
     def __init__(self, conninfo: str, size: int = 10, connect_timeout: int = 5):
-        self.conninfo = conninfo
+        self.conninfo, self.size = conninfo, size
         self.connect_timeout = connect_timeout
         self._requests = _Pool(self._connect, size, "requests")
         self._waits = _Pool(self._connect, size, "long polls")
