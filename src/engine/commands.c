@@ -62,22 +62,8 @@ dex_command_name(const Dex__V1__Command *cmd)
 	const ProtobufCFieldDescriptor *f =
 		protobuf_c_message_descriptor_get_field(&dex__v1__command__descriptor,
 												cmd->kind_case);
-	char	   *name;
-	char	   *out;
 
-	if (f == NULL)
-		return "empty";
-	name = pstrdup(f->name);
-	out = name;
-	for (const char *p = f->name; *p; p++)
-	{
-		if (*p == '_' && p[1])
-			*out++ = pg_toupper((unsigned char) *++p);
-		else
-			*out++ = *p;
-	}
-	*out = '\0';
-	return name;
+	return f ? dex_pb_json_name(f->name) : "empty";
 }
 
 /* Whether a Duration is unset or at most 100 years and at least min_ms */
@@ -97,6 +83,17 @@ require_positive_id(const Dex__V1__Command *cmd)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("command %s needs a positive id", dex_command_name(cmd)),
 				 errdetail("Commands that create something carry the event id the workflow assigned to it.")));
+}
+
+/* A marker's or a published event's name: 1 to DEX_NAME_MAX_LEN bytes */
+static void
+require_name(const Dex__V1__Command *cmd, const char *name)
+{
+	if (name == NULL || name[0] == '\0' || strlen(name) > DEX_NAME_MAX_LEN)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("command %s %d needs a name of 1 to %d bytes",
+						dex_command_name(cmd), cmd->id, DEX_NAME_MAX_LEN)));
 }
 
 static void
@@ -313,21 +310,11 @@ check_command(const Dex__V1__Command *cmd)
 			break;
 		case DEX__V1__COMMAND__KIND_RECORD_MARKER:
 			require_positive_id(cmd);
-			if (cmd->record_marker->name == NULL || cmd->record_marker->name[0] == '\0' ||
-				strlen(cmd->record_marker->name) > DEX_NAME_MAX_LEN)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("command recordMarker %d needs a name of 1 to %d bytes",
-								cmd->id, DEX_NAME_MAX_LEN)));
+			require_name(cmd, cmd->record_marker->name);
 			break;
 		case DEX__V1__COMMAND__KIND_PUBLISH_EVENT:
 			require_positive_id(cmd);
-			if (cmd->publish_event->name == NULL || cmd->publish_event->name[0] == '\0' ||
-				strlen(cmd->publish_event->name) > DEX_NAME_MAX_LEN)
-				ereport(ERROR,
-						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-						 errmsg("command publishEvent %d needs a name of 1 to %d bytes",
-								cmd->id, DEX_NAME_MAX_LEN)));
+			require_name(cmd, cmd->publish_event->name);
 			break;
 		case DEX__V1__COMMAND__KIND_SIGNAL_EXTERNAL_RUN:
 			check_signal_external_run(cmd);
