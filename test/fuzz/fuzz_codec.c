@@ -1209,6 +1209,11 @@ commands_flaw(const Dex__V1__WorkflowTaskCompletion *completion)
 				if (!name_ok(cmd->record_marker->name, true))
 					return "a marker name missing or too long";
 				break;
+			case DEX__V1__COMMAND__KIND_PUBLISH_EVENT:
+				creates = true;
+				if (!name_ok(cmd->publish_event->name, true))
+					return "a published event's name missing or too long";
+				break;
 			case DEX__V1__COMMAND__KIND_SIGNAL_EXTERNAL_RUN:
 				{
 					const Dex__V1__SignalExternalRun *se = cmd->signal_external_run;
