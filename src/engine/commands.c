@@ -59,11 +59,9 @@ dex_duration_ms(const Google__Protobuf__Duration *d)
 const char *
 dex_command_name(const Dex__V1__Command *cmd)
 {
-	const ProtobufCFieldDescriptor *f =
-		protobuf_c_message_descriptor_get_field(&dex__v1__command__descriptor,
-												cmd->kind_case);
+	char	   *name = dex_pb_case_json_name(&dex__v1__command__descriptor, (uint32) cmd->kind_case);
 
-	return f ? dex_pb_json_name(f->name) : "empty";
+	return name ? name : "empty";
 }
 
 /* Whether a Duration is unset or at most 100 years and at least min_ms */

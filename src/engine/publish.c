@@ -45,17 +45,6 @@ dex_publish_possible(void)
 	return XLogLogicalInfoActive() && dex_queue_publish_exists();
 }
 
-/* The JSON name of an event's kind, the field of its subject: "runCompleted" */
-static char *
-event_kind(const Dex__V1__WorkflowEvent *ev)
-{
-	const ProtobufCFieldDescriptor *field =
-		protobuf_c_message_descriptor_get_field(&dex__v1__workflow_event__descriptor,
-												(unsigned) ev->subject_case);
-
-	return field ? dex_pb_json_name(field->name) : "";
-}
-
 /*
  * Publish "n" events that run "run" (its queue, workflow and version) of
  * generation "generation" records from its history's position "sequence"
@@ -87,7 +76,10 @@ dex_publish_events(const pg_uuid_t *run_id, const DexRun *run, int32 generation,
 	for (size_t i = 0; i < n; i++)
 	{
 		msg.sequence = sequence + (int32) i;
-		msg.kind = event_kind(events[i]);
+		msg.kind = dex_pb_case_json_name(&dex__v1__workflow_event__descriptor,
+										 (uint32) events[i]->subject_case);
+		if (msg.kind == NULL)
+			msg.kind = "";
 		msg.event = events[i];
 		if (queue.publish == DEX_PUBLISH_PROTOBUF)
 		{

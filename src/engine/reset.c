@@ -412,6 +412,7 @@ dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason)
 		bytea	   *data = dex_rows_getbytea_copy(batches, i, 2);
 		Dex__V1__EventBatch *b = unpack_batch(data);
 		bytea	   *copied;
+		int32		sequence;
 
 		if ((int) i < cut)
 		{
@@ -419,10 +420,11 @@ dex_reset_run_internal(pg_uuid_t *run_id, int32 event_id, const char *reason)
 			for (size_t e = 0; e < b->n_events; e++)
 				note_event(&st, b->events[e]);
 			copied = i == 0 ? with_origin(b, data, run_id, event_id) : data;
+			sequence = (int32) dex_rows_getint64(batches, i, 1);
 			dex_array_add(events, PointerGetDatum(copied), false);
-			dex_array_add(sequences, Int32GetDatum((int32) dex_rows_getint64(batches, i, 1)), false);
+			dex_array_add(sequences, Int32GetDatum(sequence), false);
 			copied_batches = lappend(copied_batches, copied);
-			copied_sequences = lappend_int(copied_sequences, (int) dex_rows_getint64(batches, i, 1));
+			copied_sequences = lappend_int(copied_sequences, sequence);
 			copied_events += (int32) b->n_events;
 			continue;
 		}

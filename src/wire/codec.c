@@ -344,6 +344,19 @@ dex_pb_json_name(const char *name)
 	return result;
 }
 
+/*
+ * The proto3 JSON name of the field that a oneof's case "field_id" of a
+ * "desc" message names ("runCompleted" of a WorkflowEvent's subject), or
+ * NULL when it names none (a case not set).  palloc'd.
+ */
+char *
+dex_pb_case_json_name(const ProtobufCMessageDescriptor *desc, uint32 field_id)
+{
+	const ProtobufCFieldDescriptor *field = protobuf_c_message_descriptor_get_field(desc, field_id);
+
+	return field ? dex_pb_json_name(field->name) : NULL;
+}
+
 /* Does key (not NUL-terminated) equal the JSON name of field "name"? */
 static bool
 pb_json_name_matches(const char *name, const char *key, int keylen)

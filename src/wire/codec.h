@@ -59,6 +59,8 @@ extern JsonbValue *dex_pb_push_jsonb(JsonbParseState **state,
 
 /* A field's name in proto3 JSON (lowerCamelCase), palloc'd */
 extern char *dex_pb_json_name(const char *name);
+/* The JSON name of the field a oneof's case names, or NULL for none */
+extern char *dex_pb_case_json_name(const ProtobufCMessageDescriptor *desc, uint32 field_id);
 
 /* Parse canonical proto3 JSON into a message of the given type. */
 extern ProtobufCMessage *dex_pb_from_jsonb(const ProtobufCMessageDescriptor *desc,
