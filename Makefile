@@ -11,7 +11,7 @@ EXTENSION = dex
 DATA = $(addprefix sql/, dex--1.0.sql dex--1.7.sql \
        dex--1.0--1.1.sql dex--1.1--1.2.sql dex--1.2--1.3.sql dex--1.3--1.4.sql dex--1.4--1.5.sql \
        dex--1.5--1.6.sql dex--1.6--1.7.sql dex--1.7--1.8.sql dex--1.8--1.9.sql \
-       dex--1.9--1.10.sql)
+       dex--1.9--1.10.sql dex--1.10--1.11.sql)
 MODULE_big = dex
 
 PROTOS = common event command task
@@ -40,7 +40,7 @@ SHLIB_LINK = -lprotobuf-c
 # test/regress/sql/setup.sql creates the extension there; the isolation specs then run in that same
 # database. The TAP tests start their own clusters. bash test/run-tests.sh runs the same
 # suites, and more, on a throwaway cluster.
-REGRESS = setup codec queues runs tasks errors batch events control suspend terminate blocked lifecycle history_cache listing children keys timeouts capacity monitoring bad_input roles queue_access instances versions api_tokens security batch_forms debounce schedules flow_control definitions definition_grants publish
+REGRESS = setup codec queues runs tasks errors batch events control suspend terminate blocked lifecycle history_cache listing children keys timeouts capacity monitoring bad_input roles queue_access instances versions api_tokens security batch_forms debounce schedules flow_control definitions definition_grants publish status_index
 # the database pg_regress makes is UTF8 with the C locale, as in test/lib.sh's cluster, whatever
 # the server's defaults
 REGRESS_OPTS = --inputdir=test/regress --encoding=UTF8 --no-locale

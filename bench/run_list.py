@@ -15,8 +15,9 @@ live counts, under each filter the dashboard has, through the same code (dex.ser
 the first page also on a new connection each time (as a freshly started server's, whose
 first statements are slow), counting the empty ones; and, with --serve, end to end: GET
 /ui/runs of python3 -m dex serve, which lists a page and counts.  Printed: the median and the
-95th percentile of 20 tries each, in milliseconds, and whether dex.workflow_run has an index
-on (status, id) (PENDING_SCHEMA.sql of issue 35; create it by hand to compare).
+95th percentile of 20 tries each, in milliseconds; whether dex.workflow_run has an index on
+(status, id) (create it by hand to compare), and whether the status filters and counts use
+dex.runs_in_status (1.11: the set-up then waits until the status sweep has passed every run).
 """
 
 from __future__ import annotations
@@ -70,6 +71,18 @@ def setup(conn: psycopg.Connection, n: int) -> None:
     print(f"set up {n} runs in {time.monotonic() - t0:.0f} s", file=sys.stderr)
 
 
+def wait_for_sweep(conn: psycopg.Connection) -> bool:
+    """Until the status sweep (1.11) has passed the newest run; False before 1.11."""
+    if conn.execute("SELECT to_regclass('dex.run_status_sweep') IS NULL").fetchone()[0]:
+        return False
+    t0 = time.monotonic()
+    while not conn.execute("SELECT horizon > (SELECT id FROM dex.workflow_run ORDER BY id DESC LIMIT 1) "
+                           "FROM dex.run_status_sweep").fetchone()[0]:
+        time.sleep(0.5)
+    print(f"the status sweep passed every run after {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    return True
+
+
 def one_old_failure(conn: psycopg.Connection) -> None:
     conn.execute("UPDATE dex.workflow_run SET status = 'TIMED_OUT' WHERE id = (SELECT id FROM "
                  "dex.workflow_run ORDER BY id LIMIT 1) AND NOT EXISTS (SELECT FROM dex.workflow_run WHERE status = 'TIMED_OUT')")
@@ -95,6 +108,7 @@ def main() -> int:
         conn.execute("CREATE EXTENSION IF NOT EXISTS dex")
         setup(conn, args.runs)
         one_old_failure(conn)
+        swept = wait_for_sweep(conn)
         indexed = conn.execute("SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
                                "AND a.attnum = i.indkey[0] WHERE i.indrelid = 'dex.workflow_run'::regclass "
                                "AND a.attname = 'status')").fetchone()[0]
@@ -107,6 +121,7 @@ def main() -> int:
         ("no filter", {}),
         ("status FAILED (5 %)", {"status": "FAILED"}),
         ("status CANCELLED (0.2 %)", {"status": "CANCELLED"}),
+        ("status CREATED (1 %)", {"status": "CREATED"}),
         ("queue", {"queue": QUEUES[1]}),
         ("workflow checkout", {"workflow": "checkout"}),
         ("workflow refund (1 %)", {"workflow": "refund"}),
@@ -117,7 +132,8 @@ def main() -> int:
         ("status FAILED + workflow refund", {"status": "FAILED", "workflow": "refund"}),
         ("status TIMED_OUT (one run, the oldest)", {"status": "TIMED_OUT"}),
     ]
-    print(f"\nrun list with {total} runs, {'an' if indexed else 'no'} index on dex.workflow_run (status, id) "
+    print(f"\nrun list with {total} runs, {'an' if indexed else 'no'} index on dex.workflow_run (status, id), "
+          f"{'with' if swept else 'without'} dex.runs_in_status "
           "(milliseconds: median / p95 of 20; empty: first pages with no run)\n")
     print("| filter | first page, new connection (empty) | first page | page 20 | live counts |")
     print("|---|---|---|---|---|")

@@ -370,6 +370,12 @@ extern uint64 dex_delete_runs(Datum run_ids);
 extern void dex_purge_run_internal(pg_uuid_t *run_id);
 extern uint64 dex_purge_runs_internal(const char *status, int32 queue_id, TimestampTz ended_before, int32 limit);
 
+/* status_index.c: dex.run_status_index (1.11) */
+extern bool dex_status_index_installed(void);
+extern bool dex_sweep_run_statuses(int batch_size);
+extern void dex_recheck_run_statuses(void);
+extern void dex_reset_run_status_index(void);
+
 /* rebuild.c */
 extern bool dex_rebuild_tasks_if_needed(void);
 

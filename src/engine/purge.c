@@ -38,11 +38,17 @@
 #define SINCE_1_4 \
 	"     rt AS (DELETE FROM dex.run_timer WHERE run_id = ANY ($1)), " \
 	"     ta AS (DELETE FROM dex.task_attempt WHERE run_id = ANY ($1)), "
-/* [1]: 1.4's run timers and attempts too; [2]: 1.7's debounce keys that still name them */
-static DexPlan delete_runs_plans[3] = {
+#define SINCE_1_7 "     rd AS (DELETE FROM dex.run_debounce WHERE run_id = ANY ($1)), "
+/*
+ * [1]: 1.4's run timers and attempts too; [2]: 1.7's debounce keys that still
+ * name them; [3]: 1.11's rows of dex.run_status_index
+ */
+static DexPlan delete_runs_plans[4] = {
 	{DELETE_RUNS_SQL(""), 1, {UUIDARRAYOID}},
 	{DELETE_RUNS_SQL(SINCE_1_4), 1, {UUIDARRAYOID}},
-	{DELETE_RUNS_SQL(SINCE_1_4 "     rd AS (DELETE FROM dex.run_debounce WHERE run_id = ANY ($1)), "),
+	{DELETE_RUNS_SQL(SINCE_1_4 SINCE_1_7), 1, {UUIDARRAYOID}},
+	{DELETE_RUNS_SQL(SINCE_1_4 SINCE_1_7
+					 "     si AS (DELETE FROM dex.run_status_index WHERE run_id = ANY ($1)), "),
 	1, {UUIDARRAYOID}}
 };
 
@@ -55,7 +61,8 @@ dex_delete_runs(Datum run_ids)
 {
 	Datum		values[1] = {run_ids};
 
-	int			v = dex_column_exists("run_debounce", "run_id") ? 2 : dex_schema_1_4();
+	int			v = dex_status_index_installed() ? 3 :
+		dex_column_exists("run_debounce", "run_id") ? 2 : dex_schema_1_4();
 
 	return dex_spi_rows(&delete_runs_plans[v], values, NULL, 0).n;
 }

@@ -55,6 +55,22 @@ dex_new_uuid(void)
 	return uuid;
 }
 
+/*
+ * The smallest UUIDv7 of the given time: 48 bits of Unix milliseconds, then
+ * zeros (all zero before 1970): a bound below every id made from then on.
+ */
+void
+dex_uuid_v7_floor(TimestampTz ts, pg_uuid_t *uuid)
+{
+	int64		unix_ms = (ts + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY) / 1000;
+
+	memset(uuid, 0, sizeof(*uuid));
+	if (unix_ms < 0)
+		return;
+	for (int i = 0; i < 6; i++)
+		uuid->data[i] = (uint8) (unix_ms >> (8 * (5 - i)));
+}
+
 char *
 dex_uuid_to_cstring(const pg_uuid_t *uuid)
 {

@@ -94,6 +94,7 @@ extern bool dex_cron_next(const DexCron *cron, struct pg_tz *tz, TimestampTz aft
 
 /* ids.c */
 extern pg_uuid_t *dex_new_uuid(void);
+extern void dex_uuid_v7_floor(TimestampTz ts, pg_uuid_t *uuid);
 extern char *dex_uuid_to_cstring(const pg_uuid_t *uuid);
 
 #endif							/* DEX_UTIL_UTIL_H */

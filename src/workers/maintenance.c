@@ -2,7 +2,9 @@
  *
  * maintenance.c
  *	  The dex maintenance worker: a background worker per database that
- *	  deletes runs once they have been over for dex.retention_period.
+ *	  deletes runs once they have been over for dex.retention_period, and
+ *	  about once a second sweeps the runs of the last seconds into
+ *	  dex.run_status_index (1.11, engine/status_index.c).
  *
  * Retention is slow bulk work, kept apart from the scheduler so that it can
  * never delay a timer or a lease expiry.  (Lease expiries are due-time work
@@ -60,6 +62,9 @@ PGDLLEXPORT void dex_maintenance_main(Datum main_arg);
 #define MAX_BATCHES_PER_PASS 100
 /* the sleep before the next pass when this one left work to do */
 #define MORE_WORK_SLEEP_MS 10
+/* how often the status sweep runs, and the runs it reads per transaction */
+#define STATUS_SWEEP_MS 1000
+#define STATUS_SWEEP_BATCH 10000
 
 /* ----------------------------------------------------------------
  * Leases
@@ -128,19 +133,6 @@ static DexPlan restoring_plan = {
 /* where the sweep goes on: the last run id looked at (all zero: the start) */
 static pg_uuid_t sweep_position;
 
-/* The smallest UUIDv7 of the given time: 48 bits of Unix milliseconds, then zeros. */
-static void
-uuid_v7_floor(TimestampTz ts, pg_uuid_t *uuid)
-{
-	int64		unix_ms = (ts + (int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * USECS_PER_DAY) / 1000;
-
-	memset(uuid, 0, sizeof(*uuid));
-	if (unix_ms < 0)
-		return;
-	for (int i = 0; i < 6; i++)
-		uuid->data[i] = (uint8) (unix_ms >> (8 * (5 - i)));
-}
-
 /*
  * One batch of the sweep, in the caller's transaction: look at the next
  * runs, delete those due.  Returns the number deleted; *more is false when
@@ -159,7 +151,7 @@ retention_batch(TimestampTz cutoff, bool *more)
 		*more = false;
 		return 0;
 	}
-	uuid_v7_floor(cutoff, &cutoff_id);
+	dex_uuid_v7_floor(cutoff, &cutoff_id);
 	values[0] = UUIDPGetDatum(&sweep_position);
 	values[1] = UUIDPGetDatum(&cutoff_id);
 	values[2] = TimestampTzGetDatum(cutoff);
@@ -195,9 +187,41 @@ static DexPlan forget_dropped_roles_plan = {
 	0, {0}
 };
 
+/* when the next retention pass is due (0: at the first pass) */
+static TimestampTz next_retention = 0;
+
 /*
- * One pass: batches until the sweep reaches the cutoff or MAX_BATCHES_PER_PASS.
- * Returns when the next is due: soon if work is left, else after the naptime.
+ * The status sweep (engine/status_index.c): batches up to the cutoff or
+ * MAX_BATCHES_PER_PASS, then the check of the rows it added lately.  Returns
+ * whether runs are left to sweep.
+ */
+static bool
+status_sweep(void)
+{
+	bool		more = false;
+
+	for (int batch = 0; batch < MAX_BATCHES_PER_PASS; batch++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+			break;
+		more = false;
+		if (dex_worker_begin() && dex_spi_rows(&restoring_plan, NULL, NULL, 1).n == 0)
+			more = dex_sweep_run_statuses(STATUS_SWEEP_BATCH);
+		dex_worker_commit();
+		if (!more)
+			break;
+	}
+	if (dex_worker_begin())
+		dex_recheck_run_statuses();
+	dex_worker_commit();
+	return more;
+}
+
+/*
+ * One pass: the status sweep (every STATUS_SWEEP_MS), and retention (every
+ * dex.maintenance_naptime): batches until the sweep reaches the cutoff or
+ * MAX_BATCHES_PER_PASS.  Returns when the next is due: soon if work is left.
  */
 static TimestampTz
 maintenance_pass(bool *installed)
@@ -205,22 +229,41 @@ maintenance_pass(bool *installed)
 	int64		deleted = 0;
 	bool		more = false;
 	bool		held = false;
+	bool		status_index = false;
+	bool		sweep_more = false;
+	TimestampTz now;
 	TimestampTz cutoff;
+	TimestampTz next;
 
 	/* the lease outlives the pass; a worker that dies leaves it to expire */
 	*installed = dex_worker_begin();
 	if (*installed)
 	{
 		held = lease_acquire("maintenance", dex_maintenance_naptime_ms * 3 + 60000);
-		if (held && dex_queue_grants_exist())
-			dex_spi_exec(&forget_dropped_roles_plan, NULL, NULL, 0);
+		status_index = held && dex_status_index_installed();
 	}
 	dex_worker_commit();
-	if (!held || dex_retention_period_s == 0)
+	if (!held)
 		return DT_NOEND;
 
-	cutoff = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-										 -(int64) dex_retention_period_s * 1000);
+	if (status_index)
+		sweep_more = status_sweep();
+	now = GetCurrentTimestamp();
+	next = !status_index ? DT_NOEND :
+		TimestampTzPlusMilliseconds(now, sweep_more ? MORE_WORK_SLEEP_MS : STATUS_SWEEP_MS);
+	if (now < next_retention)
+		return Min(next, next_retention);
+
+	if (dex_worker_begin() && dex_queue_grants_exist())
+		dex_spi_exec(&forget_dropped_roles_plan, NULL, NULL, 0);
+	dex_worker_commit();
+	if (dex_retention_period_s == 0)
+	{
+		next_retention = TimestampTzPlusMilliseconds(now, dex_maintenance_naptime_ms);
+		return Min(next, next_retention);
+	}
+
+	cutoff = TimestampTzPlusMilliseconds(now, -(int64) dex_retention_period_s * 1000);
 	for (int batch = 0; batch < MAX_BATCHES_PER_PASS; batch++)
 	{
 		CHECK_FOR_INTERRUPTS();
@@ -238,13 +281,15 @@ maintenance_pass(bool *installed)
 		ereport(DEBUG1,
 				(errmsg("dex maintenance deleted " INT64_FORMAT " runs that ended before %s",
 						deleted, timestamptz_to_str(cutoff))));
-	return more ? TimestampTzPlusMilliseconds(GetCurrentTimestamp(), MORE_WORK_SLEEP_MS) : DT_NOEND;
+	now = GetCurrentTimestamp();
+	next_retention = TimestampTzPlusMilliseconds(now, more ? MORE_WORK_SLEEP_MS : dex_maintenance_naptime_ms);
+	return Min(next, next_retention);
 }
 
 static const DexWorkerLoop maintenance_loop = {
 	.type = "dex maintenance",
-	.running = "dex maintenance: retention",
-	.sleeping = "dex maintenance: sleeping until the next retention pass",
+	.running = "dex maintenance: status sweep and retention",
+	.sleeping = "dex maintenance: sleeping until the next pass",
 	.naptime_ms = &dex_maintenance_naptime_ms,
 	.naptime_after_error = true,
 	.pass = maintenance_pass,

@@ -29,7 +29,9 @@
  *		result is still to come queued again), so the scheduler waits, doing
  *		nothing, until that session has ended: a pg_restore, serial or
  *		parallel (whose workers all end together), has then restored
- *		everything.  It then rebuilds the task tables as after a crash.
+ *		everything.  It then rebuilds the task tables as after a crash,
+ *		and has the runs swept into dex.run_status_index again (1.11,
+ *		status_index.c).
  *
  * Each pass is one short transaction over at most BATCH_SIZE rows per duty;
  * a full batch makes the next pass start at once.  A pass that only made due
@@ -270,6 +272,7 @@ restore_in_progress(void)
 	}
 	dex_lock_for_rebuild();
 	dex_spi_exec(&restore_done_plan, NULL, NULL, 0);
+	dex_reset_run_status_index();
 	restore_logged_pid = 0;
 	return false;
 }

@@ -1,8 +1,9 @@
 # Upgrades: install dex 1.0, leave runs in flight (an activity leased, a timer
 # pending, a wait for an event), ALTER EXTENSION dex UPDATE to 1.1, finish
 # them, then UPDATE to 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8 (tasks leased on 1.7's partitions are
-# completed on 1.8's task tables), 1.9 and to the default version, 1.10 (a task leased on 1.9
-# completes on a queue that publishes); the updated database then has
+# completed on 1.8's task tables), 1.9, 1.10 (a task leased on 1.9 completes on a queue that
+# publishes) and to the default version, 1.11 (the status sweep indexes every run that is not
+# COMPLETED, made by any version before); the updated database then has
 # exactly the objects of a fresh install (functions with their definitions,
 # rights and comments, tables, columns, indexes, constraints, views, grants,
 # what pg_dump dumps of the extension's tables).
@@ -237,9 +238,9 @@ $node->safe_psql('postgres', q{
 	SELECT dex.create_run('across-1-10', 'across-1-10');
 	CREATE TABLE leased_1_9 AS SELECT run_id, lock_version FROM dex.poll_tasks('across-1-10', 'w', 1);
 });
-$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE});
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE TO '1.10'});
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
-	'1.10', 'dex is updated to the default version, 1.10');
+	'1.10', 'dex is updated to 1.10');
 $node->safe_psql('postgres', q{
 	SET client_min_messages = error;   -- this cluster's wal_level is not logical: a warning
 	SELECT dex.alter_queue('across-1-10', publish => true);
@@ -251,6 +252,31 @@ is($node->safe_psql('postgres', q{
 	SELECT status || ' ' || (SELECT count(*) FROM dex.run_history(r.id) h WHERE h.event ? 'eventPublished')
 	  FROM dex.workflow_run r WHERE workflow_name = 'across-1-10'}),
 	'COMPLETED 1', 'a task leased on 1.9 completes under 1.10 with a published event');
+
+# 1.11: the runs of every version before that are not COMPLETED are swept into
+# dex.run_status_index, with their status; a run that ends now is kept there by the trigger
+$node->safe_psql('postgres', q{
+	SELECT dex.create_queue('across-1-11', 'workflow');
+	SELECT dex.create_run('across-1-11', 'across-1-11');
+	SELECT dex.create_run('across-1-11', 'across-1-11');
+});
+# (a reload wakes the maintenance worker, which found no sweep to do under 1.10)
+$node->safe_psql('postgres', q{ALTER EXTENSION dex UPDATE; SELECT pg_reload_conf()});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'dex'}),
+	'1.11', 'dex is updated to the default version, 1.11');
+$node->safe_psql('postgres', q{
+	SELECT dex.terminate_run(id) FROM dex.workflow_run WHERE workflow_name = 'across-1-11' ORDER BY id LIMIT 1});
+ok($node->poll_query_until('postgres', q{
+	SELECT (SELECT horizon > (SELECT id FROM dex.workflow_run ORDER BY id DESC LIMIT 1) FROM dex.run_status_sweep)
+	   AND NOT EXISTS (SELECT FROM dex.workflow_run r LEFT JOIN dex.run_status_index i ON i.run_id = r.id
+	                    WHERE r.status IS DISTINCT FROM 'COMPLETED' AND i.status IS DISTINCT FROM r.status)
+	   AND NOT EXISTS (SELECT FROM dex.run_status_index i JOIN dex.workflow_run r ON r.id = i.run_id
+	                    WHERE r.status = 'COMPLETED')}),
+	'the sweep indexes every run made before 1.11 that is not COMPLETED, with its status');
+is($node->safe_psql('postgres', q{
+	SELECT string_agg(i.status, ',' ORDER BY i.status) FROM dex.run_status_index i
+	  JOIN dex.workflow_run r ON r.id = i.run_id WHERE r.workflow_name = 'across-1-11'}),
+	'CREATED,TERMINATED', 'a run made under 1.10 and terminated under 1.11 is indexed TERMINATED');
 
 # the updated schema is the fresh schema
 $node->safe_psql('postgres', 'CREATE DATABASE fresh');
@@ -283,6 +309,10 @@ SELECT string_agg(x, E'\n' ORDER BY x) FROM (
   UNION ALL
   SELECT 'view ' || c.relname || ' ' || pg_get_viewdef(c.oid)
     FROM pg_class c WHERE c.relnamespace = 'dex'::regnamespace AND c.relkind = 'v'
+  UNION ALL
+  SELECT 'trigger ' || pg_get_triggerdef(t.oid)
+    FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+   WHERE c.relnamespace = 'dex'::regnamespace AND NOT t.tgisinternal
   UNION ALL
   SELECT 'statistics ' || stxname || ' ' || stxkind::text[]::text FROM pg_statistic_ext WHERE stxnamespace = 'dex'::regnamespace
   UNION ALL

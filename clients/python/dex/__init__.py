@@ -43,4 +43,4 @@ __all__ = [
     "TaskRunEnded", "Timer", "WaitTimeout", "Worker", "WorkflowContext", "WrongKind",
     "activity", "activity_context", "decode", "encode", "format_history", "replay", "workflow",
 ]
-__version__ = "1.10"   # the extension's default_version (dex.control); tests/test_version.py
+__version__ = "1.11"   # the extension's default_version (dex.control); tests/test_version.py

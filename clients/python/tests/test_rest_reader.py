@@ -12,7 +12,7 @@ from serve_support import call, env, send, server, sql  # noqa: F401  (fixtures)
 RECIPE = """
 CREATE ROLE {r} NOLOGIN;
 GRANT USAGE ON SCHEMA dex TO {r};
-GRANT SELECT ON dex.runs TO {r};
+GRANT SELECT ON dex.runs, dex.runs_in_status, dex.run_status_horizon TO {r};
 GRANT EXECUTE ON FUNCTION dex.get_run(uuid), dex.run_history(uuid), dex.run_attempts(uuid),
   dex.usable_queue_ids(), dex.payload_value(bytea), dex.to_json(text, bytea) TO {r};
 """

@@ -311,6 +311,9 @@ SELECT workflow_name, status, priority, argument
                      created_after => '-infinity', created_before => 'infinity', page_size => 10)
  ORDER BY priority, argument;
 SELECT pg_catalog.count(*) AS visible FROM dex.runs WHERE workflow_name OPERATOR(pg_catalog.=) 'sec';
+-- the runs a status filter finds whatever their age (1.11)
+SELECT (SELECT horizon IS NOT NULL FROM dex.run_status_horizon) AS horizon,
+       pg_catalog.count(*) OPERATOR(pg_catalog.>=) 0 AS readable FROM dex.runs_in_status;
 -- a run that never started is cancelled at once
 SELECT dex.cancel_run(:'r3', 'not needed');
 SELECT argument FROM dex.list_runs(before_id => :'r2', status => 'CREATED', labels => '{"tenant": "m"}',

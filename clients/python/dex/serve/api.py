@@ -86,9 +86,12 @@ class RunPage(BaseModel):
 
 
 class RunCounts(BaseModel):
-    counts: Dict[str, int] = Field(..., description="runs by status that match, counted newest first")
-    since: Optional[dt.datetime] = Field(..., description="the counts are of the runs created since then (past "
-                                                          "10,000 runs or the time budget); null: of all")
+    counts: Dict[str, int] = Field(..., description="runs by status that match, counted newest first; from "
+                                   "dex 1.11 every status but COMPLETED whatever its runs' age (up to a "
+                                   "little over 10,000 each)")
+    since: Optional[dt.datetime] = Field(..., description="the counts (from dex 1.11: of COMPLETED) are of the "
+                                                          "runs created since then (past 10,000 runs or the time "
+                                                          "budget); null: of all")
 
 
 class RunCreate(BaseModel):

@@ -57,6 +57,8 @@ WINDOW_COST = 20000     # planner cost units a window may take (see windows)
 PAGE_BUDGET = 0.06      # seconds a page may search before it answers
 FIRST_RUN_BUDGET = 2.0  # seconds an unfiltered page may search for its first run
 COUNT_BUDGET = 0.04     # seconds the counts may count
+_INDEX_BATCH = 200      # ids read from dex.runs_in_status at a time
+RECENT_BUDGET = 0.5     # seconds a status search may take over the runs above the sweep's horizon
 
 
 def encode_cursor(run_id: Any) -> str:
@@ -174,7 +176,8 @@ class RunFilter:
                             params).fetchone()
         return float(plan["QUERY PLAN"][0]["Plan"]["Total Cost"])
 
-    def windows(self, conn: psycopg.Connection, before: Optional[uuid.UUID]
+    def windows(self, conn: psycopg.Connection, before: Optional[uuid.UUID],
+                since: Optional[uuid.UUID] = None
                 ) -> Iterator[Tuple[Optional[uuid.UUID], Optional[uuid.UUID], bool]]:
         """Id ranges [since, before) to search, newest first, and whether each is the last:
         that one has no lower bound (or the one of created_after).  Each is about the widest
@@ -186,7 +189,8 @@ class RunFilter:
         where the runs begin); each next one is twice the last one's width if that fits, or
         the same (reaching on through a gap as the first does), or else bisected below it.
         A steady stream of runs costs one or two EXPLAINs a window, a gap or a burst about a
-        dozen for the window that reaches it.  ``WINDOW_COST`` is about what reading 15,000
+        dozen for the window that reaches it.  ``since``: no run below that id (the last
+        window ends there).  ``WINDOW_COST`` is about what reading 15,000
         runs by the primary key costs: more than half a bucket of the id's histogram at a
         million runs (the statistics tell ranges no finer apart), 10-15 ms here."""
         start = uuid_time(before) if before else conn.execute("SELECT clock_timestamp() AS t").fetchone()["t"]
@@ -199,6 +203,10 @@ class RunFilter:
                 start, hi = cap, uuid7_floor(cap)
         floor = (uuid7_floor(shifted(self.created_after, -_ID_CLOCK_SLACK))
                  if self.created_after is not None else None)
+        if since is not None and (floor is None or since > floor):
+            floor = since
+        if floor is not None and hi is not None and hi <= floor:
+            return
 
         def lower(width: dt.timedelta) -> Tuple[Optional[uuid.UUID], bool]:
             """The lower bound of the window of that width, and whether it is the last."""
@@ -250,23 +258,83 @@ class RunFilter:
             hi, start = lo, shifted(start, -width)
 
 
+def status_horizon(conn: psycopg.Connection, status: Optional[str]) -> Optional[uuid.UUID]:
+    """For a filter on a status other than COMPLETED: the id below which every run that is
+    not COMPLETED is in ``dex.runs_in_status`` (1.11; all zero before the first sweep), or
+    ``None`` when that cannot serve (no such filter, an older dex, or a role without the
+    grants of ``docs/security.md``)."""
+    if status is None or status == "COMPLETED":
+        return None
+    usable = conn.execute(
+        "SELECT coalesce(has_table_privilege(to_regclass('dex.runs_in_status'), 'SELECT') "
+        "AND has_table_privilege(to_regclass('dex.run_status_horizon'), 'SELECT'), "
+        "false) AS usable").fetchone()["usable"]
+    if not usable:
+        return None
+    return conn.execute("SELECT horizon FROM dex.run_status_horizon").fetchone()["horizon"]
+
+
+def _floor(flt: RunFilter) -> Optional[uuid.UUID]:
+    """The smallest id a run created after ``created_after`` can have."""
+    if flt.created_after is None:
+        return None
+    return uuid7_floor(shifted(flt.created_after, -_ID_CLOCK_SLACK))
+
+
+def _indexed_ids(conn: psycopg.Connection, flt: RunFilter, before: uuid.UUID, want: int,
+                 deadline: float) -> Tuple[List[uuid.UUID], Optional[uuid.UUID]]:
+    """Up to ``want`` ids of runs below ``before`` that match the filter, found through
+    ``dex.runs_in_status`` (whose rows are checked against ``dex.runs``, the truth), newest
+    first; and where the search stopped (``None``: it found them all, or no more exist)."""
+    floor = _floor(flt)
+    where, params = flt.where()
+    ids: List[uuid.UUID] = []
+    while True:
+        q = "SELECT id FROM dex.runs_in_status WHERE status = %s AND id < %s"
+        args: List[Any] = [flt.status, before]
+        if floor is not None:
+            q += " AND id >= %s"
+            args.append(floor)
+        batch = [r["id"] for r in conn.execute(q + " ORDER BY id DESC LIMIT %s", args + [_INDEX_BATCH])]
+        if not batch:
+            return ids, None
+        ids += [r["id"] for r in conn.execute(
+            sql.SQL("SELECT id FROM dex.runs{} AND id = ANY(%s) ORDER BY id DESC").format(where),
+            params + [batch])]
+        if len(ids) >= want:
+            return ids[:want], None
+        if len(batch) < _INDEX_BATCH:
+            return ids, None
+        before = batch[-1]
+        if time.monotonic() > deadline:
+            return ids, before
+
+
 def list_runs(conn: psycopg.Connection, flt: RunFilter, limit: int, cursor: Optional[str] = None,
               budget: float = PAGE_BUDGET) -> Tuple[List[Dict[str, Any]], Optional[str]]:
     """A page of at most ``limit`` runs, newest first, and the cursor of the next page
     (``None``: the last).  A page is short when the search ran out of its budget; an
     unfiltered one only once it has found a run (or after ``FIRST_RUN_BUDGET``), so that it
-    is never empty while the caller may see runs."""
+    is never empty while the caller may see runs.  A status other than COMPLETED is looked
+    for among the runs newer than the status sweep's horizon, then in ``dex.runs_in_status``
+    (1.11): a run in that status is found at once however old it is."""
     if not 1 <= limit <= MAX_PAGE:
         raise Problem(400, "Bad Request", f"limit must be 1 to {MAX_PAGE}")
     before = decode_cursor(cursor) if cursor else None
     ids: List[uuid.UUID] = []
     next_cursor: Optional[str] = None
     t0 = time.monotonic()
+    horizon = status_horizon(conn, flt.status) if flt.parent_id is None else None
+    if horizon is not None and horizon.int == 0:
+        horizon = None      # nothing swept yet: the windows search everything
+    # the runs above the horizon are seconds' worth: searched through, unless the sweep lags
+    window_budget = budget if horizon is None else max(budget, RECENT_BUDGET)
+    reached_horizon = False
     if flt.parent_id is not None:
         # a parent's children: found through their own index, however old
         windows: Iterable[Tuple[Optional[uuid.UUID], Optional[uuid.UUID], bool]] = [(None, before, True)]
     else:
-        windows = flt.windows(conn, before)
+        windows = flt.windows(conn, before, horizon)
     for lo, hi, last in windows:
         where, params = flt.where(hi, lo)
         q = sql.SQL("SELECT id FROM dex.runs{} ORDER BY id DESC LIMIT %s").format(where)
@@ -276,11 +344,23 @@ def list_runs(conn: psycopg.Connection, flt: RunFilter, limit: int, cursor: Opti
             next_cursor = encode_cursor(ids[-1])
             break
         if last:
+            reached_horizon = True
             break
         spent = time.monotonic() - t0
-        if spent > budget and (ids or not flt.unfiltered or spent > FIRST_RUN_BUDGET):
+        if spent > window_budget and (ids or not flt.unfiltered or spent > FIRST_RUN_BUDGET):
             next_cursor = encode_cursor(lo)
             break
+    else:
+        reached_horizon = True      # no window at all: the cursor is below the horizon
+    if horizon is not None and reached_horizon and len(ids) <= limit:
+        below = horizon if before is None or before > horizon else before
+        more, stopped = _indexed_ids(conn, flt, below, limit + 1 - len(ids), time.monotonic() + budget)
+        ids += more
+        if len(ids) > limit:
+            ids = ids[:limit]
+            next_cursor = encode_cursor(ids[-1])
+        elif stopped is not None:
+            next_cursor = encode_cursor(stopped)
     if not ids:
         return [], next_cursor
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in RUN_COLUMNS)
@@ -291,19 +371,59 @@ def list_runs(conn: psycopg.Connection, flt: RunFilter, limit: int, cursor: Opti
 
 def count_runs(conn: psycopg.Connection, flt: RunFilter,
                budget: float = COUNT_BUDGET) -> Tuple[Dict[str, int], Optional[dt.datetime]]:
-    """Runs by status, counted newest first until more than ``COUNT_CAP`` or the budget is
-    spent, and the creation time back to which they were counted (``None``: all runs)."""
+    """Runs by status, and the creation time back to which the COMPLETED runs were counted
+    (``None``: all runs).  Counted newest first, in windows, until more than ``COUNT_CAP``
+    or the budget is spent.  With ``dex.runs_in_status`` (1.11) the runs of every other
+    status are counted whatever their age (each up to a little over ``COUNT_CAP``): the
+    windows then count the runs newer than the status sweep's horizon, and only the
+    COMPLETED ones below it; before 1.11 every status is counted back to the same time."""
     counts: Dict[str, int] = {}
     t0 = time.monotonic()
     since: Optional[dt.datetime] = None
-    for lo, hi, last in flt.windows(conn, None):
+    horizon = status_horizon(conn, "FAILED") if flt.status is None else None
+    if horizon is not None and horizon.int == 0:
+        horizon = None
+    recent_done = horizon is None
+    for lo, hi, last in flt.windows(conn, None, horizon):
         where, params = flt.where(hi, lo)
         q = sql.SQL("SELECT status, count(*) AS n FROM dex.runs{} GROUP BY status").format(where)
         for r in conn.execute(q, params):
             counts[r["status"]] = counts.get(r["status"], 0) + r["n"]
         if last:
+            recent_done = True
             break
-        if sum(counts.values()) > COUNT_CAP or time.monotonic() - t0 > budget:
+        if sum(counts.values()) > COUNT_CAP or time.monotonic() - t0 > (
+                budget if horizon is None else max(budget, RECENT_BUDGET)):
+            since = uuid_time(lo)
+            break
+    else:
+        recent_done = True
+    if horizon is None or not recent_done:
+        return counts, since
+    # below the horizon: every other status from dex.runs_in_status ...
+    where, params = flt.where(horizon, _floor(flt))
+    for status in STATUSES:
+        if status == "COMPLETED":
+            continue
+        q = sql.SQL("SELECT count(*) AS n FROM (SELECT 1 FROM dex.runs_in_status s "
+                    "JOIN dex.runs USING (id) {} AND s.status = %s AND dex.runs.status = %s "
+                    "LIMIT %s) x").format(where)
+        n = conn.execute(q, params + [status, status, COUNT_CAP + 1]).fetchone()["n"]
+        if n:
+            counts[status] = counts.get(status, 0) + n
+    # ... and the COMPLETED runs in windows, as far as the budget goes
+    t0 = time.monotonic()
+    done = RunFilter("COMPLETED", flt.queue, flt.workflow, flt.instance_id,
+                     [f"{k}={v}" for k, v in (flt.labels or {}).items()] or None, None,
+                     flt.created_after, flt.created_before)
+    for lo, hi, last in done.windows(conn, horizon):
+        where, params = done.where(hi, lo)
+        n = conn.execute(sql.SQL("SELECT count(*) AS n FROM dex.runs{}").format(where), params).fetchone()["n"]
+        if n:
+            counts["COMPLETED"] = counts.get("COMPLETED", 0) + n
+        if last:
+            break
+        if counts.get("COMPLETED", 0) > COUNT_CAP or time.monotonic() - t0 > budget:
             since = uuid_time(lo)
             break
     return counts, since

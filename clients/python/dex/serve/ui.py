@@ -144,7 +144,10 @@ def _runs_context(request: Request, conn, flt: R.RunFilter, cursor: Optional[str
         [f"{k}={v}" for k, v in (flt.labels or {}).items()] or None, None,
         flt.created_after, flt.created_before))
     params = [(k, v) for k, v in request.query_params.multi_items() if k != "cursor"]
+    # with dex.runs_in_status (1.11) only the COMPLETED runs are counted back to "since"
+    horizon = R.status_horizon(conn, "FAILED") if since else None
     return {"runs": rows, "next_cursor": next_cursor, "counts": counts, "since": since,
+            "since_completed_only": horizon is not None and horizon.int > 0,
             "statuses": R.STATUSES, "params": params, "flt": flt}
 
 

@@ -1,0 +1,190 @@
+/*-------------------------------------------------------------------------
+ *
+ * status_index.c
+ *	  Keeping dex.run_status_index (1.11): the runs a status filter cannot
+ *	  find among the newest runs, so that a list of the FAILED runs finds one
+ *	  behind a million newer completed runs at once.
+ *
+ * dex.workflow_run has no index on its status (its updates stay HOT: see
+ * the install script).  The trigger on dex.workflow_run (sql/
+ * dex--1.10--1.11.sql) puts a run there when it reaches a status most runs
+ * never have, whatever its age.  What it cannot see is a run that simply
+ * stays CREATED, RUNNING or DELAYED: the sweep here adds those.  It goes
+ * through the runs in id order (UUIDv7: creation order), from the horizon
+ * dex.run_status_sweep records up to a cutoff, and adds every run whose
+ * status is not COMPLETED; the horizon then moves up to where it stopped.
+ * Readers search the runs of ids at or above the horizon themselves, and
+ * the table for older ones.
+ *
+ * The cutoff is ten seconds ago, so that nearly every run has completed
+ * before the sweep sees it, and never later than the start of a transaction
+ * in progress in this database that holds a transaction id: such a
+ * transaction may have taken a run id any time after it started and commit
+ * the run later, and a run the sweep passed over before it was visible
+ * would never be added.  (A transaction without an id has written nothing,
+ * so the ids it takes later are newer than the cutoff.)  A prepared
+ * transaction holds the cutoff an hour before it was prepared.
+ *
+ * Transactions and locks: each batch is a transaction of its own (the
+ * maintenance worker's) that locks the sweep's row FOR UPDATE first: a
+ * restore's reset (dex_reset_run_status_index) and a sweep take turns.  A
+ * transaction that changes a run's status while a batch reads it can leave
+ * the run's row with the status it had; dex_recheck_run_statuses puts the
+ * rows of the last two minutes of swept runs right on each pass.  Readers
+ * join every row with the run itself, so a row that is briefly wrong costs
+ * a lookup and shows nothing wrong.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "utils/timestamp.h"
+
+#include "engine/engine.h"
+
+/* runs younger than this are left to the next passes */
+#define SWEEP_AGE_MS 10000
+/* how far back a pass checks the rows the sweep added */
+#define RECHECK_MS (2 * 60 * 1000)
+
+bool
+dex_status_index_installed(void)
+{
+	return dex_column_exists("run_status_sweep", "horizon");
+}
+
+/* The time before which every run this database will ever see is visible now. */
+static DexPlan cutoff_plan = {
+	"SELECT LEAST(pg_catalog.clock_timestamp() - make_interval(secs => $2 / 1000.0), "
+	"  (SELECT pg_catalog.min(a.xact_start) FROM pg_catalog.pg_stat_activity a "
+	"    WHERE a.datid = $1 AND a.backend_xid IS NOT NULL AND a.pid <> pg_catalog.pg_backend_pid()), "
+	"  (SELECT pg_catalog.min(p.prepared) - interval '1 hour' FROM pg_catalog.pg_prepared_xacts p "
+	"    WHERE p.database = pg_catalog.current_database()))",
+	2, {OIDOID, INT4OID}
+};
+
+static DexPlan lock_sweep_plan = {
+	"SELECT horizon FROM dex.run_status_sweep FOR UPDATE", 0, {0}
+};
+
+/*
+ * $1 the horizon, $2 the cutoff's id, $3 the batch size: the batch's runs
+ * that are not COMPLETED are added (a row the trigger wrote meanwhile
+ * stays); returns how many runs the batch read and the last one's id.
+ */
+static DexPlan sweep_batch_plan = {
+	"WITH batch AS MATERIALIZED (SELECT id, status, queue_id FROM dex.workflow_run "
+	"                             WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3), "
+	"     added AS (INSERT INTO dex.run_status_index (run_id, status, queue_id) "
+	"               SELECT id, status, queue_id FROM batch WHERE status <> 'COMPLETED' "
+	"               ON CONFLICT (run_id) DO NOTHING) "
+	"SELECT (SELECT count(*) FROM batch), (SELECT id FROM batch ORDER BY id DESC LIMIT 1)",
+	3, {UUIDOID, UUIDOID, INT4OID}
+};
+
+static DexPlan set_horizon_plan = {
+	"UPDATE dex.run_status_sweep SET horizon = $1, swept_at = now()", 1, {UUIDOID}
+};
+
+/*
+ * The rows of runs of ids in [$1, $2) whose status is not the run's: made
+ * right, or deleted if the run completed or is gone.  Each row is changed
+ * only if it still has the status read (a trigger that wrote it since wins).
+ */
+static DexPlan recheck_plan = {
+	"WITH wrong AS MATERIALIZED ("
+	"  SELECT s.run_id, s.status AS seen, r.status FROM dex.run_status_index s "
+	"  LEFT JOIN dex.workflow_run r ON r.id = s.run_id "
+	"  WHERE s.run_id >= $1 AND s.run_id < $2 AND r.status IS DISTINCT FROM s.status), "
+	"     gone AS (DELETE FROM dex.run_status_index i USING wrong w "
+	"              WHERE i.run_id = w.run_id AND i.status = w.seen "
+	"                AND (w.status IS NULL OR w.status = 'COMPLETED')) "
+	"UPDATE dex.run_status_index i SET status = w.status FROM wrong w "
+	"WHERE i.run_id = w.run_id AND i.status = w.seen AND w.status <> 'COMPLETED'",
+	2, {UUIDOID, UUIDOID}
+};
+
+/*
+ * One batch of the sweep, in the caller's transaction: at most batch_size
+ * runs.  Returns whether runs are left below the cutoff (the next batch
+ * should follow at once).
+ */
+bool
+dex_sweep_run_statuses(int batch_size)
+{
+	DexRows		cutoff_row;
+	DexRows		sweep;
+	DexRows		batch;
+	Datum		values[3];
+	bool		isnull;
+	pg_uuid_t	horizon;
+	pg_uuid_t	cutoff_id;
+	int64		n;
+
+	values[0] = ObjectIdGetDatum(MyDatabaseId);
+	values[1] = Int32GetDatum(SWEEP_AGE_MS);
+	cutoff_row = dex_spi_rows(&cutoff_plan, values, NULL, 1);
+	dex_uuid_v7_floor(DatumGetTimestampTz(dex_rows_getdatum(cutoff_row, 0, 1, &isnull)), &cutoff_id);
+
+	sweep = dex_spi_rows(&lock_sweep_plan, NULL, NULL, 1);
+	if (sweep.n == 0)
+		return false;			/* not installed as it should be: nothing to keep */
+	memcpy(&horizon, DatumGetUUIDP(dex_rows_getdatum(sweep, 0, 1, &isnull)), sizeof(horizon));
+	if (memcmp(&horizon, &cutoff_id, sizeof(horizon)) >= 0)
+		return false;
+
+	values[0] = UUIDPGetDatum(&horizon);
+	values[1] = UUIDPGetDatum(&cutoff_id);
+	values[2] = Int32GetDatum(batch_size);
+	batch = dex_spi_rows(&sweep_batch_plan, values, NULL, 1);
+	n = dex_rows_getint64(batch, 0, 1);
+	/* a full batch stops at its last run (read again next time: the bound is inclusive) */
+	values[0] = n >= batch_size ? dex_rows_getdatum(batch, 0, 2, &isnull) : UUIDPGetDatum(&cutoff_id);
+	dex_spi_exec(&set_horizon_plan, values, NULL, 0);
+	return n >= batch_size;
+}
+
+/*
+ * Put right the rows of the runs swept in the last two minutes (before the
+ * sweep's cutoff), in the caller's transaction.
+ */
+void
+dex_recheck_run_statuses(void)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	pg_uuid_t	from;
+	pg_uuid_t	to;
+	Datum		values[2];
+
+	dex_uuid_v7_floor(TimestampTzPlusMilliseconds(now, -(int64) (SWEEP_AGE_MS + RECHECK_MS)), &from);
+	dex_uuid_v7_floor(now, &to);
+	values[0] = UUIDPGetDatum(&from);
+	values[1] = UUIDPGetDatum(&to);
+	dex_spi_exec(&recheck_plan, values, NULL, 0);
+}
+
+static DexPlan reset_sweep_plan = {
+	"UPDATE dex.run_status_sweep SET horizon = '00000000-0000-0000-0000-000000000000', swept_at = now()",
+	0, {0}
+};
+
+static DexPlan empty_index_plan = {
+	"DELETE FROM dex.run_status_index", 0, {0}
+};
+
+/*
+ * After a logical restore: the table is emptied and the sweep starts over
+ * from the first run, in the caller's transaction.  The sweep's row is
+ * reset first, so that a batch under way finishes before the table is
+ * emptied, and the next one starts from the beginning.
+ */
+void
+dex_reset_run_status_index(void)
+{
+	if (!dex_status_index_installed())
+		return;
+	dex_spi_exec(&reset_sweep_plan, NULL, NULL, 0);
+	dex_spi_exec(&empty_index_plan, NULL, NULL, 0);
+}
