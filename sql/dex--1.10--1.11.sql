@@ -33,11 +33,11 @@
  * So a run of id below dex.run_status_sweep's horizon whose status is not
  * COMPLETED is here with its status; a reader searches the newer runs
  * themselves and this table for the older ones (the REST API's run list and
- * counts, clients/python/dex/serve/runs.py).  A transaction that changes a
- * run's status while the worker sweeps it can leave a row behind its run
- * for a moment: the worker checks the rows of the last two minutes again
- * on every pass, and a reader always joins the run itself, so such a row
- * costs a lookup and shows nothing wrong.
+ * counts, clients/python/dex/serve/runs.py).  The sweep locks the runs it
+ * adds FOR SHARE and skips those a transaction holds (it stops there and
+ * tries again a second later), so it never waits for, nor deadlocks with,
+ * the transactions that run workflows (src/engine/status_index.c).  A
+ * reader always joins the run itself: the run's own status is the truth.
  */
 CREATE TABLE dex.run_status_index (
     run_id      uuid PRIMARY KEY,

@@ -27,12 +27,17 @@
  *
  * Transactions and locks: each batch is a transaction of its own (the
  * maintenance worker's) that locks the sweep's row FOR UPDATE first: a
- * restore's reset (dex_reset_run_status_index) and a sweep take turns.  A
- * transaction that changes a run's status while a batch reads it can leave
- * the run's row with the status it had; dex_recheck_run_statuses puts the
- * rows of the last two minutes of swept runs right on each pass.  Readers
- * join every row with the run itself, so a row that is briefly wrong costs
- * a lookup and shows nothing wrong.
+ * restore's reset (dex_reset_run_status_index) and a sweep take turns.  The
+ * runs it adds it locks FOR SHARE, skipping those another transaction holds
+ * (the horizon stops at the first one skipped): the sweep never waits for a
+ * transaction that changes runs, so it cannot deadlock with one (a batch
+ * completion that ends several runs inserts their rows in its own order),
+ * and a run cannot change status between the sweep's read and its commit.
+ * dex_recheck_run_statuses puts right, on each pass, the rows of the last
+ * two minutes of swept runs whose status is not the run's (a row changed
+ * with the trigger disabled, a run deleted by hand).  Readers join every
+ * row with the run itself, so a wrong row costs a lookup and shows nothing
+ * wrong.
  *
  *-------------------------------------------------------------------------
  */
@@ -71,16 +76,25 @@ static DexPlan lock_sweep_plan = {
 
 /*
  * $1 the horizon, $2 the cutoff's id, $3 the batch size: the batch's runs
- * that are not COMPLETED are added (a row the trigger wrote meanwhile
- * stays); returns how many runs the batch read and the last one's id.
+ * that are not COMPLETED are locked FOR SHARE and added (a row the trigger
+ * wrote before stays).  A run another transaction holds is skipped, never
+ * waited for, and the horizon stops at the first one (the next pass tries
+ * again): so the sweep never waits for a transaction that may wait for it,
+ * and a run it adds cannot change status until it has committed (the
+ * change's trigger then finds the row).  Returns how many runs the batch
+ * read, the last one's id, and the first one skipped.
  */
 static DexPlan sweep_batch_plan = {
-	"WITH batch AS MATERIALIZED (SELECT id, status, queue_id FROM dex.workflow_run "
+	"WITH batch AS MATERIALIZED (SELECT id, status FROM dex.workflow_run "
 	"                             WHERE id >= $1 AND id < $2 ORDER BY id LIMIT $3), "
+	"     locked AS MATERIALIZED (SELECT r.id, r.status, r.queue_id FROM dex.workflow_run r "
+	"                             WHERE r.id IN (SELECT id FROM batch WHERE status <> 'COMPLETED') "
+	"                               AND r.status <> 'COMPLETED' FOR SHARE OF r SKIP LOCKED), "
 	"     added AS (INSERT INTO dex.run_status_index (run_id, status, queue_id) "
-	"               SELECT id, status, queue_id FROM batch WHERE status <> 'COMPLETED' "
-	"               ON CONFLICT (run_id) DO NOTHING) "
-	"SELECT (SELECT count(*) FROM batch), (SELECT id FROM batch ORDER BY id DESC LIMIT 1)",
+	"               SELECT id, status, queue_id FROM locked ON CONFLICT (run_id) DO NOTHING) "
+	"SELECT (SELECT count(*) FROM batch), (SELECT id FROM batch ORDER BY id DESC LIMIT 1), "
+	"       (SELECT b.id FROM batch b WHERE b.status <> 'COMPLETED' "
+	"          AND NOT EXISTS (SELECT FROM locked l WHERE l.id = b.id) ORDER BY b.id LIMIT 1)",
 	3, {UUIDOID, UUIDOID, INT4OID}
 };
 
@@ -90,14 +104,16 @@ static DexPlan set_horizon_plan = {
 
 /*
  * The rows of runs of ids in [$1, $2) whose status is not the run's: made
- * right, or deleted if the run completed or is gone.  Each row is changed
+ * right, or deleted if the run completed or is gone.  A row a transaction
+ * holds is left for the next pass (never waited for); each row is changed
  * only if it still has the status read (a trigger that wrote it since wins).
  */
 static DexPlan recheck_plan = {
 	"WITH wrong AS MATERIALIZED ("
 	"  SELECT s.run_id, s.status AS seen, r.status FROM dex.run_status_index s "
 	"  LEFT JOIN dex.workflow_run r ON r.id = s.run_id "
-	"  WHERE s.run_id >= $1 AND s.run_id < $2 AND r.status IS DISTINCT FROM s.status), "
+	"  WHERE s.run_id >= $1 AND s.run_id < $2 AND r.status IS DISTINCT FROM s.status "
+	"  FOR UPDATE OF s SKIP LOCKED), "
 	"     gone AS (DELETE FROM dex.run_status_index i USING wrong w "
 	"              WHERE i.run_id = w.run_id AND i.status = w.seen "
 	"                AND (w.status IS NULL OR w.status = 'COMPLETED')) "
@@ -122,6 +138,7 @@ dex_sweep_run_statuses(int batch_size)
 	pg_uuid_t	horizon;
 	pg_uuid_t	cutoff_id;
 	int64		n;
+	Datum		skipped;
 
 	values[0] = ObjectIdGetDatum(MyDatabaseId);
 	values[1] = Int32GetDatum(SWEEP_AGE_MS);
@@ -140,10 +157,15 @@ dex_sweep_run_statuses(int batch_size)
 	values[2] = Int32GetDatum(batch_size);
 	batch = dex_spi_rows(&sweep_batch_plan, values, NULL, 1);
 	n = dex_rows_getint64(batch, 0, 1);
-	/* a full batch stops at its last run (read again next time: the bound is inclusive) */
-	values[0] = n >= batch_size ? dex_rows_getdatum(batch, 0, 2, &isnull) : UUIDPGetDatum(&cutoff_id);
+	skipped = dex_rows_getdatum(batch, 0, 3, &isnull);
+	if (!isnull)
+		values[0] = skipped;	/* from there again next time */
+	else if (n >= batch_size)
+		values[0] = dex_rows_getdatum(batch, 0, 2, &isnull);	/* read again: the bound is inclusive */
+	else
+		values[0] = UUIDPGetDatum(&cutoff_id);
 	dex_spi_exec(&set_horizon_plan, values, NULL, 0);
-	return n >= batch_size;
+	return isnull && n >= batch_size;
 }
 
 /*

@@ -79,13 +79,17 @@ static DexPlan acquire_lease_plan = {
 	"                     ELSE EXCLUDED.acquired_at END, "
 	"  expires_at = EXCLUDED.expires_at "
 	"WHERE dex.lease.holder = EXCLUDED.holder OR dex.lease.expires_at < now() "
+	"   OR NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity a "
+	"                   WHERE a.backend_type || ' pid ' || a.pid = dex.lease.holder) "
 	"RETURNING name",
 	3, {TEXTOID, TEXTOID, INT4OID}
 };
 
 /*
  * Take or renew the named lease for this process for duration_ms, in the
- * current transaction.  Returns false if another holder's lease is live.
+ * current transaction.  Returns false if another holder's lease is live: not
+ * expired, and its process still there (a restart does not leave the work
+ * undone until the lease of a worker that is gone expires).
  */
 static bool
 lease_acquire(const char *name, int duration_ms)
