@@ -139,6 +139,7 @@ dex_sweep_run_statuses(int batch_size)
 	pg_uuid_t	cutoff_id;
 	int64		n;
 	Datum		skipped;
+	bool		none_skipped;
 
 	values[0] = ObjectIdGetDatum(MyDatabaseId);
 	values[1] = Int32GetDatum(SWEEP_AGE_MS);
@@ -157,15 +158,15 @@ dex_sweep_run_statuses(int batch_size)
 	values[2] = Int32GetDatum(batch_size);
 	batch = dex_spi_rows(&sweep_batch_plan, values, NULL, 1);
 	n = dex_rows_getint64(batch, 0, 1);
-	skipped = dex_rows_getdatum(batch, 0, 3, &isnull);
-	if (!isnull)
+	skipped = dex_rows_getdatum(batch, 0, 3, &none_skipped);
+	if (!none_skipped)
 		values[0] = skipped;	/* from there again next time */
 	else if (n >= batch_size)
 		values[0] = dex_rows_getdatum(batch, 0, 2, &isnull);	/* read again: the bound is inclusive */
 	else
 		values[0] = UUIDPGetDatum(&cutoff_id);
 	dex_spi_exec(&set_horizon_plan, values, NULL, 0);
-	return isnull && n >= batch_size;
+	return none_skipped && n >= batch_size;
 }
 
 /*
