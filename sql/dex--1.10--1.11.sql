@@ -103,11 +103,12 @@ EXECUTE FUNCTION dex.index_run_status();
 -- A security barrier, as dex.runs: a reader's own functions in a WHERE
 -- clause see only the rows of the queues the reader may use.
 CREATE VIEW dex.runs_in_status WITH (security_barrier) AS
-SELECT run_id AS id, status
-  FROM dex.run_status_index
- WHERE queue_id OPERATOR(pg_catalog.=) ANY ((SELECT dex.usable_queue_ids())::integer[]);
+SELECT i.run_id AS id, i.status, q.name AS queue
+  FROM dex.run_status_index i
+  LEFT JOIN dex.queue q ON q.id OPERATOR(pg_catalog.=) i.queue_id
+ WHERE i.queue_id OPERATOR(pg_catalog.=) ANY ((SELECT dex.usable_queue_ids())::integer[]);
 COMMENT ON VIEW dex.runs_in_status IS
-    'The runs of dex.run_status_index (a status few runs have, or active long after they were created) of the queues the reader may use: with dex.run_status_horizon, what lets a status filter find an old run at once. Read it joined with dex.runs, whose status is the truth.';
+    'The runs of dex.run_status_index (a status few runs have, or active long after they were created) of the queues the reader may use, with their queue: with dex.run_status_horizon, what lets a status filter find an old run at once, and counts by status reach every run. Join it with dex.runs, whose status is the truth, to be sure of a run''s.';
 GRANT SELECT ON dex.runs_in_status TO dex_client;
 
 CREATE VIEW dex.run_status_horizon AS

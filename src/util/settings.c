@@ -147,7 +147,7 @@ dex_define_settings(void)
 							PGC_SIGHUP, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("dex.maintenance_naptime",
-							"Time between two passes of the maintenance worker.",
+							"Time between two retention passes of the maintenance worker.",
 							NULL,
 							&dex_maintenance_naptime_ms,
 							60000, 100, INT_MAX / 2,

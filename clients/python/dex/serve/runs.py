@@ -373,14 +373,18 @@ def count_runs(conn: psycopg.Connection, flt: RunFilter,
                budget: float = COUNT_BUDGET) -> Tuple[Dict[str, int], Optional[dt.datetime]]:
     """Runs by status, and the creation time back to which the COMPLETED runs were counted
     (``None``: all runs).  Counted newest first, in windows, until more than ``COUNT_CAP``
-    or the budget is spent.  With ``dex.runs_in_status`` (1.11) the runs of every other
-    status are counted whatever their age (each up to a little over ``COUNT_CAP``): the
-    windows then count the runs newer than the status sweep's horizon, and only the
-    COMPLETED ones below it; before 1.11 every status is counted back to the same time."""
+    or the budget is spent.  Of all runs or a queue's, with ``dex.runs_in_status`` (1.11),
+    the runs of every other status are counted whatever their age (each up to a little over
+    ``COUNT_CAP``): the windows then count the runs newer than the status sweep's horizon,
+    and only the COMPLETED ones below it; before 1.11, and with other filters, every status
+    is counted back to the same time."""
     counts: Dict[str, int] = {}
     t0 = time.monotonic()
     since: Optional[dt.datetime] = None
-    horizon = status_horizon(conn, "FAILED") if flt.status is None else None
+    # the index serves counts of all runs or of a queue; other filters are counted in windows
+    by_index = flt.status is None and all(v is None for v in (
+        flt.workflow, flt.instance_id, flt.labels, flt.parent_id, flt.created_after, flt.created_before))
+    horizon = status_horizon(conn, "FAILED") if by_index else None
     if horizon is not None and horizon.int == 0:
         horizon = None
     recent_done = horizon is None
@@ -400,15 +404,17 @@ def count_runs(conn: psycopg.Connection, flt: RunFilter,
         recent_done = True
     if horizon is None or not recent_done:
         return counts, since
-    # below the horizon: every other status from dex.runs_in_status ...
-    where, params = flt.where(horizon, _floor(flt))
+    # below the horizon: every other status from dex.runs_in_status (its own status: a row
+    # whose run changed a moment ago may count under the old one) ...
     for status in STATUSES:
         if status == "COMPLETED":
             continue
-        q = sql.SQL("SELECT count(*) AS n FROM (SELECT 1 FROM dex.runs_in_status s "
-                    "JOIN dex.runs USING (id) {} AND s.status = %s AND dex.runs.status = %s "
-                    "LIMIT %s) x").format(where)
-        n = conn.execute(q, params + [status, status, COUNT_CAP + 1]).fetchone()["n"]
+        q = "SELECT count(*) AS n FROM (SELECT 1 FROM dex.runs_in_status WHERE status = %s AND id < %s"
+        args: List[Any] = [status, horizon]
+        if flt.queue is not None:
+            q += " AND queue = %s"
+            args.append(flt.queue)
+        n = conn.execute(q + " LIMIT %s) x", args + [COUNT_CAP + 1]).fetchone()["n"]
         if n:
             counts[status] = counts.get(status, 0) + n
     # ... and the COMPLETED runs in windows, as far as the budget goes
