@@ -24,7 +24,8 @@
  *     there, whatever its age;
  *   - every run that is not COMPLETED some seconds after it was created:
  *     the maintenance worker sweeps the runs in id order (UUIDv7: creation
- *     order) about once a second, up to ten seconds ago (and not past a
+ *     order) about once a second, up to dex.status_sweep_age ago (a minute;
+ *     and not past a
  *     transaction in progress that may still add older ids), and records
  *     the sweep's progress in dex.run_status_sweep; the trigger keeps such
  *     a run's row in step as its status changes, and deletes it when the
@@ -73,7 +74,7 @@ BEGIN
     -- status (an upsert: the worker may be inserting the row right now).
     IF NEW.status = 'COMPLETED'
        OR (NEW.status IN ('CREATED', 'RUNNING', 'DELAYED')
-           AND NEW.created_at >= clock_timestamp() - interval '5 seconds') THEN
+           AND NEW.created_at >= clock_timestamp() - interval '10 seconds') THEN
         DELETE FROM dex.run_status_index WHERE run_id = NEW.id;
     ELSE
         INSERT INTO dex.run_status_index AS i (run_id, status, queue_id)
@@ -90,14 +91,15 @@ REVOKE ALL ON FUNCTION dex.index_run_status() FROM PUBLIC;
 /*
  * The condition is the trigger's, not the function's, so that the status
  * changes of a young run that completes (nearly every run) call nothing:
- * its row cannot exist, since the worker sweeps runs ten seconds old.
+ * its row cannot exist, since the worker sweeps runs at least ten seconds
+ * old (dex.status_sweep_age is never less).
  */
 CREATE TRIGGER run_status_index AFTER UPDATE OF status ON dex.workflow_run
 FOR EACH ROW
 WHEN (OLD.status IS DISTINCT FROM NEW.status
       AND (NEW.status NOT IN ('CREATED', 'RUNNING', 'DELAYED', 'COMPLETED')
            OR OLD.status NOT IN ('CREATED', 'RUNNING', 'DELAYED')
-           OR OLD.created_at < pg_catalog.clock_timestamp() - interval '5 seconds'))
+           OR OLD.created_at < pg_catalog.clock_timestamp() - interval '10 seconds'))
 EXECUTE FUNCTION dex.index_run_status();
 
 -- A security barrier, as dex.runs: a reader's own functions in a WHERE

@@ -52,6 +52,7 @@ extern int	dex_max_payload_size;
 extern int	dex_retention_period_s;
 extern int	dex_retention_batch_size;
 extern int	dex_maintenance_naptime_ms;
+extern int	dex_status_sweep_age_s;
 extern int	dex_interpreter_naptime_ms;
 extern int	dex_sql_step_timeout_ms;
 extern int	dex_worker_cache_runs;

@@ -16,8 +16,9 @@
  * Readers search the runs of ids at or above the horizon themselves, and
  * the table for older ones.
  *
- * The cutoff is ten seconds ago, so that nearly every run has completed
- * before the sweep sees it, and never later than the start of a transaction
+ * The cutoff is dex.status_sweep_age ago (a minute), so that nearly every run
+ * has completed before the sweep sees it and costs nothing here (a backlog
+ * of runs waiting less than that too), and never later than the start of a transaction
  * in progress in this database that holds a transaction id: such a
  * transaction may have taken a run id any time after it started and commit
  * the run later, and a run the sweep passed over before it was visible
@@ -49,9 +50,7 @@
 
 #include "engine/engine.h"
 
-/* runs younger than this are left to the next passes */
-#define SWEEP_AGE_MS 10000
-/* how far back a pass checks the rows the sweep added */
+/* how far back, before the sweep's cutoff, a pass checks the rows it added */
 #define RECHECK_MS (2 * 60 * 1000)
 
 bool
@@ -142,7 +141,7 @@ dex_sweep_run_statuses(int batch_size)
 	bool		none_skipped;
 
 	values[0] = ObjectIdGetDatum(MyDatabaseId);
-	values[1] = Int32GetDatum(SWEEP_AGE_MS);
+	values[1] = Int32GetDatum(dex_status_sweep_age_s * 1000);
 	cutoff_row = dex_spi_rows(&cutoff_plan, values, NULL, 1);
 	dex_uuid_v7_floor(DatumGetTimestampTz(dex_rows_getdatum(cutoff_row, 0, 1, &isnull)), &cutoff_id);
 
@@ -181,7 +180,7 @@ dex_recheck_run_statuses(void)
 	pg_uuid_t	to;
 	Datum		values[2];
 
-	dex_uuid_v7_floor(TimestampTzPlusMilliseconds(now, -(int64) (SWEEP_AGE_MS + RECHECK_MS)), &from);
+	dex_uuid_v7_floor(TimestampTzPlusMilliseconds(now, -((int64) dex_status_sweep_age_s * 1000 + RECHECK_MS)), &from);
 	dex_uuid_v7_floor(now, &to);
 	values[0] = UUIDPGetDatum(&from);
 	values[1] = UUIDPGetDatum(&to);

@@ -34,6 +34,7 @@ int			dex_max_payload_size = 1024 * 1024;
 int			dex_retention_period_s = 7 * 24 * 3600;
 int			dex_retention_batch_size = 1000;
 int			dex_maintenance_naptime_ms = 60000;
+int			dex_status_sweep_age_s = 60;
 int			dex_interpreter_naptime_ms = 10000;
 int			dex_sql_step_timeout_ms = 60000;
 int			dex_worker_cache_runs = 65536;
@@ -152,6 +153,13 @@ dex_define_settings(void)
 							&dex_maintenance_naptime_ms,
 							60000, 100, INT_MAX / 2,
 							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("dex.status_sweep_age",
+							"How old a run that is still active must be before the status sweep indexes it (1.11).",
+							"Runs above the sweep's horizon are searched without the index; a run that lives longer is written to dex.run_status_index once.",
+							&dex_status_sweep_age_s,
+							60, 10, 86400,
+							PGC_SIGHUP, GUC_UNIT_S,
 							NULL, NULL, NULL);
 
 	DefineCustomIntVariable("dex.interpreter_naptime",

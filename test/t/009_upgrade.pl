@@ -15,7 +15,9 @@ use DexCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = dex_cluster('dex');
+my $node = dex_cluster('dex', conf => q{
+dex.status_sweep_age = '10s'
+});
 
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION dex VERSION '1.0';

@@ -15,7 +15,9 @@ use DexCluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
-my $node = dex_cluster('dex');
+my $node = dex_cluster('dex', conf => q{
+dex.status_sweep_age = '10s'
+});
 $node->safe_psql('postgres', q{
 	CREATE EXTENSION dex;
 	SELECT dex.create_queue('wf', 'workflow');
@@ -29,7 +31,7 @@ my $index_right = q{
 	                    WHERE r.status <> 'COMPLETED' AND i.status IS DISTINCT FROM r.status)
 	   AND NOT EXISTS (SELECT FROM dex.run_status_index i LEFT JOIN dex.workflow_run r ON r.id = i.run_id
 	                    WHERE r.status IS NULL OR r.status = 'COMPLETED')};
-ok($node->poll_query_until('postgres', $index_right), 'the sweep indexes 30,000 CREATED runs ten seconds old');
+ok($node->poll_query_until('postgres', $index_right), 'the sweep indexes 30,000 CREATED runs ten seconds old (dex.status_sweep_age)');
 is($node->safe_psql('postgres', q{SELECT status || ' ' || count(*) FROM dex.run_status_index GROUP BY 1}),
 	'CREATED 30000', 'each with its status');
 

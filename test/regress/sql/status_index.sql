@@ -2,7 +2,7 @@
 -- status_index: dex.run_status_index (1.11), what lets a status filter find a
 -- run in a status few runs have, or one still active long after it was
 -- created, whatever its age.  The trigger's part is here; the maintenance
--- worker's sweep (of runs ten seconds old and more) and the REST API's use
+-- worker's sweep (of runs dex.status_sweep_age old) and the REST API's use
 -- of it are clients/python/tests/test_rest_status_index.py's.  The sweep may
 -- add rows of active runs while this runs, with their true status, so only
 -- rows that must, or must not, be there are looked at.
@@ -26,7 +26,7 @@ SELECT dex.complete_task(:'done', 0, :v, '[{"id": 1, "completeRun": {}}]');
 SELECT pg_temp.indexed(:'done');
 
 -- 2. a running run: suspended it has its row; resumed while young, the row goes (the
---    sweep adds it again if it is still running ten seconds after it was created)
+--    sweep adds it again if it is still running dex.status_sweep_age after it was created)
 SELECT dex.create_run('si', 'si-wf') AS run \gset
 SELECT lock_version AS v FROM dex.poll_tasks('si-wf', 'w', 1) \gset
 SELECT dex.complete_task(:'run', 0, :v, '[{"id": 1, "scheduleActivity": {"name": "a", "queue": "si-act"}}]');
