@@ -69,14 +69,17 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    -- A run that completes, or comes back to an active status while it is
-    -- young enough not to have been swept, has no row; any other has its
-    -- status (an upsert: the worker may be inserting the row right now).
     IF NEW.status = 'COMPLETED'
        OR (NEW.status IN ('CREATED', 'RUNNING', 'DELAYED')
            AND NEW.created_at >= clock_timestamp() - interval '10 seconds') THEN
+        -- completed, or back to an active status too young to have been swept: no row
         DELETE FROM dex.run_status_index WHERE run_id = NEW.id;
+    ELSIF NEW.status IN ('CREATED', 'RUNNING', 'DELAYED') THEN
+        -- active: its row (if it has one) follows; the sweep adds the run if it has none
+        -- (the sweep locks the runs it adds, so it is not adding this one now)
+        UPDATE dex.run_status_index SET status = NEW.status WHERE run_id = NEW.id;
     ELSE
+        -- a status few runs have: the row whatever its age
         INSERT INTO dex.run_status_index AS i (run_id, status, queue_id)
         VALUES (NEW.id, NEW.status, NEW.queue_id)
         ON CONFLICT (run_id) DO UPDATE SET status = EXCLUDED.status;

@@ -47,7 +47,8 @@ SELECT dex.complete_task(:'run', :task_id, :v, '{"json": "1"}');
 SELECT lock_version AS v FROM dex.poll_tasks('si-wf', 'w', 1) \gset
 SELECT dex.complete_task(:'run', 0, :v, '[{"id": 2, "failRun": {"failure": {"message": "no"}}}]');
 SELECT pg_temp.indexed(:'run');
--- an old run that completes leaves no row
+-- an old run that was not swept gets no row when it starts running (the sweep adds
+-- active runs, under a lock that keeps their status still), and none when it completes
 SELECT dex.create_run('si', 'si-wf') AS old \gset
 UPDATE dex.workflow_run SET created_at = created_at - interval '1 hour' WHERE id = :'old';
 SELECT lock_version AS v FROM dex.poll_tasks('si-wf', 'w', 1) \gset
