@@ -373,7 +373,6 @@ extern uint64 dex_purge_runs_internal(const char *status, int32 queue_id, Timest
 /* status_index.c: dex.run_status_index (1.11) */
 extern bool dex_status_index_installed(void);
 extern bool dex_sweep_run_statuses(int batch_size);
-extern void dex_recheck_run_statuses(void);
 extern void dex_reset_run_status_index(void);
 
 /* rebuild.c */

@@ -34,11 +34,14 @@
  * transaction that changes runs, so it cannot deadlock with one (a batch
  * completion that ends several runs inserts their rows in its own order),
  * and a run cannot change status between the sweep's read and its commit.
- * dex_recheck_run_statuses puts right, on each pass, the rows of the last
- * two minutes of swept runs whose status is not the run's (a row changed
- * with the trigger disabled, a run deleted by hand).  Readers join every
- * row with the run itself, so a wrong row costs a lookup and shows nothing
- * wrong.
+ * Nothing else writes the table but the trigger, in the transaction that
+ * changes the run, and dex_delete_runs: it is always right, unless the
+ * trigger is bypassed (session_replication_role = replica) or runs are
+ * deleted by hand.  Readers join every row with the run itself, so a wrong
+ * row costs a lookup and shows nothing wrong.
+ *
+ * An idle pass writes nothing: it reads the horizon and finds no run past it
+ * (the horizon stays where the last run is; nothing is newer).
  *
  *-------------------------------------------------------------------------
  */
@@ -49,9 +52,6 @@
 #include "utils/timestamp.h"
 
 #include "engine/engine.h"
-
-/* how far back, before the sweep's cutoff, a pass checks the rows it added */
-#define RECHECK_MS (2 * 60 * 1000)
 
 bool
 dex_status_index_installed(void)
@@ -67,6 +67,13 @@ static DexPlan cutoff_plan = {
 	"  (SELECT pg_catalog.min(p.prepared) - interval '1 hour' FROM pg_catalog.pg_prepared_xacts p "
 	"    WHERE p.database = pg_catalog.current_database()))",
 	2, {OIDOID, INT4OID}
+};
+
+/* $1 the cutoff's id: the horizon, if a run is past it */
+static DexPlan anything_to_sweep_plan = {
+	"SELECT s.horizon FROM dex.run_status_sweep s "
+	"WHERE EXISTS (SELECT FROM dex.workflow_run r WHERE r.id >= s.horizon AND r.id < $1)",
+	1, {UUIDOID}
 };
 
 static DexPlan lock_sweep_plan = {
@@ -102,26 +109,6 @@ static DexPlan set_horizon_plan = {
 };
 
 /*
- * The rows of runs of ids in [$1, $2) whose status is not the run's: made
- * right, or deleted if the run completed or is gone.  A row a transaction
- * holds is left for the next pass (never waited for); each row is changed
- * only if it still has the status read (a trigger that wrote it since wins).
- */
-static DexPlan recheck_plan = {
-	"WITH wrong AS MATERIALIZED ("
-	"  SELECT s.run_id, s.status AS seen, r.status FROM dex.run_status_index s "
-	"  LEFT JOIN dex.workflow_run r ON r.id = s.run_id "
-	"  WHERE s.run_id >= $1 AND s.run_id < $2 AND r.status IS DISTINCT FROM s.status "
-	"  FOR UPDATE OF s SKIP LOCKED), "
-	"     gone AS (DELETE FROM dex.run_status_index i USING wrong w "
-	"              WHERE i.run_id = w.run_id AND i.status = w.seen "
-	"                AND (w.status IS NULL OR w.status = 'COMPLETED')) "
-	"UPDATE dex.run_status_index i SET status = w.status FROM wrong w "
-	"WHERE i.run_id = w.run_id AND i.status = w.seen AND w.status <> 'COMPLETED'",
-	2, {UUIDOID, UUIDOID}
-};
-
-/*
  * One batch of the sweep, in the caller's transaction: at most batch_size
  * runs.  Returns whether runs are left below the cutoff (the next batch
  * should follow at once).
@@ -145,6 +132,9 @@ dex_sweep_run_statuses(int batch_size)
 	cutoff_row = dex_spi_rows(&cutoff_plan, values, NULL, 1);
 	dex_uuid_v7_floor(DatumGetTimestampTz(dex_rows_getdatum(cutoff_row, 0, 1, &isnull)), &cutoff_id);
 
+	values[0] = UUIDPGetDatum(&cutoff_id);
+	if (dex_spi_rows(&anything_to_sweep_plan, values, NULL, 1).n == 0)
+		return false;			/* idle: nothing written */
 	sweep = dex_spi_rows(&lock_sweep_plan, NULL, NULL, 1);
 	if (sweep.n == 0)
 		return false;			/* not installed as it should be: nothing to keep */
@@ -166,25 +156,6 @@ dex_sweep_run_statuses(int batch_size)
 		values[0] = UUIDPGetDatum(&cutoff_id);
 	dex_spi_exec(&set_horizon_plan, values, NULL, 0);
 	return none_skipped && n >= batch_size;
-}
-
-/*
- * Put right the rows of the runs swept in the last two minutes (before the
- * sweep's cutoff), in the caller's transaction.
- */
-void
-dex_recheck_run_statuses(void)
-{
-	TimestampTz now = GetCurrentTimestamp();
-	pg_uuid_t	from;
-	pg_uuid_t	to;
-	Datum		values[2];
-
-	dex_uuid_v7_floor(TimestampTzPlusMilliseconds(now, -((int64) dex_status_sweep_age_s * 1000 + RECHECK_MS)), &from);
-	dex_uuid_v7_floor(now, &to);
-	values[0] = UUIDPGetDatum(&from);
-	values[1] = UUIDPGetDatum(&to);
-	dex_spi_exec(&recheck_plan, values, NULL, 0);
 }
 
 static DexPlan reset_sweep_plan = {

@@ -193,6 +193,8 @@ static DexPlan forget_dropped_roles_plan = {
 
 /* when the next retention pass is due (0: at the first pass) */
 static TimestampTz next_retention = 0;
+/* until when the lease this worker took is surely its own, without renewing it */
+static TimestampTz lease_sure_until = 0;
 
 /*
  * The status sweep (engine/status_index.c): batches up to the cutoff or
@@ -216,9 +218,6 @@ status_sweep(void)
 		if (!more)
 			break;
 	}
-	if (dex_worker_begin())
-		dex_recheck_run_statuses();
-	dex_worker_commit();
 	return more;
 }
 
@@ -239,11 +238,23 @@ maintenance_pass(bool *installed)
 	TimestampTz cutoff;
 	TimestampTz next;
 
-	/* the lease outlives the pass; a worker that dies leaves it to expire */
+	/*
+	 * The lease outlives the pass; a worker that dies leaves it to another
+	 * at once (or to expire).  It lasts three naptimes and a minute, and is
+	 * renewed when half of that is left: the passes of the status sweep
+	 * between write nothing when there is nothing to sweep.
+	 */
 	*installed = dex_worker_begin();
 	if (*installed)
 	{
-		held = lease_acquire("maintenance", dex_maintenance_naptime_ms * 3 + 60000);
+		int			duration_ms = dex_maintenance_naptime_ms * 3 + 60000;
+
+		held = GetCurrentTimestamp() < lease_sure_until;
+		if (!held)
+		{
+			held = lease_acquire("maintenance", duration_ms);
+			lease_sure_until = held ? TimestampTzPlusMilliseconds(GetCurrentTimestamp(), duration_ms / 2) : 0;
+		}
 		status_index = held && dex_status_index_installed();
 	}
 	dex_worker_commit();
