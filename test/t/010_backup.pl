@@ -26,7 +26,8 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 # every database with dex is served: three restored ones take six workers
-my %dex = (database => '*', conf => "max_worker_processes = 16\n");
+# (the status sweep indexes runs ten seconds old, its least, not a minute)
+my %dex = (database => '*', conf => "max_worker_processes = 16\ndex.status_sweep_age = '10s'\n");
 
 # allows_streaming: pg_basebackup needs a replication connection
 my $src = dex_cluster('source', %dex, init => { allows_streaming => 1 });
@@ -209,6 +210,13 @@ for my $case ([ $dst, 'app', 'restored' ], [ $dst, 'app_parallel', 'restored in 
 	is($node->safe_psql($db, $tasks),
 		'first tenant / leased:1:true pending:1:true retry:2:true',
 		"$what: tasks rebuilt for the new runs and the open activities, with their attempts");
+	ok($node->poll_query_until($db, q{
+		SELECT (SELECT horizon > (SELECT id FROM dex.workflow_run ORDER BY id DESC LIMIT 1) FROM dex.run_status_sweep)
+		   AND NOT EXISTS (SELECT FROM dex.workflow_run r LEFT JOIN dex.run_status_index i ON i.run_id = r.id
+		                    WHERE r.status <> 'COMPLETED' AND i.status IS DISTINCT FROM r.status)
+		   AND NOT EXISTS (SELECT FROM dex.run_status_index i LEFT JOIN dex.workflow_run r ON r.id = i.run_id
+		                    WHERE r.status IS NULL OR r.status = 'COMPLETED')}),
+		"$what: the status sweep indexes every run that is not COMPLETED (1.11)");
 }
 like(slurp_file($copy->logfile), qr/dex scheduler rebuilt the task tables of database "app"/,
 	'physical copy: its UNLOGGED tables started empty, and were rebuilt');
