@@ -198,7 +198,7 @@ static TimestampTz lease_sure_until = 0;
 
 /*
  * The status sweep (engine/status_index.c): batches up to the cutoff or
- * MAX_BATCHES_PER_PASS, then the check of the rows it added lately.  Returns
+ * MAX_BATCHES_PER_PASS, none while a logical restore is under way.  Returns
  * whether runs are left to sweep.
  */
 static bool

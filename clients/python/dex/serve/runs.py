@@ -327,7 +327,7 @@ def list_runs(conn: psycopg.Connection, flt: RunFilter, limit: int, cursor: Opti
     horizon = status_horizon(conn, flt.status) if flt.parent_id is None else None
     if horizon is not None and horizon.int == 0:
         horizon = None      # nothing swept yet: the windows search everything
-    # the runs above the horizon are seconds' worth: searched through, unless the sweep lags
+    # the runs above the horizon are a minute's worth: searched through, unless the sweep lags
     window_budget = budget if horizon is None else max(budget, RECENT_BUDGET)
     reached_horizon = False
     if flt.parent_id is not None:
