@@ -22,15 +22,14 @@
  *   - every run whose status is SUSPENDED, BLOCKED, FAILED, CANCELLED,
  *     TERMINATED or TIMED_OUT, written by the trigger below when it gets
  *     there, whatever its age;
- *   - every run that is not COMPLETED some seconds after it was created:
- *     the maintenance worker sweeps the runs in id order (UUIDv7: creation
- *     order) about once a second, up to dex.status_sweep_age ago (a minute;
- *     and not past a
- *     transaction in progress that may still add older ids), and records
- *     the sweep's progress in dex.run_status_sweep; the trigger keeps such
- *     a run's row in step as its status changes, and deletes it when the
- *     run completes.  The first sweep after this update goes through every
- *     run there is.
+ *   - every run that is not COMPLETED dex.status_sweep_age (a minute)
+ *     after it was created: the maintenance worker sweeps the runs in id
+ *     order (UUIDv7: creation order) about once a second, up to that age
+ *     (and not past a transaction in progress that may still add older
+ *     ids), and records the sweep's progress in dex.run_status_sweep; the
+ *     trigger keeps such a run's row in step as its status changes, and
+ *     deletes it when the run completes.  The first sweep after this update
+ *     goes through every run there is.
  * So a run of id below dex.run_status_sweep's horizon whose status is not
  * COMPLETED is here with its status; a reader searches the newer runs
  * themselves and this table for the older ones (the REST API's run list and
@@ -46,7 +45,7 @@ CREATE TABLE dex.run_status_index (
     queue_id    integer NOT NULL
 ) WITH (autovacuum_vacuum_scale_factor = 0.02);
 COMMENT ON TABLE dex.run_status_index IS
-    'The runs a status filter cannot find among the newest runs: those in a status most runs never have (SUSPENDED, BLOCKED, FAILED, CANCELLED, TERMINATED, TIMED_OUT), and those still active some seconds after they were created (up to dex.run_status_sweep''s horizon), with their status and queue.';
+    'The runs a status filter cannot find among the newest runs: those in a status most runs never have (SUSPENDED, BLOCKED, FAILED, CANCELLED, TERMINATED, TIMED_OUT), and those still active dex.status_sweep_age after they were created (below dex.run_status_sweep''s horizon), with their status and queue.';
 CREATE INDEX run_status_index_status_idx ON dex.run_status_index (status, run_id) INCLUDE (queue_id);
 
 CREATE TABLE dex.run_status_sweep (
@@ -61,8 +60,8 @@ INSERT INTO dex.run_status_sweep (horizon, swept_at)
 VALUES ('00000000-0000-0000-0000-000000000000', now());
 
 -- Both are derived from dex.workflow_run and left out of a logical dump:
--- when a restore ends, the scheduler empties dex.run_status_sweep, and the
--- worker sweeps every restored run again.
+-- when a restore ends, the scheduler empties dex.run_status_index and sets
+-- the horizon back to zero, and the worker sweeps every restored run again.
 
 CREATE FUNCTION dex.index_run_status() RETURNS trigger
 LANGUAGE plpgsql
