@@ -197,27 +197,49 @@ static TimestampTz next_retention = 0;
 static TimestampTz lease_sure_until = 0;
 
 /*
- * The status sweep (engine/status_index.c): batches up to the cutoff or
- * MAX_BATCHES_PER_PASS, none while a logical restore is under way.  Returns
- * whether runs are left to sweep.
+ * Run "batch" in transactions of its own, one after the other, while it says
+ * that work is left, MAX_BATCHES_PER_PASS at most, so that a reload or a
+ * shutdown is seen in time.  Returns whether work is left.
  */
 static bool
-status_sweep(void)
+run_batches(bool (*batch) (void *arg), void *arg)
 {
 	bool		more = false;
 
-	for (int batch = 0; batch < MAX_BATCHES_PER_PASS; batch++)
+	for (int i = 0; i < MAX_BATCHES_PER_PASS; i++)
 	{
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 			break;
-		more = false;
-		if (dex_worker_begin() && dex_spi_rows(&restoring_plan, NULL, NULL, 1).n == 0)
-			more = dex_sweep_run_statuses(STATUS_SWEEP_BATCH);
+		more = dex_worker_begin() && batch(arg);
 		dex_worker_commit();
 		if (!more)
 			break;
 	}
+	return more;
+}
+
+/* A batch of the status sweep (engine/status_index.c); none while a logical restore is under way. */
+static bool
+status_sweep_batch(void *arg)
+{
+	return dex_spi_rows(&restoring_plan, NULL, NULL, 1).n == 0 &&
+		dex_sweep_run_statuses(STATUS_SWEEP_BATCH);
+}
+
+typedef struct RetentionPass
+{
+	TimestampTz cutoff;			/* runs that ended before go */
+	int64		deleted;
+} RetentionPass;
+
+static bool
+retention_pass_batch(void *arg)
+{
+	RetentionPass *pass = (RetentionPass *) arg;
+	bool		more;
+
+	pass->deleted += retention_batch(pass->cutoff, &more);
 	return more;
 }
 
@@ -229,13 +251,12 @@ status_sweep(void)
 static TimestampTz
 maintenance_pass(bool *installed)
 {
-	int64		deleted = 0;
-	bool		more = false;
+	RetentionPass retention;
+	bool		more;
 	bool		held = false;
 	bool		status_index = false;
 	bool		sweep_more = false;
 	TimestampTz now;
-	TimestampTz cutoff;
 	TimestampTz next;
 
 	/*
@@ -262,7 +283,7 @@ maintenance_pass(bool *installed)
 		return DT_NOEND;
 
 	if (status_index)
-		sweep_more = status_sweep();
+		sweep_more = run_batches(status_sweep_batch, NULL);
 	now = GetCurrentTimestamp();
 	next = !status_index ? DT_NOEND :
 		TimestampTzPlusMilliseconds(now, sweep_more ? MORE_WORK_SLEEP_MS : STATUS_SWEEP_MS);
@@ -278,24 +299,13 @@ maintenance_pass(bool *installed)
 		return Min(next, next_retention);
 	}
 
-	cutoff = TimestampTzPlusMilliseconds(now, -(int64) dex_retention_period_s * 1000);
-	for (int batch = 0; batch < MAX_BATCHES_PER_PASS; batch++)
-	{
-		CHECK_FOR_INTERRUPTS();
-		if (ConfigReloadPending)
-			break;
-		if (dex_worker_begin())
-			deleted += retention_batch(cutoff, &more);
-		else
-			more = false;
-		dex_worker_commit();
-		if (!more)
-			break;
-	}
-	if (deleted > 0)
+	retention.cutoff = TimestampTzPlusMilliseconds(now, -(int64) dex_retention_period_s * 1000);
+	retention.deleted = 0;
+	more = run_batches(retention_pass_batch, &retention);
+	if (retention.deleted > 0)
 		ereport(DEBUG1,
 				(errmsg("dex maintenance deleted " INT64_FORMAT " runs that ended before %s",
-						deleted, timestamptz_to_str(cutoff))));
+						retention.deleted, timestamptz_to_str(retention.cutoff))));
 	now = GetCurrentTimestamp();
 	next_retention = TimestampTzPlusMilliseconds(now, more ? MORE_WORK_SLEEP_MS : dex_maintenance_naptime_ms);
 	return Min(next, next_retention);

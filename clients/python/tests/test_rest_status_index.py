@@ -78,12 +78,15 @@ def test_old_runs_of_a_status_are_on_the_first_page(aged, env, conninfo, monkeyp
             assert [r["id"] for r in rows] == [aged[status]], status
         # the counts reach them; the COMPLETED ones are counted in windows as before
         # (the counts of a queue, or of all runs, use the index; the queue holds these runs only)
-        counts, _ = R.count_runs(conn, R.RunFilter(queue=env.wf), budget=0)
+        counts, _, in_full = R.count_runs(conn, R.RunFilter(queue=env.wf), budget=0)
+        assert in_full
+        # other filters count every status in windows, back to the same time
+        assert not R.count_runs(conn, R.RunFilter(workflow=aged["wf"]))[2]
         assert {s: counts.get(s) for s in ("FAILED", "TERMINATED", "CREATED")} == \
             {"FAILED": 1, "TERMINATED": 1, "CREATED": 1}, counts
         # without the index (an older dex, or a role without its grants), with windows of
         # the smallest width, the search runs out of its budget first
-        monkeypatch.setattr(R, "status_horizon", lambda conn, status: None)
+        monkeypatch.setattr(R, "status_horizon", lambda conn: None)
         monkeypatch.setattr(R, "WINDOW_COST", 0.001)
         for status in ("FAILED", "TERMINATED", "CREATED"):
             rows, cursor = R.list_runs(conn, R.RunFilter(status=status, workflow=aged["wf"]), 10, budget=0)

@@ -89,9 +89,9 @@ class RunCounts(BaseModel):
     counts: Dict[str, int] = Field(..., description="runs by status that match, counted newest first; from "
                                    "dex 1.11 every status but COMPLETED whatever its runs' age (up to a "
                                    "little over 10,000 each)")
-    since: Optional[dt.datetime] = Field(..., description="the counts (from dex 1.11: of COMPLETED) are of the "
-                                                          "runs created since then (past 10,000 runs or the time "
-                                                          "budget); null: of all")
+    since: Optional[dt.datetime] = Field(..., description="the counts (from dex 1.11, of all runs or of a "
+                                                          "queue: of COMPLETED only) are of the runs created since "
+                                                          "then (past 10,000 runs or the time budget); null: of all")
 
 
 class RunCreate(BaseModel):
@@ -407,7 +407,7 @@ def count_runs(request: Request, token: str = Depends(caller),
                created_after: Optional[dt.datetime] = None, created_before: Optional[dt.datetime] = None):
     flt = R.RunFilter(None, queue, workflow, instance_id, label, None, created_after, created_before)
     with db(request).as_caller(token) as conn:
-        counts, since = R.count_runs(conn, flt)
+        counts, since, _ = R.count_runs(conn, flt)
     return reply({"counts": counts, "since": since})
 
 

@@ -164,6 +164,13 @@ class RunFilter:
             return sql.SQL(""), params
         return sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conds), params
 
+    def id_floor(self) -> Optional[uuid.UUID]:
+        """The smallest id a run created after ``created_after`` can have (an id is taken
+        after its transaction's now(), at most ``_ID_CLOCK_SLACK`` after)."""
+        if self.created_after is None:
+            return None
+        return uuid7_floor(shifted(self.created_after, -_ID_CLOCK_SLACK))
+
     @property
     def unfiltered(self) -> bool:
         return all(v is None for v in (self.status, self.queue, self.workflow, self.instance_id, self.labels,
@@ -201,8 +208,7 @@ class RunFilter:
             cap = shifted(self.created_before, _ID_CLOCK_SLACK)
             if cap < start:
                 start, hi = cap, uuid7_floor(cap)
-        floor = (uuid7_floor(shifted(self.created_after, -_ID_CLOCK_SLACK))
-                 if self.created_after is not None else None)
+        floor = self.id_floor()
         if since is not None and (floor is None or since > floor):
             floor = since
         if floor is not None and hi is not None and hi <= floor:
@@ -258,27 +264,18 @@ class RunFilter:
             hi, start = lo, shifted(start, -width)
 
 
-def status_horizon(conn: psycopg.Connection, status: Optional[str]) -> Optional[uuid.UUID]:
-    """For a filter on a status other than COMPLETED: the id below which every run that is
-    not COMPLETED is in ``dex.runs_in_status`` (1.11; all zero before the first sweep), or
-    ``None`` when that cannot serve (no such filter, an older dex, or a role without the
-    grants of ``docs/security.md``)."""
-    if status is None or status == "COMPLETED":
-        return None
+def status_horizon(conn: psycopg.Connection) -> Optional[uuid.UUID]:
+    """The id below which every run that is not COMPLETED is in ``dex.runs_in_status``
+    (1.11), or ``None`` when that cannot serve: an older dex, a role without the grants of
+    ``docs/security.md``, or nothing swept yet (the windows then search everything)."""
     usable = conn.execute(
         "SELECT coalesce(has_table_privilege(to_regclass('dex.runs_in_status'), 'SELECT') "
         "AND has_table_privilege(to_regclass('dex.run_status_horizon'), 'SELECT'), "
         "false) AS usable").fetchone()["usable"]
     if not usable:
         return None
-    return conn.execute("SELECT horizon FROM dex.run_status_horizon").fetchone()["horizon"]
-
-
-def _floor(flt: RunFilter) -> Optional[uuid.UUID]:
-    """The smallest id a run created after ``created_after`` can have."""
-    if flt.created_after is None:
-        return None
-    return uuid7_floor(shifted(flt.created_after, -_ID_CLOCK_SLACK))
+    horizon = conn.execute("SELECT horizon FROM dex.run_status_horizon").fetchone()["horizon"]
+    return horizon if horizon.int else None
 
 
 def _indexed_ids(conn: psycopg.Connection, flt: RunFilter, before: uuid.UUID, want: int,
@@ -286,7 +283,7 @@ def _indexed_ids(conn: psycopg.Connection, flt: RunFilter, before: uuid.UUID, wa
     """Up to ``want`` ids of runs below ``before`` that match the filter, found through
     ``dex.runs_in_status`` (whose rows are checked against ``dex.runs``, the truth), newest
     first; and where the search stopped (``None``: it found them all, or no more exist)."""
-    floor = _floor(flt)
+    floor = flt.id_floor()
     where, params = flt.where()
     ids: List[uuid.UUID] = []
     while True:
@@ -324,9 +321,8 @@ def list_runs(conn: psycopg.Connection, flt: RunFilter, limit: int, cursor: Opti
     ids: List[uuid.UUID] = []
     next_cursor: Optional[str] = None
     t0 = time.monotonic()
-    horizon = status_horizon(conn, flt.status) if flt.parent_id is None else None
-    if horizon is not None and horizon.int == 0:
-        horizon = None      # nothing swept yet: the windows search everything
+    horizon = (status_horizon(conn)
+               if flt.status not in (None, "COMPLETED") and flt.parent_id is None else None)
     # the runs above the horizon are a minute's worth: searched through, unless the sweep lags
     window_budget = budget if horizon is None else max(budget, RECENT_BUDGET)
     reached_horizon = False
@@ -369,41 +365,46 @@ def list_runs(conn: psycopg.Connection, flt: RunFilter, limit: int, cursor: Opti
     return rows, next_cursor
 
 
-def count_runs(conn: psycopg.Connection, flt: RunFilter,
-               budget: float = COUNT_BUDGET) -> Tuple[Dict[str, int], Optional[dt.datetime]]:
-    """Runs by status, and the creation time back to which the COMPLETED runs were counted
-    (``None``: all runs).  Counted newest first, in windows, until more than ``COUNT_CAP``
-    or the budget is spent.  Of all runs or a queue's, with ``dex.runs_in_status`` (1.11),
-    the runs of every other status are counted whatever their age (each up to a little over
-    ``COUNT_CAP``): the windows then count the runs newer than the status sweep's horizon,
-    and only the COMPLETED ones below it; before 1.11, and with other filters, every status
-    is counted back to the same time."""
+def _count_in_windows(conn: psycopg.Connection, flt: RunFilter, before: Optional[uuid.UUID],
+                      since: Optional[uuid.UUID], budget: float
+                      ) -> Tuple[Dict[str, int], Optional[dt.datetime], bool]:
+    """Runs by status with ids in [since, before), newest first, in windows, until more than
+    ``COUNT_CAP`` or ``budget`` seconds: the counts, the creation time back to which they
+    were counted (``None``: to ``since``), and whether they reached ``since``."""
     counts: Dict[str, int] = {}
     t0 = time.monotonic()
-    since: Optional[dt.datetime] = None
-    # the index serves counts of all runs or of a queue; other filters are counted in windows
-    by_index = flt.status is None and all(v is None for v in (
-        flt.workflow, flt.instance_id, flt.labels, flt.parent_id, flt.created_after, flt.created_before))
-    horizon = status_horizon(conn, "FAILED") if by_index else None
-    if horizon is not None and horizon.int == 0:
-        horizon = None
-    recent_done = horizon is None
-    for lo, hi, last in flt.windows(conn, None, horizon):
+    for lo, hi, last in flt.windows(conn, before, since):
         where, params = flt.where(hi, lo)
         q = sql.SQL("SELECT status, count(*) AS n FROM dex.runs{} GROUP BY status").format(where)
         for r in conn.execute(q, params):
             counts[r["status"]] = counts.get(r["status"], 0) + r["n"]
         if last:
-            recent_done = True
             break
-        if sum(counts.values()) > COUNT_CAP or time.monotonic() - t0 > (
-                budget if horizon is None else max(budget, RECENT_BUDGET)):
-            since = uuid_time(lo)
-            break
-    else:
-        recent_done = True
-    if horizon is None or not recent_done:
-        return counts, since
+        if sum(counts.values()) > COUNT_CAP or time.monotonic() - t0 > budget:
+            return counts, uuid_time(lo), False
+    return counts, None, True
+
+
+def count_runs(conn: psycopg.Connection, flt: RunFilter, budget: float = COUNT_BUDGET
+               ) -> Tuple[Dict[str, int], Optional[dt.datetime], bool]:
+    """Runs by status; the creation time back to which they were counted (``None``: all
+    runs); and whether that time bounds the COMPLETED runs only, every other status being
+    counted in full.  Counted newest first, in windows, until more than ``COUNT_CAP`` or the
+    budget is spent.  Of all runs or a queue's, with ``dex.runs_in_status`` (1.11), the runs
+    of every other status are counted whatever their age (each up to a little over
+    ``COUNT_CAP``): the windows then count the runs newer than the status sweep's horizon,
+    and only the COMPLETED ones below it; before 1.11, and with other filters, every status
+    is counted back to the same time."""
+    # the index serves counts of all runs or of a queue; other filters are counted in windows
+    by_index = flt.status is None and all(v is None for v in (
+        flt.workflow, flt.instance_id, flt.labels, flt.parent_id, flt.created_after, flt.created_before))
+    horizon = status_horizon(conn) if by_index else None
+    if horizon is None:
+        counts, since, _ = _count_in_windows(conn, flt, None, None, budget)
+        return counts, since, False
+    counts, since, reached = _count_in_windows(conn, flt, None, horizon, max(budget, RECENT_BUDGET))
+    if not reached:
+        return counts, since, False
     # below the horizon: every other status from dex.runs_in_status (its own status: a row
     # whose run changed a moment ago may count under the old one) ...
     for status in STATUSES:
@@ -418,21 +419,10 @@ def count_runs(conn: psycopg.Connection, flt: RunFilter,
         if n:
             counts[status] = counts.get(status, 0) + n
     # ... and the COMPLETED runs in windows, as far as the budget goes
-    t0 = time.monotonic()
-    done = RunFilter("COMPLETED", flt.queue, flt.workflow, flt.instance_id,
-                     [f"{k}={v}" for k, v in (flt.labels or {}).items()] or None, None,
-                     flt.created_after, flt.created_before)
-    for lo, hi, last in done.windows(conn, horizon):
-        where, params = done.where(hi, lo)
-        n = conn.execute(sql.SQL("SELECT count(*) AS n FROM dex.runs{}").format(where), params).fetchone()["n"]
-        if n:
-            counts["COMPLETED"] = counts.get("COMPLETED", 0) + n
-        if last:
-            break
-        if counts.get("COMPLETED", 0) > COUNT_CAP or time.monotonic() - t0 > budget:
-            since = uuid_time(lo)
-            break
-    return counts, since
+    completed, since, _ = _count_in_windows(conn, RunFilter("COMPLETED", flt.queue), horizon, None, budget)
+    if completed:
+        counts["COMPLETED"] = counts.get("COMPLETED", 0) + completed["COMPLETED"]
+    return counts, since, True
 
 
 def get_run(conn: psycopg.Connection, run_id: Any) -> Dict[str, Any]:

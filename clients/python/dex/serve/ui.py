@@ -139,15 +139,13 @@ def run_filter(status: str = "", queue: str = "", workflow: str = "", instance_i
 
 def _runs_context(request: Request, conn, flt: R.RunFilter, cursor: Optional[str]) -> Dict[str, Any]:
     rows, next_cursor = R.list_runs(conn, flt, 50, cursor or None)
-    counts, since = R.count_runs(conn, R.RunFilter(
+    counts, since, since_completed_only = R.count_runs(conn, R.RunFilter(
         None, flt.queue, flt.workflow, flt.instance_id,
         [f"{k}={v}" for k, v in (flt.labels or {}).items()] or None, None,
         flt.created_after, flt.created_before))
     params = [(k, v) for k, v in request.query_params.multi_items() if k != "cursor"]
-    # with dex.runs_in_status (1.11) only the COMPLETED runs are counted back to "since"
-    horizon = R.status_horizon(conn, "FAILED") if since else None
     return {"runs": rows, "next_cursor": next_cursor, "counts": counts, "since": since,
-            "since_completed_only": horizon is not None and horizon.int > 0,
+            "since_completed_only": since_completed_only,
             "statuses": R.STATUSES, "params": params, "flt": flt}
 
 
